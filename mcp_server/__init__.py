@@ -1,0 +1,1 @@
+"""MCP server and CLI of gpu-triage-mcp: registration, the one tool contract, rendering."""

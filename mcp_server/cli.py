@@ -1,0 +1,109 @@
+"""`gpu-triage <tool-name-with-dashes> [--field value ...]`: the same tools, contract and rendering as
+the MCP server, for humans and CI scripts.
+
+Flags are generated from each tool's input model. Output is the markdown (default) or the structured
+result (--json). Exit code: 0 nothing wrong, 1 a warning, 2 a critical finding, 3 bad input or a tool
+failure; an unexpected crash prints one line and also exits 3 (traceback only with GPU_TRIAGE_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import types
+import typing
+from typing import Any, Literal
+
+import anyio
+
+from mcp_server.contract import execute
+from mcp_server.registry import TOOLS, ToolSpec
+from mcp_server.render import render_markdown, to_json
+from mcp_server.settings import add_settings_arguments, settings_from_args
+from tools.errors import TriageError
+from tools.models import InputModel
+
+__all__ = ["main"]
+
+EXIT_BAD_INPUT = 3
+
+
+def _base_type(annotation: Any) -> tuple[Any, bool]:
+    """(the type inside Optional / list, whether it is a list)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _base_type(inner[0]) if len(inner) == 1 else (str, False)
+    if origin is list:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+def _list_of(item_type: Any) -> Any:
+    def parse(text: str) -> list[Any]:
+        return [item_type(part) for part in text.split(",") if part.strip()]
+
+    return parse
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel]) -> None:
+    for name, field in model.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        kind, is_list = _base_type(field.annotation)
+        help_text = field.description or ""
+        if kind is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(kind) is Literal:
+            parser.add_argument(flag, dest=name, choices=typing.get_args(kind), default=None, help=help_text)
+        elif is_list:
+            parser.add_argument(flag, dest=name, type=_list_of(kind), default=None, metavar="A,B,...",
+                                help=help_text + " (comma-separated)")
+        else:
+            parser.add_argument(flag, dest=name, type=kind if kind in (int, float) else str, default=None,
+                                help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-triage", description="Triage slow or hung GPU jobs (the tools of gpu-triage-mcp as commands).",
+        epilog="Exit codes: 0 ok, 1 warning, 2 critical, 3 bad input or tool failure.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for spec in TOOLS:
+        sub = commands.add_parser(spec.cli_name, help=spec.title, description=spec.description)
+        _add_model_arguments(sub, spec.input_model)
+        sub.add_argument("--json", action="store_true", help="Print the structured result as JSON.")
+        add_settings_arguments(sub)
+        sub.set_defaults(spec=spec)
+    return parser
+
+
+def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
+    arguments = {name: getattr(args, name) for name in spec.input_model.model_fields
+                 if getattr(args, name) is not None}
+    settings = settings_from_args(args)
+    result = anyio.run(execute, spec, arguments, settings)
+    sys.stdout.write(to_json(result) + "\n" if args.json else render_markdown(result, spec.title))
+    return result.severity.rank
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args.spec, args)
+    except TriageError as exc:
+        print(f"gpu-triage {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if os.environ.get("GPU_TRIAGE_DEBUG") == "1":
+            raise
+        print(f"gpu-triage {args.command}: internal error ({type(exc).__name__}: {exc}); "
+              "rerun with GPU_TRIAGE_DEBUG=1 for the traceback.", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

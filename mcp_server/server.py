@@ -1,0 +1,151 @@
+"""The MCP server: registers every tool of the registry under the one contract, over stdio or HTTP.
+
+Each tool is exposed with its input model's fields as arguments, its result model as outputSchema,
+all four annotations set, markdown text for the model and the same result as structured content.
+Expected failures become tool errors whose text says what to do; anything else is logged here with
+its traceback and reported to the client as an internal error, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import sys
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from mcp_server.contract import execute
+from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
+from mcp_server.render import render_markdown
+from mcp_server.settings import Settings, add_settings_arguments, settings_from_args
+from tools.errors import TriageError
+
+__all__ = ["build_server", "main"]
+
+log = logging.getLogger("gpu_triage_mcp")
+
+VERSION = "0.1.0"
+
+INSTRUCTIONS = (
+    "Read-only triage of slow or hung GPU training and inference jobs. Start with health_check, then "
+    "follow each result's next_steps (SOP branches). Results are a markdown table plus at most three "
+    "sentences; the same data is in structuredContent. Never cat large traces or logs: use these tools."
+)
+
+
+def annotations_for(spec: ToolSpec) -> ToolAnnotations:
+    # All four hints set explicitly: the spec's defaults for absent hints are the worst case.
+    return ToolAnnotations(
+        title=spec.title,
+        read_only_hint=spec.read_only,
+        destructive_hint=False,
+        idempotent_hint=spec.read_only,
+        open_world_hint=False,
+    )
+
+
+class TriageServer(MCPServer):
+    """MCPServer that refuses unknown arguments instead of silently dropping them."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        spec = tool_by_name(name)
+        if spec is not None:
+            unknown = sorted(set(arguments) - set(spec.input_model.model_fields))
+            if unknown:
+                raise ToolError(
+                    f"Error executing tool {name}: unknown argument(s) {', '.join(unknown)}. "
+                    f"Valid arguments: {', '.join(spec.input_model.model_fields) or 'none'}."
+                )
+        return await super().call_tool(name, arguments, context)
+
+
+def _handler(spec: ToolSpec, settings: Settings) -> Any:
+    """An async function whose signature is the tool's input fields, so the SDK derives the schema."""
+
+    async def handler(**arguments: Any) -> CallToolResult:
+        try:
+            result = await execute(spec, arguments, settings)
+        except TriageError as exc:
+            raise ToolError(str(exc)) from exc
+        except Exception as exc:
+            log.exception("tool %s failed unexpectedly", spec.name)
+            raise ToolError(
+                f"internal error in {spec.name} ({type(exc).__name__}); the traceback is in the server's "
+                "log. Retry with other arguments or report it; the server is still serving."
+            ) from exc
+        return CallToolResult(
+            content=[TextContent(type="text", text=render_markdown(result, spec.title))],
+            structured_content=result.model_dump(mode="json"),
+        )
+
+    parameters = []
+    for field_name, field in spec.input_model.model_fields.items():
+        # Constraints travel in the Annotated metadata; the default stays on the parameter.
+        annotation: Any = Annotated.__class_getitem__(  # type: ignore[attr-defined]
+            (field.annotation, *field.metadata, _describe(field))
+        )
+        default = field.get_default(call_default_factory=True) if not field.is_required() else inspect.Parameter.empty
+        parameters.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=annotation))
+    handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        parameters, return_annotation=Annotated[CallToolResult, spec.result_model]
+    )
+    handler.__name__ = spec.name
+    handler.__doc__ = spec.function.__doc__
+    return handler
+
+
+def _describe(field: Any) -> Any:
+    from pydantic import Field
+
+    return Field(description=field.description)
+
+
+def build_server(settings: Settings) -> MCPServer:
+    server = TriageServer(name="gpu-triage", version=VERSION, instructions=INSTRUCTIONS, log_level="WARNING")
+    for spec in TOOLS:
+        server.add_tool(_handler(spec, settings), name=spec.name, title=spec.title,
+                        description=spec.description, annotations=annotations_for(spec))
+    return server
+
+
+def _parse_http(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT or PORT, got {value!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-triage-mcp", description=INSTRUCTIONS)
+    parser.add_argument("--http", metavar="HOST:PORT", type=_parse_http, default=None,
+                        help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST defaults "
+                        "to 127.0.0.1).")
+    parser.add_argument("--version", action="version", version=f"gpu-triage-mcp {VERSION}")
+    add_settings_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    try:
+        settings = settings_from_args(args)
+    except TriageError as exc:
+        print(f"gpu-triage-mcp: {exc}", file=sys.stderr)
+        return 3
+    server = build_server(settings)
+    if args.http:
+        host, port = args.http
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("serving on %s: the tools read files under %s; bind to loopback unless you mean it",
+                        host, ", ".join(map(str, settings.roots)))
+        server.run("streamable-http", host=host, port=port)
+    else:
+        server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

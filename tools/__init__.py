@@ -1,0 +1,19 @@
+"""The triage tools: plain async functions over pydantic inputs, returning pydantic results.
+
+No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
+"""
+
+__all__ = ["health_check", "nvidia_smi_query"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy, so importing one tool does not import them all.
+    if name == "health_check":
+        from tools.health import health_check
+
+        return health_check
+    if name == "nvidia_smi_query":
+        from tools.smi_query import nvidia_smi_query
+
+        return nvidia_smi_query
+    raise AttributeError(name)

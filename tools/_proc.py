@@ -1,0 +1,109 @@
+"""The only place that starts external programs.
+
+Programs come from a fixed allow-list and run as argv lists (never through a shell), in a new
+session so that the whole process group can be killed. Output is read up to a byte cap; the rest is
+drained and dropped. When the call's deadline passes or the call is cancelled, the group is killed
+and reaped before the error propagates, so no child outlives the tool call.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+from tools.errors import BadInput, LimitExceeded, Unavailable
+from tools.limits import CHILD_REAP_TIMEOUT_S, MAX_PROGRAM_OUTPUT_BYTES
+
+__all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
+
+# Read-only diagnostics only. Adding a program here is a security decision: it must not change state.
+ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg"})
+
+
+@dataclass(frozen=True)
+class ProgramOutput:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    stdout_cut_bytes: int
+
+
+def find_program(program: str) -> str:
+    """Absolute path of an allow-listed program on PATH, or Unavailable."""
+    if program not in ALLOWED_PROGRAMS:
+        raise BadInput(f"program {program!r} is not on the allow-list.", f"Allowed: {sorted(ALLOWED_PROGRAMS)}.")
+    path = shutil.which(program)
+    if path is None:
+        raise Unavailable(f"{program} not found on PATH.", "Install it or run this on a host that has it.")
+    return path
+
+
+async def _read_capped(stream: ByteReceiveStream | None, cap: int, sink: list[bytes]) -> int:
+    """Append up to `cap` bytes of `stream` to `sink`; return how many more bytes were dropped."""
+    if stream is None:
+        return 0
+    kept = dropped = 0
+    async for chunk in stream:
+        room = cap - kept
+        if room > 0:
+            sink.append(chunk[:room])
+            kept += min(room, len(chunk))
+        dropped += max(0, len(chunk) - max(room, 0))
+    return dropped
+
+
+def _kill_group(process: Process) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+async def run_program(
+    program: str,
+    args: Sequence[str],
+    *,
+    timeout_s: float,
+    max_output_bytes: int = MAX_PROGRAM_OUTPUT_BYTES,
+) -> ProgramOutput:
+    """Run an allow-listed program with `args` and a hard wall-clock limit."""
+    argv = [find_program(program), *args]
+    out: list[bytes] = []
+    err: list[bytes] = []
+    try:
+        process = await anyio.open_process(argv, start_new_session=True, stdin=None)
+    except OSError as exc:
+        raise Unavailable(f"{program} could not be started: {exc.strerror or exc}.") from exc
+    cut = 0
+    try:
+        with anyio.fail_after(timeout_s):
+            async with anyio.create_task_group() as group:
+
+                async def read_stdout() -> None:
+                    nonlocal cut
+                    cut = await _read_capped(process.stdout, max_output_bytes, out)
+
+                group.start_soon(read_stdout)
+                group.start_soon(_read_capped, process.stderr, 64 * 1024, err)
+            returncode = await process.wait()
+    except TimeoutError as exc:
+        raise LimitExceeded(
+            f"{program} did not finish within {timeout_s:g} s and was killed.",
+            "Retry with fewer GPUs or samples, or raise the server's --timeout.",
+        ) from exc
+    finally:
+        # Timeout, client cancellation or any failure: never leave the child (or its children) running.
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                _kill_group(process)
+                with anyio.move_on_after(CHILD_REAP_TIMEOUT_S):
+                    await process.wait()
+            await process.aclose()
+    return ProgramOutput(returncode, b"".join(out), b"".join(err), cut)
+

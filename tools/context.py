@@ -1,0 +1,27 @@
+"""What a tool call may use besides its input: the allowed roots and its remaining time."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools._paths import confine
+from tools.limits import DEFAULT_CALL_TIMEOUT_S
+
+__all__ = ["ToolContext"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    roots: tuple[Path, ...]
+    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    started: float = field(default_factory=time.monotonic)
+
+    def path(self, raw: str, *, must_exist: bool = True) -> Path:
+        """`raw` resolved inside the roots, or BadInput."""
+        return confine(raw, self.roots, must_exist=must_exist)
+
+    def remaining_s(self) -> float:
+        """Seconds left of the call's wall-clock limit (for child-process timeouts)."""
+        return max(0.1, self.timeout_s - (time.monotonic() - self.started))

@@ -1,0 +1,562 @@
+"""health_check: one bounded snapshot (<= 3 s) of the GPUs (NVML) and the host (psutil), with findings.
+
+SOP: the entry step ("run the health checks at once"); findings point to straggler (thermal, power,
+clocks), gpu_hardware (ECC, Xid, memory repair, PCIe width), gpu_utilization_low (CPU, swap, iowait,
+shared GPU) and oom (GPU memory nearly full).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, Field
+
+from tools import _nvml
+from tools._proc import run_program
+from tools.context import ToolContext
+from tools.errors import TriageError
+from tools.limits import (
+    CMDLINE_MAX_CHARS,
+    HEALTH_DEFAULT_SAMPLE_S,
+    HEALTH_DEFAULT_TOP_PROCESSES,
+    HEALTH_MAX_JOB_PIDS,
+    HEALTH_MAX_KERNEL_LOG_LINES,
+    HEALTH_MAX_SAMPLE_S,
+    HEALTH_MAX_TOP_PROCESSES,
+    HEALTH_MAX_TOTAL_S,
+    HEALTH_MIN_SAMPLE_S,
+)
+from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult, worst
+from tools.thresholds import (
+    CORE_SATURATED_PCT,
+    GpuValues,
+    HostValues,
+    by_severity,
+    gpu_findings,
+    host_findings,
+)
+
+__all__ = ["GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "health_check"]
+
+MIB = 1024 * 1024
+# NVML and the kernel log get this long; a lost GPU can make NVML calls hang.
+_NVML_TIMEOUT_S = 2.5
+_DMESG_TIMEOUT_S = 1.5
+
+# Xid codes that mean hardware or driver trouble rather than an application fault (NVIDIA's Xid catalog).
+_XID_MEANING: dict[int, tuple[Severity, str]] = {
+    13: (Severity.warn, "graphics engine exception (often an application bug, e.g. out-of-bounds access)"),
+    31: (Severity.warn, "GPU memory page fault (usually an application bug)"),
+    43: (Severity.warn, "a GPU context was stopped after a fault"),
+    45: (Severity.warn, "preemptive cleanup after a context was killed"),
+    48: (Severity.crit, "double-bit ECC error"),
+    61: (Severity.crit, "internal microcontroller breakpoint/halt"),
+    62: (Severity.crit, "internal microcontroller halt"),
+    63: (Severity.crit, "ECC page retirement or row remap recorded"),
+    64: (Severity.crit, "ECC page retirement or row remap failed"),
+    74: (Severity.crit, "NVLink error"),
+    79: (Severity.crit, "GPU has fallen off the bus"),
+    92: (Severity.warn, "high single-bit ECC error rate"),
+    94: (Severity.crit, "contained ECC error"),
+    95: (Severity.crit, "uncontained ECC error"),
+    119: (Severity.crit, "GSP RPC timeout"),
+    120: (Severity.crit, "GSP error"),
+}
+_XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<code>\d+)")
+
+
+class HealthCheckInput(InputModel):
+    sample_s: float = Field(
+        default=HEALTH_DEFAULT_SAMPLE_S, ge=HEALTH_MIN_SAMPLE_S, le=HEALTH_MAX_SAMPLE_S,
+        description="Seconds over which CPU, disk and process rates are sampled.",
+    )
+    top_processes: int = Field(
+        default=HEALTH_DEFAULT_TOP_PROCESSES, ge=0, le=HEALTH_MAX_TOP_PROCESSES,
+        description="How many processes to list, busiest CPU first.",
+    )
+    job_pids: list[int] = Field(
+        default_factory=list, max_length=HEALTH_MAX_JOB_PIDS,
+        description="PIDs of the job (e.g. the torchrun launcher). GPU processes outside these process "
+        "trees are flagged as foreign. Empty: a GPU shared by two unrelated process trees is flagged.",
+    )
+    include_kernel_log: bool = Field(default=True, description="Scan the kernel log for NVRM/Xid lines.")
+
+
+class GpuHealth(BaseModel):
+    index: int
+    name: str | None = None
+    bus_id: str | None = None
+    utilization_gpu_pct: int | None = Field(None, description="nvidia-smi utilization.gpu")
+    memory_used_mib: float | None = Field(None, description="nvidia-smi memory.used")
+    memory_total_mib: float | None = Field(None, description="nvidia-smi memory.total")
+    sm_clock_mhz: int | None = Field(None, description="nvidia-smi clocks.sm")
+    sm_clock_max_mhz: int | None = Field(None, description="nvidia-smi clocks.max.sm")
+    temperature_c: int | None = Field(None, description="nvidia-smi temperature.gpu")
+    power_draw_w: float | None = Field(None, description="nvidia-smi power.draw")
+    power_limit_w: float | None = Field(None, description="nvidia-smi enforced.power.limit")
+    throttle_reasons: list[str] | None = Field(None, description="active clocks_event_reasons.*")
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    ecc_uncorrected_volatile: int | None = Field(None, description="ecc.errors.uncorrected.volatile.total")
+    retired_pages: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    unavailable: dict[str, str] = Field(default_factory=dict, description="Fields NVML could not give, and why.")
+
+
+class GpuProcess(BaseModel):
+    gpu_index: int
+    pid: int
+    name: str = Field(description="Process name, or why it is unknown.")
+    used_memory_mib: float | None = None
+    foreign: bool = Field(description="Not part of the job (see job_pids).")
+
+
+class ProcessRow(BaseModel):
+    pid: int
+    name: str
+    cpu_pct: float
+    rss_mib: float
+    status: str
+    cmdline: str = Field(description=f"Command line cut to {CMDLINE_MAX_CHARS} characters, secrets masked.")
+
+
+class HostHealth(BaseModel):
+    cpu_count: int
+    load_avg: list[float] | None = Field(None, description="1, 5 and 15 minute load averages.")
+    cpu_per_core_pct: list[float]
+    iowait_pct: float | None = None
+    memory_total_mib: float
+    memory_available_mib: float
+    swap_total_mib: float
+    swap_used_mib: float
+    swapping_mib_s: float = Field(description="Swap-in plus swap-out during the sample.")
+    disk_read_mib_s: float | None = None
+    disk_write_mib_s: float | None = None
+
+
+class KernelEvent(BaseModel):
+    line: str
+    xid: int | None = None
+    severity: Severity
+
+
+class HealthCheckResult(ToolResult):
+    sampled_at: str = Field(description="UTC time of the snapshot.")
+    nvml: str = Field(description="'ok', or 'unavailable: <reason>'.")
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    findings: list[Finding]
+    gpus: list[GpuHealth]
+    gpu_processes: list[GpuProcess]
+    kernel_log: str = Field(description="'scanned', 'skipped', or why it could not be read.")
+    kernel_events: list[KernelEvent]
+    host: HostHealth
+    top_processes: list[ProcessRow]
+
+    narrow_hint = "lower top_processes, or pass job_pids so only the job's GPUs' processes matter"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Findings", ["check", "value", "threshold", "severity", "meaning", "SOP branch"],
+                  [[f.check, f.value, f.threshold, f.severity.value, f.meaning, f.sop_branch or ""]
+                   for f in self.findings], "findings"),
+            Table("GPUs", ["gpu", "name", "util %", "memory MiB", "SM MHz", "temp C", "power W", "PCIe",
+                           "throttle"],
+                  [[str(g.index), _s(g.name), _s(g.utilization_gpu_pct), _pair(g.memory_used_mib, g.memory_total_mib),
+                    _pair(g.sm_clock_mhz, g.sm_clock_max_mhz), _s(g.temperature_c),
+                    _pair(g.power_draw_w, g.power_limit_w),
+                    f"Gen{_s(g.pcie_gen_current)} x{_s(g.pcie_width_current)}",
+                    ",".join(g.throttle_reasons) if g.throttle_reasons else _s(g.throttle_reasons and "none")]
+                   for g in self.gpus], "gpus"),
+            Table("GPU processes", ["gpu", "pid", "name", "memory MiB", "foreign"],
+                  [[str(p.gpu_index), str(p.pid), p.name, _s(p.used_memory_mib), "yes" if p.foreign else "no"]
+                   for p in self.gpu_processes], "gpu_processes"),
+            Table("Kernel log (NVRM/Xid)", ["severity", "xid", "line"],
+                  [[e.severity.value, _s(e.xid), e.line] for e in self.kernel_events], "kernel_events"),
+            Table("Top processes by CPU", ["pid", "name", "cpu %", "rss MiB", "state", "command"],
+                  [[str(p.pid), p.name, f"{p.cpu_pct:.0f}", f"{p.rss_mib:.0f}", p.status, p.cmdline]
+                   for p in self.top_processes], "top_processes"),
+        ]
+
+
+def _s(value: object) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if isinstance(value, float) else str(value)
+
+
+def _pair(value: object, limit: object) -> str:
+    return f"{_s(value)}/{_s(limit)}"
+
+
+# ---------------------------------------------------------------- NVML
+
+
+def _known(value: Any) -> Any:
+    return None if isinstance(value, _nvml.Missing) else value
+
+
+def _gpu_from_nvml(device: _nvml.NvmlDevice) -> GpuHealth:
+    unavailable = {
+        name: value.reason for name, value in vars(device).items() if isinstance(value, _nvml.Missing)
+    }
+    mask = _known(device.throttle_reasons_mask)
+    reasons = None if mask is None else [n for bit, n in _nvml.THROTTLE_REASON_BITS.items() if mask & bit]
+    return GpuHealth(
+        index=device.index,
+        name=_known(device.name),
+        bus_id=_known(device.bus_id),
+        utilization_gpu_pct=_known(device.utilization_gpu_pct),
+        memory_used_mib=_known(device.memory_used_mib),
+        memory_total_mib=_known(device.memory_total_mib),
+        sm_clock_mhz=_known(device.sm_clock_mhz),
+        sm_clock_max_mhz=_known(device.sm_clock_max_mhz),
+        temperature_c=_known(device.temperature_c),
+        power_draw_w=_known(device.power_draw_w),
+        power_limit_w=_known(device.power_limit_w),
+        throttle_reasons=reasons,
+        pcie_gen_current=_known(device.pcie_gen_current),
+        pcie_gen_max=_known(device.pcie_gen_max),
+        pcie_width_current=_known(device.pcie_width_current),
+        pcie_width_max=_known(device.pcie_width_max),
+        ecc_uncorrected_volatile=_known(device.ecc_uncorrected_volatile),
+        retired_pages=_known(device.retired_pages),
+        retired_pages_pending=_known(device.retired_pages_pending),
+        remapped_rows_uncorrectable=_known(device.remapped_rows_uncorrectable),
+        remapped_rows_pending=_known(device.remapped_rows_pending),
+        remapped_rows_failure=_known(device.remapped_rows_failure),
+        unavailable=unavailable,
+    )
+
+
+class _NvmlSnapshot:
+    def __init__(self) -> None:
+        self.status = "ok"
+        self.driver: str | None = None
+        self.cuda: str | None = None
+        self.devices: list[_nvml.NvmlDevice] = []
+
+
+def _read_nvml() -> _NvmlSnapshot:
+    snapshot = _NvmlSnapshot()
+    try:
+        with _nvml.open_session() as session:
+            snapshot.driver = _known(session.driver_version())
+            snapshot.cuda = _known(session.cuda_driver_version())
+            snapshot.devices = [session.device(i) for i in range(session.device_count())]
+    except TriageError as exc:
+        snapshot.status = "unavailable: " + exc.message.removeprefix("NVML unavailable: ").rstrip(".")
+    return snapshot
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _process_tree_root(pid: int, job_pids: set[int]) -> tuple[str, bool]:
+    """(tree id, belongs to job) for a GPU process: its top-most ancestor below init."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        chain = [proc, *proc.parents()]
+    except psutil.Error:
+        return f"pid {pid}", False
+    chain_pids = {p.pid for p in chain}
+    in_job = bool(chain_pids & job_pids)
+    roots = [p for p in chain if p.pid > 1]
+    return f"tree {roots[-1].pid if roots else pid}", in_job
+
+
+def _process_name(pid: int) -> str:
+    import psutil
+
+    try:
+        return psutil.Process(pid).name()
+    except psutil.NoSuchProcess:
+        return "not visible (other PID namespace or exited)"
+    except psutil.AccessDenied:
+        return "access denied"
+
+
+def _gpu_processes(devices: list[_nvml.NvmlDevice], job_pids: set[int]) -> list[GpuProcess]:
+    rows: list[GpuProcess] = []
+    for device in devices:
+        procs = device.processes if isinstance(device.processes, list) else []
+        trees = {p.pid: _process_tree_root(p.pid, job_pids) for p in procs}
+        if job_pids:
+            foreign = {pid for pid, (_, in_job) in trees.items() if not in_job}
+        else:
+            # No job given: the tree holding the most GPU memory is the job, other trees are foreign.
+            memory_by_tree: dict[str, float] = {}
+            for p in procs:
+                tree = trees[p.pid][0]
+                memory_by_tree[tree] = memory_by_tree.get(tree, 0.0) + (p.used_memory_mib or 0.0)
+            main = max(memory_by_tree, key=lambda t: memory_by_tree[t]) if memory_by_tree else None
+            foreign = {pid for pid, (tree, _) in trees.items() if tree != main}
+        for p in procs:
+            rows.append(GpuProcess(gpu_index=device.index, pid=p.pid, name=_process_name(p.pid),
+                                   used_memory_mib=p.used_memory_mib, foreign=p.pid in foreign))
+    return rows
+
+
+# ---------------------------------------------------------------- host
+
+
+class _HostSample:
+    def __init__(self) -> None:
+        self.host: HostHealth | None = None
+        self.top: list[ProcessRow] = []
+        self.blocked: list[str] = []
+
+
+async def _sample_host(sample_s: float, top_n: int, sample: _HostSample) -> None:
+    import psutil
+
+    from tools.redact import redact_text
+
+    attrs = ["pid", "name", "cmdline", "status", "memory_info"]
+    own = os.getpid()  # the checker itself is busy while it samples; leave it out
+    procs = [p for p in psutil.process_iter(attrs) if p.pid != own]
+    for proc in procs:
+        try:
+            proc.cpu_percent(None)
+        except psutil.Error:
+            pass
+    psutil.cpu_percent(percpu=True)
+    times_before = psutil.cpu_times()
+    disk_before = psutil.disk_io_counters()
+    swap_before = psutil.swap_memory()
+    started = time.monotonic()
+    await anyio.sleep(sample_s)
+    elapsed = max(time.monotonic() - started, 1e-3)
+    per_core = psutil.cpu_percent(percpu=True)
+    times_after = psutil.cpu_times()
+    disk_after = psutil.disk_io_counters()
+    memory = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+
+    total_delta = sum(times_after) - sum(times_before)
+    iowait = None
+    if hasattr(times_after, "iowait") and total_delta > 0:
+        iowait = 100.0 * (times_after.iowait - times_before.iowait) / total_delta
+    swapped = (swap.sin - swap_before.sin) + (swap.sout - swap_before.sout)
+    disk_read = disk_write = None
+    if disk_before is not None and disk_after is not None:
+        disk_read = (disk_after.read_bytes - disk_before.read_bytes) / MIB / elapsed
+        disk_write = (disk_after.write_bytes - disk_before.write_bytes) / MIB / elapsed
+    try:
+        load: list[float] | None = list(psutil.getloadavg())
+    except (OSError, AttributeError):
+        load = None
+    sample.host = HostHealth(
+        cpu_count=psutil.cpu_count() or len(per_core),
+        load_avg=load,
+        cpu_per_core_pct=per_core,
+        iowait_pct=iowait,
+        memory_total_mib=memory.total / MIB,
+        memory_available_mib=memory.available / MIB,
+        swap_total_mib=swap.total / MIB,
+        swap_used_mib=swap.used / MIB,
+        swapping_mib_s=swapped / MIB / elapsed,
+        disk_read_mib_s=disk_read,
+        disk_write_mib_s=disk_write,
+    )
+    rows: list[ProcessRow] = []
+    for proc in procs:
+        try:
+            cpu = proc.cpu_percent(None)
+            info = proc.info
+            status = str(info.get("status") or "?")
+            name = str(info.get("name") or "?")
+            if status == psutil.STATUS_DISK_SLEEP:
+                sample.blocked.append(f"{name}[{proc.pid}]")
+            cmdline = " ".join(info.get("cmdline") or []) or name
+            rss = info["memory_info"].rss / MIB if info.get("memory_info") else 0.0
+        except psutil.Error:
+            continue
+        rows.append(ProcessRow(pid=proc.pid, name=name, cpu_pct=cpu, rss_mib=rss, status=status,
+                               cmdline=redact_text(cmdline)[:CMDLINE_MAX_CHARS]))
+    rows.sort(key=lambda r: r.cpu_pct, reverse=True)
+    sample.top = rows[:top_n]
+
+
+# ---------------------------------------------------------------- kernel log
+
+
+async def _read_kernel_log(timeout_s: float) -> tuple[str, list[KernelEvent]]:
+    try:
+        output = await run_program("dmesg", [], timeout_s=timeout_s)
+    except TriageError as exc:
+        return f"unreadable: {exc.message}", []
+    if output.returncode != 0:
+        reason = output.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"unreadable: {reason[-1] if reason else f'dmesg exit {output.returncode}'}", []
+    events: list[KernelEvent] = []
+    for raw in output.stdout.decode("utf-8", "replace").splitlines():
+        if "NVRM" not in raw and "Xid" not in raw:
+            continue
+        match = _XID_LINE.search(raw)
+        code = int(match.group("code")) if match else None
+        severity, _ = _XID_MEANING.get(code, (Severity.warn, "")) if code is not None else (Severity.ok, "")
+        events.append(KernelEvent(line=raw.strip()[:200], xid=code, severity=severity))
+    # Most severe first, newest first within a severity; a bounded number of lines.
+    events.reverse()
+    events.sort(key=lambda e: e.severity.rank, reverse=True)
+    return "scanned", events[:HEALTH_MAX_KERNEL_LOG_LINES]
+
+
+def _kernel_findings(events: list[KernelEvent]) -> list[Finding]:
+    codes: dict[int, int] = {}
+    for e in events:
+        if e.xid is not None:
+            codes[e.xid] = codes.get(e.xid, 0) + 1
+    findings = []
+    for code, count in sorted(codes.items()):
+        severity, meaning = _XID_MEANING.get(code, (Severity.warn, "driver-reported GPU error"))
+        findings.append(Finding(check=f"kernel log Xid {code}", value=f"{count} line(s)", threshold="any Xid",
+                                severity=severity, meaning=meaning, sop_branch="gpu_hardware"))
+    return findings
+
+
+# ---------------------------------------------------------------- the tool
+
+
+async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthCheckResult:
+    """One bounded (<= 3 s) snapshot of every GPU and the host, with a findings table.
+
+    Use first, for any symptom: it names a hot, throttled, power-capped, PCIe-degraded or ECC-failing
+    GPU, a foreign process on a GPU, and host CPU/memory/swap/iowait pressure. Without an NVIDIA
+    driver the GPU part is one 'NVML unavailable' row and the host part still runs. Read-only.
+    """
+    sampled_at = datetime.now(UTC).isoformat(timespec="seconds")
+    nvml_snapshot = _NvmlSnapshot()
+    host = _HostSample()
+    kernel: tuple[str, list[KernelEvent]] = ("skipped", [])
+    budget = min(HEALTH_MAX_TOTAL_S, ctx.remaining_s())
+
+    async def nvml_part() -> None:
+        nonlocal nvml_snapshot
+        with anyio.move_on_after(min(_NVML_TIMEOUT_S, budget)) as scope:
+            nvml_snapshot = await anyio.to_thread.run_sync(_read_nvml, abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            nvml_snapshot.status = f"unavailable: NVML did not answer within {_NVML_TIMEOUT_S:g} s (a lost GPU?)"
+
+    async def kernel_part() -> None:
+        nonlocal kernel
+        kernel = await _read_kernel_log(min(_DMESG_TIMEOUT_S, budget))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(nvml_part)
+        group.start_soon(_sample_host, min(params.sample_s, budget - 0.5), params.top_processes, host)
+        if params.include_kernel_log:
+            group.start_soon(kernel_part)
+
+    assert host.host is not None
+    gpus = [_gpu_from_nvml(d) for d in nvml_snapshot.devices]
+    gpu_procs = _gpu_processes(nvml_snapshot.devices, set(params.job_pids))
+    foreign_by_gpu: dict[int, list[str]] = {}
+    for p in gpu_procs:
+        if p.foreign:
+            foreign_by_gpu.setdefault(p.gpu_index, []).append(f"{p.name}[{p.pid}]")
+
+    findings: list[Finding] = []
+    if nvml_snapshot.status != "ok":
+        findings.append(Finding(check="NVML", value=f"NVML {nvml_snapshot.status}", threshold="driver present",
+                                severity=Severity.warn if "did not answer" in nvml_snapshot.status else Severity.ok,
+                                meaning="no NVIDIA driver visible here, so no GPU checks; host checks still ran"))
+    findings += gpu_findings([_values(g, foreign_by_gpu.get(g.index, [])) for g in gpus])
+    busy = sum(1 for pct in host.host.cpu_per_core_pct if pct >= CORE_SATURATED_PCT)
+    findings += host_findings(HostValues(
+        cpu_count=host.host.cpu_count, load_1m=host.host.load_avg[0] if host.host.load_avg else None,
+        busy_cores=busy, memory_total_mib=host.host.memory_total_mib,
+        memory_available_mib=host.host.memory_available_mib, swap_used_mib=host.host.swap_used_mib,
+        swapping_mib_s=host.host.swapping_mib_s, iowait_pct=host.host.iowait_pct, blocked_processes=host.blocked,
+    ))
+    kernel_status, events = kernel
+    findings += _kernel_findings(events)
+    if kernel_status != "scanned" and params.include_kernel_log:
+        findings.append(Finding(check="kernel log", value=kernel_status, threshold="readable", severity=Severity.ok,
+                                meaning="Xid lines not checked; run as root or read /var/log/kern.log"))
+    findings = by_severity(findings)
+    severity = worst(f.severity for f in findings)
+    return HealthCheckResult(
+        severity=severity,
+        conclusion=_conclude(findings, nvml_snapshot, len(gpus)),
+        next_steps=_next_steps(findings),
+        sampled_at=sampled_at,
+        nvml=nvml_snapshot.status,
+        driver_version=nvml_snapshot.driver,
+        cuda_driver_version=nvml_snapshot.cuda,
+        findings=findings,
+        gpus=gpus,
+        gpu_processes=gpu_procs,
+        kernel_log=kernel_status,
+        kernel_events=events,
+        host=host.host,
+        top_processes=host.top,
+    )
+
+
+def _values(g: GpuHealth, foreign: list[str]) -> GpuValues:
+    return GpuValues(
+        index=g.index, utilization_gpu_pct=g.utilization_gpu_pct, memory_used_mib=g.memory_used_mib,
+        memory_total_mib=g.memory_total_mib, sm_clock_mhz=g.sm_clock_mhz, sm_clock_max_mhz=g.sm_clock_max_mhz,
+        temperature_c=g.temperature_c, power_draw_w=g.power_draw_w, power_limit_w=g.power_limit_w,
+        throttle_reasons=g.throttle_reasons, pcie_gen_current=g.pcie_gen_current, pcie_gen_max=g.pcie_gen_max,
+        pcie_width_current=g.pcie_width_current, pcie_width_max=g.pcie_width_max,
+        ecc_uncorrected_volatile=g.ecc_uncorrected_volatile, retired_pages=g.retired_pages,
+        retired_pages_pending=g.retired_pages_pending, remapped_rows_pending=g.remapped_rows_pending,
+        remapped_rows_failure=g.remapped_rows_failure, foreign_processes=foreign,
+    )
+
+
+def _conclude(findings: list[Finding], nvml: _NvmlSnapshot, gpu_count: int) -> list[str]:
+    problems = [f for f in findings if f.severity is not Severity.ok]
+    gpu_part = (f"{gpu_count} GPU(s) read through NVML." if nvml.status == "ok"
+                else f"NVML {nvml.status}, so only the host was checked.")
+    if not problems:
+        return [gpu_part, "No problem found: every check is within its threshold.",
+                "A healthy snapshot does not explain a slow step: profile a few steps next."]
+    crit = [f for f in problems if f.severity is Severity.crit]
+    lead = (crit or problems)[0]
+    first = f"{len(problems)} problem(s) ({len(crit)} critical); worst: {lead.check} = {lead.value}."
+    return [gpu_part, first, f"It means: {lead.meaning}."]
+
+
+_BRANCH_ACTIONS: dict[str, tuple[str, str]] = {
+    "gpu_hardware": ("Drain the node and reset or replace the flagged GPU; check `dmesg -T | grep -i xid`",
+                     "Hardware faults make every other measurement meaningless until fixed."),
+    "straggler": ("Compare per-rank step times (find_stragglers) and sample the flagged GPU with "
+                  "nvidia_smi_query count=20", "Whether the slow GPU is the rank the others wait for."),
+    "gpu_utilization_low": ("Profile a few steps and summarise the trace (summarize_trace)",
+                            "Where the GPU idles: data loading, launch overhead, sync or communication."),
+    "oom": ("Read the allocator snapshot or memory_stats (analyze_memory)",
+            "Capacity, fragmentation or a transient peak."),
+}
+
+
+def _next_steps(findings: list[Finding]) -> list[NextStep]:
+    steps: list[NextStep] = []
+    for finding in findings:
+        branch = finding.sop_branch
+        if finding.severity is Severity.ok or branch is None or any(s.branch == branch for s in steps):
+            continue
+        action, why = _BRANCH_ACTIONS.get(branch, ("Follow the SOP branch", "Narrow down the cause."))
+        steps.append(NextStep(branch=branch, action=action, why=why))
+    if not steps:
+        steps.append(NextStep(branch="triage", action="Classify the symptom with the SOP (sop://index)",
+                              why="A healthy node points at the job itself: data, launch overhead, sync, comms."))
+    return steps[:3]
+
+

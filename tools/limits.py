@@ -1,0 +1,49 @@
+"""Every limit of the project, declared once.
+
+Input models cite these in their `Field(ge=, le=)` bounds and the server and CLI use them as
+defaults, so no bound is written twice.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Response size: the rendered markdown of one call. Rows beyond it are cut, and the cut is
+# reported. The structured JSON is held to JSON_BUDGET_FACTOR times the same figure.
+DEFAULT_MAX_BYTES: Final = 8 * 1024
+MIN_MAX_BYTES: Final = 1024
+MAX_MAX_BYTES: Final = 256 * 1024
+JSON_BUDGET_FACTOR: Final = 3
+
+# Wall clock of one tool call, children included.
+DEFAULT_CALL_TIMEOUT_S: Final = 60.0
+MIN_CALL_TIMEOUT_S: Final = 1.0
+MAX_CALL_TIMEOUT_S: Final = 600.0
+
+# Output read from one external program; the rest is discarded and reported as cut.
+MAX_PROGRAM_OUTPUT_BYTES: Final = 4 * 1024 * 1024
+# Grace period between SIGTERM-less kill and giving up on reaping a child.
+CHILD_REAP_TIMEOUT_S: Final = 5.0
+
+# health_check: one bounded snapshot.
+HEALTH_DEFAULT_SAMPLE_S: Final = 1.0
+HEALTH_MIN_SAMPLE_S: Final = 0.1
+HEALTH_MAX_SAMPLE_S: Final = 2.0
+HEALTH_MAX_TOTAL_S: Final = 3.0
+HEALTH_DEFAULT_TOP_PROCESSES: Final = 10
+HEALTH_MAX_TOP_PROCESSES: Final = 50
+HEALTH_MAX_JOB_PIDS: Final = 4096
+HEALTH_MAX_KERNEL_LOG_LINES: Final = 20
+CMDLINE_MAX_CHARS: Final = 120
+
+# nvidia_smi_query: the safe replacement for `watch` and `-l`.
+SMI_MAX_SAMPLES: Final = 60
+SMI_MIN_INTERVAL_S: Final = 0.2
+SMI_MAX_INTERVAL_S: Final = 10.0
+SMI_MAX_SAMPLING_S: Final = 60.0
+SMI_MAX_FIELDS: Final = 40
+SMI_MAX_GPU_INDEX: Final = 1023
+SMI_MAX_CSV_BYTES: Final = 16 * 1024 * 1024
+
+# Paths given to any tool.
+MAX_PATH_CHARS: Final = 4096

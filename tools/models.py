@@ -1,0 +1,128 @@
+"""Shapes shared by every tool result.
+
+A result is a pydantic model (the MCP structured content and the CLI's --json) that also knows
+which of its lists are shown as markdown tables. The renderer in mcp_server/render.py turns it into
+text and, when the byte budget is exceeded, drops rows from the end of those lists, so the text and
+the JSON always show the same rows. Tools therefore put the most important rows first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sop import branch_ids
+
+__all__ = [
+    "Finding",
+    "InputModel",
+    "NextStep",
+    "Severity",
+    "Table",
+    "ToolResult",
+    "Truncation",
+    "worst",
+]
+
+
+class Severity(StrEnum):
+    """How bad a finding is; the CLI exit code is 0, 1 or 2 for the worst one."""
+
+    ok = "ok"
+    warn = "warn"
+    crit = "crit"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.ok: 0, Severity.warn: 1, Severity.crit: 2}
+
+
+def worst(severities: Iterable[Severity]) -> Severity:
+    """The most severe of `severities`; ok when there are none."""
+    return max(severities, key=lambda s: s.rank, default=Severity.ok)
+
+
+def _known_branch(value: str) -> str:
+    if value not in branch_ids():
+        raise ValueError(f"unknown SOP branch {value!r}; known: {', '.join(sorted(branch_ids()))}")
+    return value
+
+
+class InputModel(BaseModel):
+    """Base of every tool's input: unknown arguments are an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Finding(BaseModel):
+    """One check with its verdict, in the shape of the SOP's triage table."""
+
+    check: str = Field(description="What was checked, e.g. 'GPU 3 temperature'.")
+    value: str = Field(description="What was measured, with its unit.")
+    threshold: str = Field(description="The limit it was compared with.")
+    severity: Severity
+    meaning: str = Field(description="What it means for the job, in one sentence.")
+    sop_branch: str | None = Field(default=None, description="The SOP branch that handles it.")
+
+    @field_validator("sop_branch")
+    @classmethod
+    def _check_branch(cls, value: str | None) -> str | None:
+        return None if value is None else _known_branch(value)
+
+
+class NextStep(BaseModel):
+    """Where the SOP goes from here."""
+
+    branch: str = Field(description="SOP branch id (see the sop://index resource).")
+    action: str = Field(description="The call or command to run next.")
+    why: str = Field(description="What that step will decide.")
+
+    @field_validator("branch")
+    @classmethod
+    def _check_branch(cls, value: str) -> str:
+        return _known_branch(value)
+
+
+class Truncation(BaseModel):
+    """Rows cut to keep the response within the byte budget."""
+
+    rows_cut: dict[str, int] = Field(description="Rows dropped per list field.")
+    max_bytes: int = Field(description="The byte budget that was applied.")
+    hint: str = Field(description="How to narrow the call to see the rest.")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A markdown table; `source_field` names the result list whose items are its rows (cuttable)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    source_field: str | None = None
+    note: str = field(default="")
+
+
+class ToolResult(BaseModel):
+    """Fields every result carries. Subclasses add their data and implement `tables()`."""
+
+    severity: Severity = Field(description="Worst finding: ok, warn or crit.")
+    conclusion: list[str] = Field(
+        max_length=3, description="At most three sentences: the verdict and what to do."
+    )
+    next_steps: list[NextStep] = Field(default_factory=list)
+    truncated: Truncation | None = Field(
+        default=None, description="Set when rows were cut to fit the byte budget."
+    )
+
+    # How to ask for less when the budget cuts rows; each tool says it in its own terms.
+    narrow_hint: ClassVar[str] = "narrow the call"
+
+    def tables(self) -> list[Table]:
+        raise NotImplementedError

@@ -1,0 +1,480 @@
+"""nvidia_smi_query: `nvidia-smi --query-gpu=<allow-listed fields> --format=csv,noheader,nounits`, sampled a
+bounded number of times (the safe replacement for `watch nvidia-smi` and `-l`), parsed into typed rows
+with a min/median/max summary, and checked against the same thresholds as health_check.
+
+Also reads a CSV capture made elsewhere (csv_path), with or without header and units. Without the
+nvidia-smi binary it serves the same fields from NVML where it can, and says so.
+SOP: entry health checks; straggler (clocks, temperature, power, links); gpu_utilization_low.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import statistics
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Literal
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, Field, model_validator
+
+from tools import _nvml
+from tools._proc import run_program
+from tools.context import ToolContext
+from tools.errors import BadInput, TriageError, Unavailable, UnreadableInput
+from tools.limits import (
+    SMI_MAX_CSV_BYTES,
+    SMI_MAX_FIELDS,
+    SMI_MAX_GPU_INDEX,
+    SMI_MAX_INTERVAL_S,
+    SMI_MAX_SAMPLES,
+    SMI_MAX_SAMPLING_S,
+    SMI_MIN_INTERVAL_S,
+)
+from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult, worst
+from tools.smi_fields import (
+    DEFAULT_APP_FIELDS,
+    DEFAULT_GPU_FIELDS,
+    FieldKind,
+    canonical,
+    field_kind,
+)
+from tools.thresholds import GpuValues, by_severity, gpu_findings
+
+__all__ = ["NvidiaSmiQueryInput", "NvidiaSmiQueryResult", "nvidia_smi_query", "parse_smi_csv"]
+
+Value = int | float | str | None
+QueryKind = Literal["gpu", "compute_apps"]
+
+# Utilisation the SOP calls low when it persists (ideal is > 90%).
+UTIL_LOW_PCT = 70.0
+UTIL_MIN_SAMPLES = 5
+_ONE_RUN_TIMEOUT_S = 15.0
+_MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
+                      r"Requested functionality has been deprecated)\]?$", re.IGNORECASE)
+_HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_VALUE_UNIT = re.compile(r"^(-?[0-9]+(?:\.[0-9]+)?)\s*(?:[A-Za-z%/]+)?$")
+
+
+class NvidiaSmiQueryInput(InputModel):
+    query: QueryKind = Field(default="gpu", description="'gpu' (--query-gpu) or 'compute_apps' "
+                             "(--query-compute-apps: processes using the GPUs).")
+    fields: list[str] = Field(
+        default_factory=list, max_length=SMI_MAX_FIELDS,
+        description="Documented query field names, e.g. utilization.gpu, temperature.gpu, clocks.sm, "
+        "clocks_throttle_reasons.active. Empty: a triage set (utilisation, memory, temperature, power, "
+        "clocks, PCIe link, throttle reasons, ECC).",
+    )
+    gpus: list[int] = Field(default_factory=list, max_length=64,
+                            description=f"GPU indices to query (0-{SMI_MAX_GPU_INDEX}); empty: all.")
+    count: int = Field(default=1, ge=1, le=SMI_MAX_SAMPLES, description="Number of samples.")
+    interval_s: float = Field(default=1.0, ge=SMI_MIN_INTERVAL_S, le=SMI_MAX_INTERVAL_S,
+                              description="Seconds between samples.")
+    csv_path: str | None = Field(
+        default=None,
+        description="Parse this saved nvidia-smi CSV (inside the roots) instead of running nvidia-smi. "
+        "With a header line the fields come from it; without one, pass `fields` in capture order.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> NvidiaSmiQueryInput:
+        unknown = [f for f in self.fields if canonical(f, self.query) is None]
+        if unknown:
+            raise ValueError(
+                f"not documented {self.query} query fields: {', '.join(unknown)} "
+                "(see `nvidia-smi --help-query-gpu`; e.g. utilization.gpu, memory.used, temperature.gpu)"
+            )
+        if any(not 0 <= g <= SMI_MAX_GPU_INDEX for g in self.gpus):
+            raise ValueError(f"GPU indices must be 0-{SMI_MAX_GPU_INDEX}")
+        if (self.count - 1) * self.interval_s > SMI_MAX_SAMPLING_S:
+            raise ValueError(
+                f"sampling {self.count} x {self.interval_s:g} s would take longer than {SMI_MAX_SAMPLING_S:g} s; "
+                "lower count or interval_s"
+            )
+        return self
+
+
+class SmiRow(BaseModel):
+    sample: int = Field(description="0-based sample number.")
+    values: dict[str, Value] = Field(description="Field -> parsed value; None when nvidia-smi had none.")
+    missing: dict[str, str] = Field(default_factory=dict, description="Field -> why it has no value.")
+
+
+class FieldSummary(BaseModel):
+    gpu: str = Field(description="GPU index (or bus id / row key) the figures are for.")
+    field: str
+    min: float
+    median: float
+    max: float
+    samples: int
+
+
+class NvidiaSmiQueryResult(ToolResult):
+    source: str = Field(description="'nvidia-smi', 'nvml (nvidia-smi not on PATH)', or 'file'.")
+    query: QueryKind
+    fields: list[str]
+    samples: int
+    sampled_at: str
+    findings: list[Finding]
+    summary: list[FieldSummary]
+    rows: list[SmiRow]
+
+    narrow_hint = "pass fewer fields or gpus, or lower count"
+
+    def tables(self) -> list[Table]:
+        sampled = self.samples > 1
+        return [
+            Table("Findings", ["check", "value", "threshold", "severity", "meaning", "SOP branch"],
+                  [[f.check, f.value, f.threshold, f.severity.value, f.meaning, f.sop_branch or ""]
+                   for f in self.findings if f.severity is not Severity.ok] or [], "findings"),
+            Table("Per-GPU summary over samples", ["gpu", "field", "min", "median", "max", "samples"],
+                  [[s.gpu, s.field, f"{s.min:g}", f"{s.median:g}", f"{s.max:g}", str(s.samples)]
+                   for s in self.summary], "summary"),
+            Table(f"nvidia-smi --query-{self.query.replace('_', '-')}",
+                  (["sample"] if sampled else []) + self.fields,
+                  [([str(r.sample)] if sampled else []) + [_show(r, f) for f in self.fields] for r in self.rows],
+                  "rows"),
+        ]
+
+
+def _show(row: SmiRow, field: str) -> str:
+    value = row.values.get(field)
+    if value is None:
+        return f"[{row.missing.get(field, 'N/A')}]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# ---------------------------------------------------------------- parsing (the one CSV parser)
+
+
+def _parse_value(raw: str, kind: FieldKind) -> tuple[Value, str | None]:
+    text = raw.strip()
+    missing = _MISSING.match(text)
+    if missing:
+        return None, missing.group(1)
+    if kind in ("int", "float"):
+        match = _VALUE_UNIT.match(text)
+        if not match:
+            return None, f"unparsed {text[:40]!r}"
+        number = float(match.group(1))
+        return (int(number) if kind == "int" and number.is_integer() else number), None
+    return text, None
+
+
+def parse_smi_csv(
+    text: str, fields: list[str] | None, query: QueryKind, sample: int = 0
+) -> tuple[list[str], list[SmiRow]]:
+    """Parse nvidia-smi CSV (header or not, units or not). Returns the field names and typed rows."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return fields or [], []
+    reader = list(csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True))
+    first = [cell.strip() for cell in reader[0]]
+    has_header = all(canonical(_HEADER_UNIT.sub("", cell), query) is not None for cell in first)
+    if has_header:
+        names = [_HEADER_UNIT.sub("", cell) for cell in first]
+        body = reader[1:]
+    elif fields:
+        names, body = list(fields), reader
+    else:
+        raise BadInput(
+            "the CSV has no header line, so its columns are unknown.",
+            "Pass `fields` in the order of the capture's --query-gpu list.",
+        )
+    rows: list[SmiRow] = []
+    for number, cells in enumerate(body, start=2 if has_header else 1):
+        if len(cells) != len(names):
+            raise UnreadableInput(
+                f"line {number} has {len(cells)} values but {len(names)} fields were expected.",
+                "Check that `fields` matches the capture's --query-gpu list, in order.",
+            )
+        values: dict[str, Value] = {}
+        missing: dict[str, str] = {}
+        for name, cell in zip(names, cells, strict=True):
+            value, reason = _parse_value(cell, field_kind(name, query))
+            values[name] = value
+            if reason:
+                missing[name] = reason
+        rows.append(SmiRow(sample=sample, values=values, missing=missing))
+    return names, rows
+
+
+# ---------------------------------------------------------------- sources
+
+
+async def _run_once(params: NvidiaSmiQueryInput, fields: list[str], ctx: ToolContext, sample: int) -> list[SmiRow]:
+    flag = "--query-gpu" if params.query == "gpu" else "--query-compute-apps"
+    args = [f"{flag}={','.join(fields)}", "--format=csv,noheader,nounits"]
+    if params.gpus:
+        args += ["-i", ",".join(str(g) for g in params.gpus)]
+    output = await run_program("nvidia-smi", args, timeout_s=min(_ONE_RUN_TIMEOUT_S, ctx.remaining_s()))
+    text = output.stdout.decode("utf-8", "replace")
+    if output.returncode != 0:
+        message = (output.stderr.decode("utf-8", "replace") or text).strip().splitlines()
+        raise Unavailable(
+            f"nvidia-smi exited with {output.returncode}: {message[0] if message else 'no message'}.",
+            "If it names a field, that field is not supported by this driver: drop it from `fields`.",
+        )
+    return parse_smi_csv(text, fields, params.query, sample)[1]
+
+
+def _nvml_values(device: _nvml.NvmlDevice, driver: str | None) -> dict[str, tuple[Value, str | None]]:
+    """The query fields NVML can serve, by canonical name."""
+    def v(value: object) -> tuple[Value, str | None]:
+        if isinstance(value, _nvml.Missing):
+            return None, value.reason
+        if isinstance(value, bool):
+            return ("Yes" if value else "No"), None
+        return value, None  # type: ignore[return-value]
+
+    mask = device.throttle_reasons_mask
+    return {
+        "index": (device.index, None),
+        "driver_version": (driver, None if driver else "unknown"),
+        "name": v(device.name),
+        "uuid": v(device.uuid),
+        "pci.bus_id": v(device.bus_id),
+        "utilization.gpu": v(device.utilization_gpu_pct),
+        "utilization.memory": v(device.utilization_memory_pct),
+        "memory.used": v(device.memory_used_mib),
+        "memory.total": v(device.memory_total_mib),
+        "temperature.gpu": v(device.temperature_c),
+        "power.draw": v(device.power_draw_w),
+        "enforced.power.limit": v(device.power_limit_w),
+        "power.limit": v(device.power_limit_w),
+        "clocks.current.sm": v(device.sm_clock_mhz),
+        "clocks.max.sm": v(device.sm_clock_max_mhz),
+        "pcie.link.gen.current": v(device.pcie_gen_current),
+        "pcie.link.gen.max": v(device.pcie_gen_max),
+        "pcie.link.width.current": v(device.pcie_width_current),
+        "pcie.link.width.max": v(device.pcie_width_max),
+        "clocks_event_reasons.active": (None, mask.reason) if isinstance(mask, _nvml.Missing)
+        else (f"0x{mask:016x}", None),
+        "ecc.errors.uncorrected.volatile.total": v(device.ecc_uncorrected_volatile),
+        "retired_pages.pending": v(device.retired_pages_pending),
+        "remapped_rows.uncorrectable": v(device.remapped_rows_uncorrectable),
+        "remapped_rows.pending": v(device.remapped_rows_pending),
+        "remapped_rows.failure": v(device.remapped_rows_failure),
+    }
+
+
+def _read_nvml_rows(params: NvidiaSmiQueryInput, fields: list[str], sample: int) -> list[SmiRow]:
+    rows: list[SmiRow] = []
+    with _nvml.open_session() as session:
+        driver = session.driver_version()
+        driver_text = None if isinstance(driver, _nvml.Missing) else driver
+        indices = params.gpus or list(range(session.device_count()))
+        for index in indices:
+            device = session.device(index)
+            if params.query == "gpu":
+                served = _nvml_values(device, driver_text)
+                values: dict[str, Value] = {}
+                missing: dict[str, str] = {}
+                for name in fields:
+                    value, reason = served.get(canonical(name, "gpu") or name, (None, "not served from NVML"))
+                    values[name] = value
+                    if reason:
+                        missing[name] = reason
+                rows.append(SmiRow(sample=sample, values=values, missing=missing))
+                continue
+            procs = device.processes if isinstance(device.processes, list) else []
+            bus = None if isinstance(device.bus_id, _nvml.Missing) else device.bus_id
+            uuid = None if isinstance(device.uuid, _nvml.Missing) else device.uuid
+            for proc in procs:
+                served_app: dict[str, Value] = {"pid": proc.pid, "used_gpu_memory": proc.used_memory_mib,
+                                                "gpu_bus_id": bus, "gpu_uuid": uuid, "process_name": None}
+                app_values = {n: served_app.get(canonical(n, "compute_apps") or n) for n in fields}
+                rows.append(SmiRow(sample=sample, values=app_values,
+                                   missing={n: "not served from NVML" for n, val in app_values.items()
+                                            if val is None}))
+    return rows
+
+
+# ---------------------------------------------------------------- analysis
+
+
+def _numeric(value: Value) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _row_key(row: SmiRow, position: int) -> str:
+    for key in ("index", "pci.bus_id", "gpu_bus_id", "uuid"):
+        if row.values.get(key) is not None:
+            return str(row.values[key])
+    return str(position)
+
+
+def _summaries(rows: list[SmiRow], fields: list[str], samples: int) -> list[FieldSummary]:
+    if samples < 2:
+        return []
+    series: dict[tuple[str, str], list[float]] = defaultdict(list)
+    per_sample_position: dict[int, int] = defaultdict(int)
+    for row in rows:
+        position = per_sample_position[row.sample]
+        per_sample_position[row.sample] += 1
+        key = _row_key(row, position)
+        for name in fields:
+            number = _numeric(row.values.get(name))
+            if number is not None and name not in ("index", "count", "pid"):
+                series[(key, name)].append(number)
+    return [
+        FieldSummary(gpu=key, field=name, min=min(vals), median=statistics.median(vals), max=max(vals),
+                     samples=len(vals))
+        for (key, name), vals in series.items()
+    ]
+
+
+def _gpu_values(rows: list[SmiRow]) -> list[GpuValues]:
+    """Per GPU, the median of each numeric field over samples and the throttle reasons seen most."""
+    by_gpu: dict[str, list[SmiRow]] = defaultdict(list)
+    position: dict[int, int] = defaultdict(int)
+    for row in rows:
+        by_gpu[_row_key(row, position[row.sample])].append(row)
+        position[row.sample] += 1
+    values: list[GpuValues] = []
+    for order, (key, gpu_rows) in enumerate(by_gpu.items()):
+        def med(*names: str, _rows: list[SmiRow] = gpu_rows) -> float | None:
+            numbers = [n for r in _rows for name in names
+                       if canonical(name, "gpu") and (n := _numeric(_lookup(r, name))) is not None]
+            return statistics.median(numbers) if numbers else None
+
+        reasons: list[str] | None = None
+        masks = [m for r in gpu_rows if isinstance(m := _lookup(r, "clocks_event_reasons.active"), str)]
+        if masks:
+            counts: dict[str, int] = defaultdict(int)
+            for mask in masks:
+                for bit, name in _nvml.THROTTLE_REASON_BITS.items():
+                    if int(mask, 16) & bit:
+                        counts[name] += 1
+            reasons = [n for n, c in counts.items() if c * 2 >= len(masks)]
+        index = int(key) if key.isdigit() else order
+
+        def as_int(x: float | None) -> int | None:
+            return None if x is None else int(x)
+
+        values.append(GpuValues(
+            index=index, utilization_gpu_pct=med("utilization.gpu"), memory_used_mib=med("memory.used"),
+            memory_total_mib=med("memory.total"), sm_clock_mhz=med("clocks.current.sm"),
+            sm_clock_max_mhz=med("clocks.max.sm"), temperature_c=med("temperature.gpu"),
+            power_draw_w=med("power.draw"), power_limit_w=med("enforced.power.limit") or med("power.limit"),
+            throttle_reasons=reasons, pcie_gen_current=as_int(med("pcie.link.gen.current")),
+            pcie_gen_max=as_int(med("pcie.link.gen.max")), pcie_width_current=as_int(med("pcie.link.width.current")),
+            pcie_width_max=as_int(med("pcie.link.width.max")),
+            ecc_uncorrected_volatile=as_int(med("ecc.errors.uncorrected.volatile.total")),
+        ))
+    return values
+
+
+def _lookup(row: SmiRow, canonical_name: str) -> Value:
+    """The row's value for a canonical field, whichever spelling the query used."""
+    for name, value in row.values.items():
+        if canonical(name, "gpu") == canonical_name:
+            return value
+    return None
+
+
+def _utilisation_findings(gpus: list[GpuValues], samples: int) -> list[Finding]:
+    if samples < UTIL_MIN_SAMPLES:
+        return []
+    low = [g for g in gpus if g.utilization_gpu_pct is not None and g.utilization_gpu_pct < UTIL_LOW_PCT]
+    return [
+        Finding(check=f"GPU {g.index} utilisation (median of {samples})", value=f"{g.utilization_gpu_pct:g}%",
+                threshold=f"< {UTIL_LOW_PCT:g}% sustained", severity=Severity.warn,
+                meaning="the GPU has no kernel running much of the time: profile a few steps to see why",
+                sop_branch="gpu_utilization_low")
+        for g in low
+    ]
+
+
+# ---------------------------------------------------------------- the tool
+
+
+async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> NvidiaSmiQueryResult:
+    """Query nvidia-smi for allow-listed fields, sampled `count` times `interval_s` apart (bounded: the
+    safe replacement for `watch nvidia-smi` / `-l`), parsed into typed rows with per-GPU min/median/max
+    and threshold findings (temperature, throttle reasons, clocks, power cap, PCIe link, ECC, sustained
+    low utilisation). query='compute_apps' lists the processes on the GPUs. csv_path parses a saved
+    capture instead. Falls back to NVML when nvidia-smi is not installed. Read-only.
+    """
+    default = DEFAULT_GPU_FIELDS if params.query == "gpu" else DEFAULT_APP_FIELDS
+    fields = list(params.fields or default)
+    sampled_at = datetime.now(UTC).isoformat(timespec="seconds")
+    rows: list[SmiRow] = []
+    samples = params.count
+    if params.csv_path is not None:
+        path = ctx.path(params.csv_path)
+        size = path.stat().st_size
+        if size > SMI_MAX_CSV_BYTES:
+            raise BadInput(f"{params.csv_path} is {size} bytes; the limit is {SMI_MAX_CSV_BYTES}.",
+                           "Trim the capture to the samples of interest.")
+        try:
+            text = path.read_text("utf-8", errors="replace")
+        except OSError as exc:
+            raise UnreadableInput(f"cannot read {params.csv_path}: {exc.strerror}.") from exc
+        fields, rows = parse_smi_csv(text, list(params.fields) or None, params.query)
+        samples, source = 1, "file"
+    else:
+        source = "nvidia-smi"
+        for sample in range(params.count):
+            if sample:
+                await anyio.sleep(params.interval_s)
+            try:
+                if source == "nvidia-smi":
+                    rows += await _run_once(params, fields, ctx, sample)
+                    continue
+            except Unavailable as exc:
+                if "not found on PATH" not in exc.message:
+                    raise
+                source = "nvml (nvidia-smi not on PATH)"
+            try:
+                rows += await anyio.to_thread.run_sync(_read_nvml_rows, params, fields, sample,
+                                                       abandon_on_cancel=True)
+            except TriageError as exc:
+                raise Unavailable(
+                    f"nvidia-smi not found on PATH and {exc.message.rstrip('.')}.",
+                    "Run this on a GPU node, or pass csv_path with a capture made there "
+                    "(nvidia-smi --query-gpu=... --format=csv).",
+                ) from exc
+    gpus = _gpu_values(rows) if params.query == "gpu" else []
+    findings = by_severity(gpu_findings(gpus) + _utilisation_findings(gpus, samples)) if gpus else []
+    severity = worst(f.severity for f in findings)
+    return NvidiaSmiQueryResult(
+        severity=severity,
+        conclusion=_conclude(findings, rows, samples, source),
+        next_steps=_next_steps(findings, samples),
+        source=source,
+        query=params.query,
+        fields=fields,
+        samples=samples,
+        sampled_at=sampled_at,
+        findings=findings,
+        summary=_summaries(rows, fields, samples),
+        rows=rows,
+    )
+
+
+def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source: str) -> list[str]:
+    problems = [f for f in findings if f.severity is not Severity.ok]
+    first = f"{len(rows)} row(s) from {source} over {samples} sample(s)."
+    if not problems:
+        tail = "No threshold crossed." if findings else "No GPU thresholds apply to these fields."
+        if samples < UTIL_MIN_SAMPLES:
+            tail += f" One snapshot says little about utilisation: sample with count>={UTIL_MIN_SAMPLES}."
+        return [first, tail]
+    lead = problems[0]
+    return [first, f"{len(problems)} problem(s); worst: {lead.check} = {lead.value} ({lead.severity.value}).",
+            f"It means: {lead.meaning}."]
+
+
+def _next_steps(findings: list[Finding], samples: int) -> list[NextStep]:
+    branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity is not Severity.ok and f.sop_branch))
+    steps = [NextStep(branch=b, action=f"Follow the {b} branch (sop://{b})",
+                      why="The flagged GPU values point there.") for b in branches[:3]]
+    if not steps and samples < UTIL_MIN_SAMPLES:
+        steps.append(NextStep(branch="gpu_utilization_low",
+                              action="nvidia_smi_query count=20 interval_s=0.5 fields=utilization.gpu,clocks.sm",
+                              why="A sustained sample separates a low-utilisation job from a momentary dip."))
+    return steps
