@@ -26,10 +26,14 @@ __all__ = ["describe_validation_error", "execute", "validate_arguments"]
 def describe_validation_error(exc: ValidationError) -> str:
     problems = []
     for error in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in error["loc"]) or "arguments"
-        message = error["msg"]
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown argument"
+        if not error["loc"]:
+            # A check across fields: the message names them; echoing every argument helps nobody.
+            problems.append(message)
+            continue
+        where = ".".join(str(p) for p in error["loc"])
         problems.append(f"{where}: {message} (got {error.get('input')!r})")
     return "; ".join(problems)
 

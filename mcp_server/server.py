@@ -18,7 +18,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from mcp_server.contract import execute
+from mcp_server.contract import execute, validate_arguments
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
 from mcp_server.render import render_markdown
 from mcp_server.settings import Settings, add_settings_arguments, settings_from_args
@@ -49,17 +49,16 @@ def annotations_for(spec: ToolSpec) -> ToolAnnotations:
 
 
 class TriageServer(MCPServer):
-    """MCPServer that refuses unknown arguments instead of silently dropping them."""
+    """MCPServer whose argument errors are the contract's: unknown arguments refused (the SDK drops them
+    silently), and one readable message per problem instead of pydantic's raw report."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         spec = tool_by_name(name)
         if spec is not None:
-            unknown = sorted(set(arguments) - set(spec.input_model.model_fields))
-            if unknown:
-                raise ToolError(
-                    f"Error executing tool {name}: unknown argument(s) {', '.join(unknown)}. "
-                    f"Valid arguments: {', '.join(spec.input_model.model_fields) or 'none'}."
-                )
+            try:
+                validate_arguments(spec, arguments)
+            except TriageError as exc:
+                raise ToolError(str(exc)) from exc
         return await super().call_tool(name, arguments, context)
 
 

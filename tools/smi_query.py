@@ -53,6 +53,7 @@ QueryKind = Literal["gpu", "compute_apps"]
 UTIL_LOW_PCT = 70.0
 UTIL_MIN_SAMPLES = 5
 _ONE_RUN_TIMEOUT_S = 15.0
+_STATIC_MARKERS = (".max", "total", "limit", "count")
 _MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
                       r"Requested functionality has been deprecated)\]?$", re.IGNORECASE)
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
@@ -129,7 +130,7 @@ class NvidiaSmiQueryResult(ToolResult):
         return [
             Table("Findings", ["check", "value", "threshold", "severity", "meaning", "SOP branch"],
                   [[f.check, f.value, f.threshold, f.severity.value, f.meaning, f.sop_branch or ""]
-                   for f in self.findings if f.severity is not Severity.ok] or [], "findings"),
+                   for f in self.findings], "findings"),
             Table("Per-GPU summary over samples", ["gpu", "field", "min", "median", "max", "samples"],
                   [[s.gpu, s.field, f"{s.min:g}", f"{s.median:g}", f"{s.max:g}", str(s.samples)]
                    for s in self.summary], "summary"),
@@ -324,6 +325,8 @@ def _summaries(rows: list[SmiRow], fields: list[str], samples: int) -> list[Fiel
         FieldSummary(gpu=key, field=name, min=min(vals), median=statistics.median(vals), max=max(vals),
                      samples=len(vals))
         for (key, name), vals in series.items()
+        # Limits and capacities do not move between samples; listing them only hides what does.
+        if not (min(vals) == max(vals) and any(s in name for s in _STATIC_MARKERS))
     ]
 
 
