@@ -45,7 +45,7 @@ def render_markdown(result: ToolResult, title: str) -> str:
         parts.append("**Next steps:**\n" + "\n".join(
             f"- [{s.branch}] {s.action} — {s.why}" for s in result.next_steps))
     if result.truncated:
-        cut = ", ".join(f"{n} {field} rows" for field, n in result.truncated.rows_cut.items())
+        cut = ", ".join(f"{n} rows of `{field}`" for field, n in result.truncated.rows_cut.items())
         parts.append(f"_Cut to fit {result.truncated.max_bytes} bytes: {cut} not shown "
                      f"(also cut from the JSON). To see them, {result.truncated.hint}._")
     return "\n\n".join(parts) + "\n"

@@ -67,7 +67,9 @@ def write_scenario(path: Path, gpus: list[dict[str, Any]]) -> Path:
     return path
 
 
-def run_cli(args: list[str], env: dict[str, str], cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], env: dict[str, str], cwd: Path = REPO, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
 

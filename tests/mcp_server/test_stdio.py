@@ -132,7 +132,7 @@ async def test_byte_budget_cuts_rows_and_says_how_many(tmp_path: Path) -> None:
     assert 1 <= kept < total_rows
     assert data["truncated"]["rows_cut"]["rows"] == total_rows - kept
     assert data["truncated"]["max_bytes"] == 2048
-    assert f"{total_rows - kept} rows rows not shown" in text
+    assert f"{total_rows - kept} rows of `rows` not shown" in text
     assert "pass fewer fields or gpus, or lower count" in text
 
 

@@ -1,0 +1,51 @@
+"""The CLI: same tools and contract as the server, exit codes for CI gating, names that agree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import tools
+from mcp_server.cli import build_parser, main
+from mcp_server.registry import TOOLS
+from tests.helpers import H200, REPO, base_env, run_cli, with_fake_smi
+
+
+def test_registry_tools_all_and_cli_agree() -> None:
+    names = [spec.name for spec in TOOLS]
+    assert sorted(names) == sorted(tools.__all__)
+    for spec in TOOLS:
+        assert getattr(tools, spec.name) is spec.function
+    subcommands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert sorted(subcommands) == sorted(n.replace("_", "-") for n in names)
+
+
+def test_bad_input_exits_3_with_an_actionable_message(capsys) -> None:
+    assert main(["nvidia-smi-query", "--count", "0"]) == 3
+    err = capsys.readouterr().err
+    assert "count: Input should be greater than or equal to 1 (got 0)" in err
+    assert main(["nvidia-smi-query", "--max-bytes", "10"]) == 3
+    assert "--max-bytes 10 is out of range. Use 1024 to 262144." in capsys.readouterr().err
+    assert main(["nvidia-smi-query", "--csv-path", "../etc/passwd"]) == 3
+    assert "contains '..'" in capsys.readouterr().err
+
+
+def test_exit_code_follows_the_worst_finding() -> None:
+    env = with_fake_smi(base_env(), f"capture:{H200}")
+    ok = run_cli(["nvidia-smi-query", "--fields", "index,temperature.gpu"], env)
+    assert ok.returncode == 0 and "| 0 | 28 |" in ok.stdout
+    warn = run_cli(["nvidia-smi-query", "--count", "5", "--interval-s", "0.2", "--fields", "index,utilization.gpu"],
+                   env)
+    assert warn.returncode == 1 and "GPU 0 utilisation (median of 5)" in warn.stdout
+
+
+def test_console_scripts_are_installed_and_run() -> None:
+    bindir = Path(sys.executable).parent
+    done = subprocess.run([bindir / "gpu-triage", "health-check", "--json", "--sample-s", "0.1", "--top-processes", "0",
+                           "--no-include-kernel-log"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert json.loads(done.stdout)["top_processes"] == []
+    version = subprocess.run([bindir / "gpu-triage-mcp", "--version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout.strip() == "gpu-triage-mcp 0.1.0"

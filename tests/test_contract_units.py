@@ -1,0 +1,76 @@
+"""Pure functions of the contract: path confinement, redaction, the byte budget, SOP references."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mcp_server.render import fit_to_budget, render_markdown, to_json
+from sop import branch_ids, branches
+from tools._paths import confine
+from tools.errors import BadInput
+from tools.models import NextStep, Severity
+from tools.redact import redact_text
+from tools.smi_query import NvidiaSmiQueryResult, SmiRow
+
+
+def test_confine(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "f.txt").write_text("x")
+    os.symlink(root / "a" / "f.txt", root / "inner-link")
+    os.symlink("/etc", root / "etc-link")
+    roots = (root.resolve(),)
+    assert confine("a/f.txt", roots) == (root / "a" / "f.txt").resolve()
+    assert confine(str(root / "a" / "f.txt"), roots) == (root / "a" / "f.txt").resolve()
+    assert confine("inner-link", roots) == (root / "a" / "f.txt").resolve()  # symlink staying inside: fine
+    for bad, message in [("etc-link/passwd", "outside"), ("/etc/passwd", "outside"), ("a/../a/f.txt", "'..'"),
+                         ("", "1 to"), ("a/\x00", "NUL"), ("-x", "starts with '-'"), ("a/missing", "does not exist")]:
+        with pytest.raises(BadInput, match=message):
+            confine(bad, roots)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("--hf-token hf_abcdefghijklmnopqrstuvwxyz12", "--hf-token [REDACTED]"),
+    ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", "export AWS_SECRET_ACCESS_KEY=[REDACTED]"),
+    ("id AKIAIOSFODNN7EXAMPLE here", "id [REDACTED] here"),
+    ('{"api_key": "sk-proj-abcdefghijklmnopqrstuv"}', '{"api_key": "[REDACTED]"}'),
+    ("Authorization: Bearer abcdefgh.ijklmnop", "Authorization: [REDACTED] [REDACTED]"),
+    ("step 12 loss 1.93 tokens/s 45012 num_tokens 4096", "step 12 loss 1.93 tokens/s 45012 num_tokens 4096"),
+    ("max_tokens=512 NCCL_IB_AUTH=0", "max_tokens=512 NCCL_IB_AUTH=0"),
+])
+def test_redaction(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+
+
+def _result(rows: int) -> NvidiaSmiQueryResult:
+    return NvidiaSmiQueryResult(
+        severity=Severity.ok, conclusion=["Fine."], source="file", query="gpu", fields=["index", "name"], samples=1,
+        sampled_at="2026-11-29T00:00:00+00:00", findings=[], summary=[],
+        rows=[SmiRow(sample=0, values={"index": i, "name": f"GPU number {i}"}) for i in range(rows)],
+    )
+
+
+def test_budget_keeps_small_results_whole_and_cuts_big_ones_exactly() -> None:
+    small = _result(3)
+    assert fit_to_budget(small, "t", 4096) is small
+    big = _result(500)
+    cut = fit_to_budget(big, "t", 4096)
+    text = render_markdown(cut, "t")
+    assert len(text.encode()) <= 4096
+    assert cut.truncated is not None and cut.truncated.rows_cut == {"rows": 500 - len(cut.rows)}
+    # As many rows as fit: one more would break the text budget or the JSON's (3 x the text budget).
+    one_more = big.model_copy(update={"rows": big.rows[: len(cut.rows) + 1], "truncated": cut.truncated})
+    assert len(render_markdown(one_more, "t").encode()) > 4096 or len(to_json(one_more).encode()) > 3 * 4096
+    assert len(to_json(cut).encode()) <= 3 * 4096
+    assert [r.values["index"] for r in cut.rows] == list(range(len(cut.rows)))  # the first rows are kept
+
+
+def test_sop_branches_and_next_step_validation() -> None:
+    assert {"triage", "gpu_utilization_low", "oom", "nccl_hang_or_slow", "straggler", "loss_nan",
+            "inference_latency", "torch_compile", "gpu_hardware"} == branch_ids()
+    assert all(b.title and b.summary and b.symptoms for b in branches().values())
+    with pytest.raises(ValueError, match="unknown SOP branch 'hardware'"):
+        NextStep(branch="hardware", action="x", why="y")
