@@ -178,6 +178,16 @@ def parse_smi_csv(
     if has_header:
         names = [_HEADER_UNIT.sub("", cell) for cell in first]
         body = reader[1:]
+        if fields:
+            # Keep the asked-for columns of a wide capture, matched by documented name.
+            wanted = {canonical(name, query): position for position, name in enumerate(names)}
+            absent = [f for f in fields if canonical(f, query) not in wanted]
+            if absent:
+                raise BadInput(f"the capture has no column for {', '.join(absent)}.",
+                               f"Its columns are: {', '.join(names[:40])}{' ...' if len(names) > 40 else ''}.")
+            positions = [wanted[canonical(f, query)] for f in fields]
+            names = list(fields)
+            body = [[row[p] for p in positions] if len(row) == len(first) else row for row in body]
     elif fields:
         names, body = list(fields), reader
     else:
@@ -447,7 +457,7 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
     return NvidiaSmiQueryResult(
         severity=severity,
         conclusion=_conclude(findings, rows, samples, source),
-        next_steps=_next_steps(findings, samples),
+        next_steps=_next_steps(findings, samples, source),
         source=source,
         query=params.query,
         fields=fields,
@@ -464,7 +474,7 @@ def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source:
     first = f"{len(rows)} row(s) from {source} over {samples} sample(s)."
     if not problems:
         tail = "No threshold crossed." if findings else "No GPU thresholds apply to these fields."
-        if samples < UTIL_MIN_SAMPLES:
+        if samples < UTIL_MIN_SAMPLES and source != "file":
             tail += f" One snapshot says little about utilisation: sample with count>={UTIL_MIN_SAMPLES}."
         return [first, tail]
     lead = problems[0]
@@ -472,11 +482,11 @@ def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source:
             f"It means: {lead.meaning}."]
 
 
-def _next_steps(findings: list[Finding], samples: int) -> list[NextStep]:
+def _next_steps(findings: list[Finding], samples: int, source: str) -> list[NextStep]:
     branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity is not Severity.ok and f.sop_branch))
     steps = [NextStep(branch=b, action=f"Follow the {b} branch (sop://{b})",
                       why="The flagged GPU values point there.") for b in branches[:3]]
-    if not steps and samples < UTIL_MIN_SAMPLES:
+    if not steps and samples < UTIL_MIN_SAMPLES and source != "file":
         steps.append(NextStep(branch="gpu_utilization_low",
                               action="nvidia_smi_query count=20 interval_s=0.5 fields=utilization.gpu,clocks.sm",
                               why="A sustained sample separates a low-utilisation job from a momentary dip."))

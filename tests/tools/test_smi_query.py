@@ -40,6 +40,15 @@ def test_all_fields_capture_parses_typed_values() -> None:
     assert row.missing["display_mode"] == "Requested functionality has been deprecated"
 
 
+def test_wide_capture_projected_onto_asked_fields_any_spelling() -> None:
+    fields, rows = parse_smi_csv((SMI / RTX2080S).read_text(), ["index", "clocks.sm", "clocks_throttle_reasons.active"],
+                                 "gpu")
+    assert fields == ["index", "clocks.sm", "clocks_throttle_reasons.active"]
+    assert rows[0].values == {"index": 0, "clocks.sm": 765, "clocks_throttle_reasons.active": "0x0000000000000004"}
+    with pytest.raises(BadInput, match="no column for mig.mode.pending"):
+        parse_smi_csv((SMI / "query_gpu_tesla_p100_header_nounits.csv").read_text(), ["mig.mode.pending"], "gpu")
+
+
 def test_noheader_needs_fields_in_capture_order() -> None:
     text = (SMI / "query_gpu_a6000_2gpu_noheader_nounits.csv").read_text()
     with pytest.raises(BadInput, match="no header line"):

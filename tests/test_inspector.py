@@ -1,0 +1,41 @@
+"""An independent client: the official MCP Inspector CLI (npm @modelcontextprotocol/inspector, --cli mode)
+lists the tools and calls health_check. scripts/test.sh installs it into .cache/inspector."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import REPO
+
+INSPECTOR = Path(os.environ.get("GPU_TRIAGE_INSPECTOR", REPO / ".cache/inspector/node_modules/.bin/mcp-inspector"))
+SERVER = [sys.executable, "-m", "mcp_server"]
+
+
+def _inspect(*args: str) -> dict:
+    assert INSPECTOR.exists(), f"MCP Inspector not installed at {INSPECTOR}: run scripts/test.sh, which installs it"
+    done = subprocess.run([str(INSPECTOR), "--cli", "-e", f"PYTHONPATH={REPO}", *SERVER, *args, "--format", "json"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)["result"]
+
+
+def test_inspector_lists_every_tool_with_output_schema_and_read_only_hint() -> None:
+    tools = _inspect("--method", "tools/list", "--strict")["tools"]
+    assert {t["name"] for t in tools} == {"health_check", "nvidia_smi_query"}
+    for tool in tools:
+        assert tool["outputSchema"]["type"] == "object"
+        assert tool["annotations"] == {"title": tool["title"], "readOnlyHint": True, "destructiveHint": False,
+                                       "idempotentHint": True, "openWorldHint": False}
+
+
+def test_inspector_calls_health_check() -> None:
+    result = _inspect("--method", "tools/call", "--tool-name", "health_check", "--tool-arg", "sample_s=0.2",
+                      "--tool-arg", "top_processes=2")
+    assert result["isError"] is False
+    assert result["content"][0]["text"].startswith("## GPU and host health check: ")
+    data = result["structuredContent"]
+    assert data["nvml"].startswith("unavailable: ") and len(data["top_processes"]) == 2
