@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +43,10 @@ from tools.thresholds import (
     host_findings,
 )
 
-__all__ = ["GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "health_check"]
+__all__ = [
+    "GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "health_check",
+    "kernel_findings", "parse_kernel_log",
+]
 
 MIB = 1024 * 1024
 # NVML and the kernel log get this long; a lost GPU can make NVML calls hang.
@@ -179,6 +183,9 @@ class HealthCheckResult(ToolResult):
                     f"Gen{_s(g.pcie_gen_current)} x{_s(g.pcie_width_current)}",
                     ",".join(g.throttle_reasons) if g.throttle_reasons else _s(g.throttle_reasons and "none")]
                    for g in self.gpus], "gpus"),
+            Table("Host", ["cores", "load 1/5/15 min", "per-core busy % (min/median/max)", "iowait %",
+                           "memory available MiB", "swap used MiB", "disk read/write MiB/s"],
+                  [_host_row(self.host)]),
             Table("GPU processes", ["gpu", "pid", "name", "memory MiB", "foreign"],
                   [[str(p.gpu_index), str(p.pid), p.name, _s(p.used_memory_mib), "yes" if p.foreign else "no"]
                    for p in self.gpu_processes], "gpu_processes"),
@@ -188,6 +195,18 @@ class HealthCheckResult(ToolResult):
                   [[str(p.pid), p.name, f"{p.cpu_pct:.0f}", f"{p.rss_mib:.0f}", p.status, p.cmdline]
                    for p in self.top_processes], "top_processes"),
         ]
+
+
+def _host_row(host: HostHealth) -> list[str]:
+    cores = sorted(host.cpu_per_core_pct)
+    busy = f"{cores[0]:.0f}/{statistics.median(cores):.0f}/{cores[-1]:.0f}" if cores else "n/a"
+    load = "/".join(f"{v:.2f}" for v in host.load_avg) if host.load_avg else "n/a"
+    disk = (f"{host.disk_read_mib_s:.1f}/{host.disk_write_mib_s:.1f}"
+            if host.disk_read_mib_s is not None and host.disk_write_mib_s is not None else "n/a")
+    iowait = "n/a" if host.iowait_pct is None else f"{host.iowait_pct:.1f}"
+    return [str(host.cpu_count), load, busy, iowait,
+            f"{host.memory_available_mib:.0f} of {host.memory_total_mib:.0f}",
+            f"{host.swap_used_mib:.0f} of {host.swap_total_mib:.0f}", disk]
 
 
 def _s(value: object) -> str:
@@ -394,6 +413,27 @@ async def _sample_host(sample_s: float, top_n: int, sample: _HostSample) -> None
 # ---------------------------------------------------------------- kernel log
 
 
+_FALLEN_OFF = re.compile(r"fallen off the bus", re.IGNORECASE)
+
+
+def parse_kernel_log(text: str) -> list[KernelEvent]:
+    """NVRM / Xid lines of a kernel log, most severe first, newest first within a severity, bounded.
+
+    Newer drivers report a lost GPU as a multi-line NVRM message without an Xid; it is read as Xid 79.
+    """
+    events: list[KernelEvent] = []
+    for raw in text.splitlines():
+        if "NVRM" not in raw and "Xid" not in raw:
+            continue
+        match = _XID_LINE.search(raw)
+        code = int(match.group("code")) if match else 79 if _FALLEN_OFF.search(raw) else None
+        severity = _XID_MEANING.get(code, (Severity.warn, ""))[0] if code is not None else Severity.ok
+        events.append(KernelEvent(line=" ".join(raw.split())[:200], xid=code, severity=severity))
+    events.reverse()
+    events.sort(key=lambda e: e.severity.rank, reverse=True)
+    return events[:HEALTH_MAX_KERNEL_LOG_LINES]
+
+
 async def _read_kernel_log(timeout_s: float) -> tuple[str, list[KernelEvent]]:
     try:
         output = await run_program("dmesg", [], timeout_s=timeout_s)
@@ -402,21 +442,10 @@ async def _read_kernel_log(timeout_s: float) -> tuple[str, list[KernelEvent]]:
     if output.returncode != 0:
         reason = output.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"unreadable: {reason[-1] if reason else f'dmesg exit {output.returncode}'}", []
-    events: list[KernelEvent] = []
-    for raw in output.stdout.decode("utf-8", "replace").splitlines():
-        if "NVRM" not in raw and "Xid" not in raw:
-            continue
-        match = _XID_LINE.search(raw)
-        code = int(match.group("code")) if match else None
-        severity, _ = _XID_MEANING.get(code, (Severity.warn, "")) if code is not None else (Severity.ok, "")
-        events.append(KernelEvent(line=raw.strip()[:200], xid=code, severity=severity))
-    # Most severe first, newest first within a severity; a bounded number of lines.
-    events.reverse()
-    events.sort(key=lambda e: e.severity.rank, reverse=True)
-    return "scanned", events[:HEALTH_MAX_KERNEL_LOG_LINES]
+    return "scanned", parse_kernel_log(output.stdout.decode("utf-8", "replace"))
 
 
-def _kernel_findings(events: list[KernelEvent]) -> list[Finding]:
+def kernel_findings(events: list[KernelEvent]) -> list[Finding]:
     codes: dict[int, int] = {}
     for e in events:
         if e.xid is not None:
@@ -484,7 +513,7 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         swapping_mib_s=host.host.swapping_mib_s, iowait_pct=host.host.iowait_pct, blocked_processes=host.blocked,
     ))
     kernel_status, events = kernel
-    findings += _kernel_findings(events)
+    findings += kernel_findings(events)
     if kernel_status != "scanned" and params.include_kernel_log:
         findings.append(Finding(check="kernel log", value=kernel_status, threshold="readable", severity=Severity.ok,
                                 meaning="Xid lines not checked; run as root or read /var/log/kern.log"))

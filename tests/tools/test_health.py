@@ -144,3 +144,19 @@ def test_secrets_in_command_lines_are_redacted(tmp_path: Path) -> None:
     assert "while True: pass" in both  # the process is listed ...
     assert token not in both and "abc123secretvalue" not in both  # ... without its secrets
     assert "--hf-token [REDACTED]" in both and "WANDB_API_KEY=[REDACTED]" in both
+
+
+def test_kernel_log_lost_gpu_with_and_without_xid() -> None:
+    from tests.helpers import DATA
+    from tools.health import kernel_findings, parse_kernel_log
+
+    multi_line = parse_kernel_log((DATA / "kernel_log" / "nvsentinel_155_fallen_off_bus.txt").read_text())
+    assert [(e.xid, e.severity.value) for e in multi_line][:1] == [(79, "crit")]
+    assert "fallen off the bus" in multi_line[0].line
+    assert all(e.xid is None for e in multi_line[1:])  # probe/loading lines are context, not faults
+    xid_line = parse_kernel_log((DATA / "kernel_log" / "nvsentinel_155_xid79.txt").read_text())
+    assert [(e.xid, e.severity.value) for e in xid_line] == [(79, "crit")]
+    finding = kernel_findings(multi_line + xid_line)
+    assert [(f.check, f.value, f.severity.value, f.sop_branch) for f in finding] == [
+        ("kernel log Xid 79", "2 line(s)", "crit", "gpu_hardware")]
+    assert finding[0].meaning == "GPU has fallen off the bus"
