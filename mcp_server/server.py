@@ -17,6 +17,8 @@ from typing import Annotated, Any
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+from pydantic.fields import FieldInfo
 
 from mcp_server.contract import execute, validate_arguments
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
@@ -98,9 +100,7 @@ def _handler(spec: ToolSpec, settings: Settings) -> Any:
     return handler
 
 
-def _describe(field: Any) -> Any:
-    from pydantic import Field
-
+def _describe(field: FieldInfo) -> Any:
     return Field(description=field.description)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,7 +78,8 @@ async def run_program(
     out: list[bytes] = []
     err: list[bytes] = []
     try:
-        process = await anyio.open_process(argv, start_new_session=True, stdin=None)
+        # stdin from /dev/null: on a stdio MCP server the inherited stdin is the JSON-RPC stream.
+        process = await anyio.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL)
     except OSError as exc:
         raise Unavailable(f"{program} could not be started: {exc.strerror or exc}.") from exc
     cut = 0

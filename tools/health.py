@@ -487,7 +487,7 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
 
     async with anyio.create_task_group() as group:
         group.start_soon(nvml_part)
-        group.start_soon(_sample_host, min(params.sample_s, budget - 0.5), params.top_processes, host)
+        group.start_soon(_sample_host, max(0.1, min(params.sample_s, budget - 0.5)), params.top_processes, host)
         if params.include_kernel_log:
             group.start_soon(kernel_part)
 

@@ -63,9 +63,11 @@ async def test_call_returns_markdown_and_structured_content(tmp_path: Path) -> N
     # Bounded sampling is repeated single queries, never nvidia-smi's own looping flags.
     calls = [json.loads(line) for line in argv_log.read_text().splitlines()]
     assert len(calls) == 3
-    for argv in calls:
-        assert argv[1] == "--format=csv,noheader,nounits"
-        assert not {"-l", "-lms", "--loop", "--loop-ms"} & set(argv)
+    for call in calls:
+        assert call["argv"][1] == "--format=csv,noheader,nounits"
+        assert not {"-l", "-lms", "--loop", "--loop-ms"} & set(call["argv"])
+        # The server's stdin is the JSON-RPC stream: children must never share it.
+        assert call["stdin"] == "/dev/null"
 
 
 async def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(tmp_path: Path) -> None:
