@@ -15,7 +15,7 @@ import sys
 from typing import Annotated, Any
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 from pydantic.fields import FieldInfo
@@ -24,6 +24,7 @@ from mcp_server.contract import execute, validate_arguments
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
 from mcp_server.render import render_markdown
 from mcp_server.settings import Settings, add_settings_arguments, settings_from_args
+from sop import branch_ids, branch_markdown, index_markdown
 from tools.errors import TriageError
 
 __all__ = ["build_server", "main"]
@@ -109,7 +110,24 @@ def build_server(settings: Settings) -> MCPServer:
     for spec in TOOLS:
         server.add_tool(_handler(spec, settings), name=spec.name, title=spec.title,
                         description=spec.description, annotations=annotations_for(spec))
+    _add_sop_resources(server)
     return server
+
+
+def _add_sop_resources(server: MCPServer) -> None:
+    """The SOP as resources: sop://index and sop://<branch id>, both markdown."""
+
+    @server.resource("sop://index", name="sop-index", title="Triage SOP: branches", mime_type="text/markdown")
+    def sop_index() -> str:
+        return index_markdown()
+
+    @server.resource("sop://{branch}", name="sop-branch", title="Triage SOP branch", mime_type="text/markdown")
+    def sop_branch(branch: str) -> str:
+        page = branch_markdown(branch)
+        if page is None:
+            raise ResourceError(f"unknown SOP branch {branch!r}; sop://index lists them: "
+                                f"{', '.join(sorted(branch_ids()))}")
+        return page
 
 
 def _parse_http(value: str) -> tuple[str, int]:

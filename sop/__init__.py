@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-__all__ = ["Branch", "branch_ids", "branches"]
+__all__ = ["Branch", "branch_ids", "branch_markdown", "branches", "index_markdown"]
 
 
 @dataclass(frozen=True)
@@ -33,3 +33,21 @@ def branches() -> dict[str, Branch]:
 
 def branch_ids() -> frozenset[str]:
     return frozenset(branches())
+
+
+def index_markdown() -> str:
+    """The SOP's entry page: every branch with its id, what it handles and its symptoms."""
+    lines = ["# Triage SOP: branches", "",
+             "Classify the symptom, run health_check at once, then follow one branch.", "",
+             "| id | branch | symptoms |", "|---|---|---|"]
+    lines += [f"| {b.id} | {b.title} | {'; '.join(b.symptoms)} |" for b in branches().values()]
+    return "\n".join(lines) + "\n"
+
+
+def branch_markdown(branch_id: str) -> str | None:
+    """One branch as markdown, or None for an unknown id."""
+    branch = branches().get(branch_id)
+    if branch is None:
+        return None
+    symptoms = "\n".join(f"- {s}" for s in branch.symptoms)
+    return f"# {branch.title} (`{branch.id}`)\n\n{branch.summary}\n\n## Symptoms\n\n{symptoms}\n"

@@ -563,14 +563,15 @@ def _conclude(findings: list[Finding], nvml: _NvmlSnapshot, gpu_count: int) -> l
     return [gpu_part, first, f"It means: {lead.meaning}."]
 
 
+# Only tools that exist are named; the rest of each branch is in its SOP page (sop://<branch>).
 _BRANCH_ACTIONS: dict[str, tuple[str, str]] = {
-    "gpu_hardware": ("Drain the node and reset or replace the flagged GPU; check `dmesg -T | grep -i xid`",
+    "gpu_hardware": ("Drain the node and reset or replace the flagged GPU (read `dmesg -T` for Xid lines)",
                      "Hardware faults make every other measurement meaningless until fixed."),
-    "straggler": ("Compare per-rank step times (find_stragglers) and sample the flagged GPU with "
-                  "nvidia_smi_query count=20", "Whether the slow GPU is the rank the others wait for."),
-    "gpu_utilization_low": ("Profile a few steps and summarise the trace (summarize_trace)",
-                            "Where the GPU idles: data loading, launch overhead, sync or communication."),
-    "oom": ("Read the allocator snapshot or memory_stats (analyze_memory)",
+    "straggler": ("Sample the flagged GPU with nvidia_smi_query count=20 interval_s=0.5, then compare per-rank "
+                  "step times", "Whether the slow GPU is the rank the others wait for."),
+    "gpu_utilization_low": ("Profile a few steps with torch.profiler and read where the GPU idles",
+                            "Data loading, launch overhead, sync or exposed communication."),
+    "oom": ("Read torch.cuda.memory_stats() or a memory snapshot of the job",
             "Capacity, fragmentation or a transient peak."),
 }
 

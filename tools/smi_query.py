@@ -475,7 +475,8 @@ def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source:
     if not problems:
         tail = "No threshold crossed." if findings else "No GPU thresholds apply to these fields."
         if samples < UTIL_MIN_SAMPLES and source != "file":
-            tail += f" One snapshot says little about utilisation: sample with count>={UTIL_MIN_SAMPLES}."
+            tail += (f" {samples} sample(s) say little about utilisation: sample with count>={UTIL_MIN_SAMPLES} "
+                     "for a verdict.")
         return [first, tail]
     lead = problems[0]
     return [first, f"{len(problems)} problem(s); worst: {lead.check} = {lead.value} ({lead.severity.value}).",
@@ -490,4 +491,7 @@ def _next_steps(findings: list[Finding], samples: int, source: str) -> list[Next
         steps.append(NextStep(branch="gpu_utilization_low",
                               action="nvidia_smi_query count=20 interval_s=0.5 fields=utilization.gpu,clocks.sm",
                               why="A sustained sample separates a low-utilisation job from a momentary dip."))
+    if not steps:
+        steps.append(NextStep(branch="triage", action="Classify the symptom with the SOP (sop://index)",
+                              why="The GPUs look healthy here, so the cause is likely in the job itself."))
     return steps

@@ -219,3 +219,19 @@ async def test_streamable_http_binds_loopback_by_default(tmp_path: Path) -> None
     finally:
         server.terminate()
         server.wait(10)
+
+
+async def test_sop_resources_behind_next_steps() -> None:
+    from mcp import MCPError
+
+    async with stdio_client(base_env()) as client:
+        listed = {r.uri for r in (await client.list_resources()).resources}
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+        index = (await client.read_resource("sop://index")).contents[0]
+        branch = (await client.read_resource("sop://gpu_hardware")).contents[0]
+        with pytest.raises(MCPError):
+            await client.read_resource("sop://no_such_branch")
+    assert "sop://index" in listed and "sop://{branch}" in templates
+    assert index.mime_type == "text/markdown"
+    assert "| gpu_hardware | GPU hardware or driver fault |" in index.text
+    assert branch.text.startswith("# GPU hardware or driver fault (`gpu_hardware`)")
