@@ -169,10 +169,17 @@ def parse_smi_csv(
     text: str, fields: list[str] | None, query: QueryKind, sample: int = 0
 ) -> tuple[list[str], list[SmiRow]]:
     """Parse nvidia-smi CSV (header or not, units or not). Returns the field names and typed rows."""
+    if "\x00" in text or text.count("\ufffd") > len(text) // 100:
+        raise UnreadableInput("not nvidia-smi CSV output (the file is binary).",
+                              "Pass a file captured with nvidia-smi --query-gpu=... --format=csv.")
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return fields or [], []
-    reader = list(csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True))
+    try:
+        reader = list(csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True))
+    except csv.Error as exc:
+        raise UnreadableInput(f"not nvidia-smi CSV output ({exc}).",
+                              "Pass a file captured with nvidia-smi --query-gpu=... --format=csv.") from exc
     first = [cell.strip() for cell in reader[0]]
     has_header = all(canonical(_HEADER_UNIT.sub("", cell), query) is not None for cell in first)
     if has_header:

@@ -132,3 +132,12 @@ def test_no_nvidia_smi_and_no_nvml_is_a_clear_error() -> None:
     assert "nvidia-smi not found on PATH and NVML unavailable: NVML Shared Library Not Found" in done.stderr
     assert "pass csv_path with a capture" in done.stderr
     assert done.stdout == ""
+
+
+def test_binary_file_is_a_clear_error(tmp_path: Path) -> None:
+    junk = tmp_path / "core.csv"
+    junk.write_bytes(b"\x7fELF\x02\x01\x00\x00" + bytes(range(256)) * 4)
+    done = run_cli(["nvidia-smi-query", "--csv-path", "core.csv", "--root", str(tmp_path)], base_env())
+    assert done.returncode == 3
+    assert done.stderr.startswith("gpu-triage nvidia-smi-query: not nvidia-smi CSV output")
+    assert "internal error" not in done.stderr
