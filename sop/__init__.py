@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-__all__ = ["Branch", "branch_ids", "branch_markdown", "branches", "index_markdown"]
+__all__ = ["Branch", "LogPreset", "branch_ids", "branch_markdown", "branches", "index_markdown", "log_presets"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,17 @@ def branch_markdown(branch_id: str) -> str | None:
         return None
     symptoms = "\n".join(f"- {s}" for s in branch.symptoms)
     return f"# {branch.title} (`{branch.id}`)\n\n{branch.summary}\n\n## Symptoms\n\n{symptoms}\n"
+
+
+@dataclass(frozen=True)
+class LogPreset:
+    name: str
+    description: str
+    pattern: str
+
+
+@cache
+def log_presets() -> dict[str, LogPreset]:
+    """grep_logs' named patterns (log_presets.toml)."""
+    raw = tomllib.loads(resources.files(__package__).joinpath("log_presets.toml").read_text("utf-8"))
+    return {name: LogPreset(name, v["description"], v["pattern"]) for name, v in raw["preset"].items()}

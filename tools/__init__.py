@@ -3,7 +3,7 @@
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
-__all__ = ["health_check", "nvidia_smi_query"]
+__all__ = ["grep_logs", "health_check", "nvidia_smi_query"]
 
 
 def __getattr__(name: str) -> object:
@@ -16,4 +16,8 @@ def __getattr__(name: str) -> object:
         from tools.smi_query import nvidia_smi_query
 
         return nvidia_smi_query
+    if name == "grep_logs":
+        from tools.log_grep import grep_logs
+
+        return grep_logs
     raise AttributeError(name)

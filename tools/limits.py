@@ -47,3 +47,16 @@ SMI_MAX_CSV_BYTES: Final = 16 * 1024 * 1024
 
 # Paths given to any tool.
 MAX_PATH_CHARS: Final = 4096
+
+# Logs (grep_logs, diagnose_logs).
+LOG_MAX_FILES: Final = 512
+LOG_MAX_PATTERNS: Final = 64
+LOG_MAX_PATTERN_CHARS: Final = 512
+LOG_CHUNK_BYTES: Final = 4 * 1024 * 1024
+LOG_MAX_LINE_CHARS: Final = 400
+LOG_MAX_CONTEXT: Final = 5
+LOG_DEFAULT_MATCHES: Final = 100
+LOG_MAX_MATCHES: Final = 1000
+# Distinct folded lines kept while scanning, as a multiple of the matches asked for (memory bound).
+LOG_GROUPS_FACTOR: Final = 4
+LOG_SNIFF_BYTES: Final = 8192

@@ -1,0 +1,46 @@
+"""Fault lab: rank 3 is SIGKILLed mid-training (as the OOM killer would).
+
+DDP on a tiny MLP, 4 ranks, gloo on CPU, process-group timeout LAB_TIMEOUT_S (default 10 s).
+At step LAB_FAULT_STEP (default 4) rank 3 sends itself SIGKILL. Its peers get
+"Connection closed by peer" in the gradient all-reduce; torchrun reports rank 3 with exitcode -9.
+"""
+
+import datetime
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main() -> None:
+    timeout_s = float(os.environ.get("LAB_TIMEOUT_S", "10"))
+    fault_step = int(os.environ.get("LAB_FAULT_STEP", "4"))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    print(f"rank {rank}/{world} pid {os.getpid()} started", flush=True)
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank)
+    for step in range(1, 11):
+        t0 = time.perf_counter()
+        x, y = torch.randn(16, 32, generator=g), torch.randn(16, 1, generator=g)
+        if rank == 3 and step == fault_step:
+            print(f"rank {rank} step {step}: simulating the OOM killer, SIGKILL pid {os.getpid()}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        time.sleep(0.2)
+        print(f"rank {rank} step {step} loss {loss.item():.4f} time {(time.perf_counter() - t0) * 1000:.1f} ms",
+              flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

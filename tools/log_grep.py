@@ -1,0 +1,242 @@
+"""grep_logs: the safe `rg -i "error|oom|nan|timeout|cuda" rank*.log | tail -100`.
+
+Many per-rank logs at once (files or globs inside the roots, .gz read transparently), a regex or a
+named SOP preset (sop/log_presets.toml), RE2 so no pattern can hang the server, the last (or first)
+N matches with context, repeated lines folded with a count and first/last line, grouped per rank.
+SOP: the entry grep of every branch; hang, nccl, hardware, oom, nan, dataloader and compile presets.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import OrderedDict
+from typing import Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, Field, model_validator
+
+from sop import log_presets
+from tools._logfiles import (
+    LogFile,
+    ScanStats,
+    compile_pattern,
+    display_line,
+    expand_inputs,
+    rank_of_line,
+    scan_file,
+)
+from tools.context import ToolContext
+from tools.errors import TriageError
+from tools.limits import (
+    LOG_DEFAULT_MATCHES,
+    LOG_GROUPS_FACTOR,
+    LOG_MAX_CONTEXT,
+    LOG_MAX_MATCHES,
+    LOG_MAX_PATTERNS,
+)
+from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+
+__all__ = ["GrepLogsInput", "GrepLogsResult", "grep_logs"]
+
+PresetName = Literal["errors", "nccl", "hang", "hardware", "oom", "nan", "dataloader", "compile"]
+
+# Leading timestamps and launcher prefixes differ between repeats of the same message; digits too.
+_PREFIX = re.compile(
+    r"^\s*(?:\[(?:rank|default)\d+\]:\s*|\d{1,5}: )?"
+    r"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?\s*"
+    r"|\[\s*\d+\.\d+\]\s*|[A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d\s+)?"
+)
+_DIGITS = re.compile(r"\d+")
+
+
+class GrepLogsInput(InputModel):
+    paths: list[str] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
+                             description="Log files or globs inside the roots, e.g. ['logs/rank*.log', "
+                             "'node*/stderr*']; .gz files are read transparently.")
+    pattern: str | None = Field(default=None, description="A regex (RE2 syntax, case-insensitive). "
+                                "Give either pattern or preset; neither means preset='errors'.")
+    preset: PresetName | None = Field(default=None, description="A named SOP pattern: " + "; ".join(
+        f"{p.name}: {p.description}" for p in log_presets().values()))
+    context: int = Field(default=0, ge=0, le=LOG_MAX_CONTEXT, description="Lines of context before and after.")
+    mode: Literal["tail", "head"] = Field(default="tail", description="Keep the last N matches (like "
+                                          "| tail -N) or the first N.")
+    max_matches: int = Field(default=LOG_DEFAULT_MATCHES, ge=1, le=LOG_MAX_MATCHES,
+                             description="N: matches kept (after folding repeats), shared fairly across files.")
+
+    @model_validator(mode="after")
+    def _one_pattern(self) -> GrepLogsInput:
+        if self.pattern is not None and self.preset is not None:
+            raise ValueError("give either pattern or preset, not both")
+        return self
+
+
+class GrepMatch(BaseModel):
+    rank: int | None = Field(description="From the line's launcher prefix, else from the file name.")
+    file: str
+    line: int = Field(description="Line number of the first occurrence.")
+    text: str
+    count: int = Field(description="Occurrences folded into this row (same text but for digits/timestamps).")
+    last_line: int = Field(description="Line number of the last occurrence.")
+    before: list[str] = Field(default_factory=list)
+    after: list[str] = Field(default_factory=list)
+
+
+class FileTotal(BaseModel):
+    file: str
+    rank: int | None
+    matches: int = Field(description="Matching lines, repeats included.")
+    lines: int
+    bytes: int
+    status: str = Field(description="'scanned', 'binary: skipped', or why it could not be read.")
+
+
+class GrepLogsResult(ToolResult):
+    pattern: str
+    preset: str | None
+    mode: str
+    matches: list[GrepMatch]
+    files: list[FileTotal]
+
+    narrow_hint = "pass fewer paths, a narrower pattern, or a lower max_matches/context"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Matches (grouped by rank)", ["rank", "file:line", "count", "text"],
+                  [[_rank(m.rank), f"{m.file}:{m.line}" + (f"..{m.last_line}" if m.count > 1 else ""),
+                    str(m.count), m.text + _context(m)] for m in self.matches], "matches"),
+            Table("Files", ["file", "rank", "matching lines", "lines", "MiB", "status"],
+                  [[f.file, _rank(f.rank), str(f.matches), str(f.lines), f"{f.bytes / 2**20:.1f}", f.status]
+                   for f in self.files], "files"),
+        ]
+
+
+def _rank(rank: int | None) -> str:
+    return "-" if rank is None else str(rank)
+
+
+def _context(match: GrepMatch) -> str:
+    if not match.before and not match.after:
+        return ""
+    return " ⟨before: " + " ⏎ ".join(match.before) + " | after: " + " ⏎ ".join(match.after) + "⟩"
+
+
+def fold_key(text: str) -> str:
+    """What stays the same when a message repeats: no launcher prefix, timestamp or digits."""
+    return _DIGITS.sub("#", _PREFIX.sub("", text, count=1)).strip().lower()
+
+
+class _FileScan:
+    """Folded matches of one file, bounded in memory."""
+
+    def __init__(self, file: LogFile, keep: int, mode: str) -> None:
+        self.file = file
+        self.keep = keep
+        self.mode = mode
+        self.groups: OrderedDict[str, GrepMatch] = OrderedDict()
+        self.total = 0
+        self.stats = ScanStats()
+        self.status = "scanned"
+
+    def add(self, number: int, raw: bytes, before: list[str], after: list[str]) -> None:
+        self.total += 1
+        text = display_line(raw)
+        key = fold_key(text)
+        group = self.groups.get(key)
+        if group is not None:
+            group.count += 1
+            group.last_line = number
+            if self.mode == "tail":
+                self.groups.move_to_end(key)
+            return
+        if self.mode == "head" and len(self.groups) >= self.keep:
+            return  # later lines only count towards repeats of the groups already kept
+        rank = rank_of_line(raw)
+        self.groups[key] = GrepMatch(rank=self.file.rank if rank is None else rank, file=self.file.name,
+                                     line=number, text=text, count=1, last_line=number, before=before, after=after)
+        if self.mode == "tail" and len(self.groups) > self.keep * LOG_GROUPS_FACTOR:
+            for _ in range(len(self.groups) - self.keep):
+                self.groups.popitem(last=False)
+
+    def kept(self) -> list[GrepMatch]:
+        groups = list(self.groups.values())
+        return groups[-self.keep:] if self.mode == "tail" else groups[: self.keep]
+
+
+def _scan(params: GrepLogsInput, files: list[LogFile], regex: object, deadline: float) -> list[_FileScan]:
+    scans = []
+    for file in files:
+        scan = _FileScan(file, params.max_matches, params.mode)
+        try:
+            for match in scan_file(file, regex, context=params.context, deadline=deadline, stats=scan.stats):
+                scan.add(match.number, match.text, [display_line(t) for _, t in match.before],
+                         [display_line(t) for _, t in match.after])
+        except TriageError as exc:
+            if "ran out of time" in exc.message:
+                raise
+            scan.status = f"unreadable: {exc.message}"
+        if scan.stats.binary:
+            scan.status = "binary: skipped"
+        scans.append(scan)
+    return scans
+
+
+def _fair_share(scans: list[_FileScan], limit: int) -> list[GrepMatch]:
+    """At most `limit` matches overall, each file getting an equal share of what it has."""
+    pools = [scan.kept() for scan in scans]
+    share = {i: 0 for i in range(len(pools))}
+    remaining = limit
+    while remaining > 0:
+        progressed = False
+        for i, pool in enumerate(pools):
+            if remaining and share[i] < len(pool):
+                share[i] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            break
+    chosen: list[GrepMatch] = []
+    for i, pool in enumerate(pools):
+        chosen += pool[-share[i]:] if scans[i].mode == "tail" and share[i] else pool[: share[i]]
+    chosen.sort(key=lambda m: (m.rank is None, m.rank if m.rank is not None else 0, m.file, m.line))
+    return chosen
+
+
+async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
+    """Search many (per-rank) logs at once for a regex or a named SOP preset (errors, nccl, hang, hardware,
+    oom, nan, dataloader, compile): the last (or first) N matches with optional context, repeated lines
+    folded with a count and first/last line numbers, grouped per rank (from file names like rank3.log or
+    prefixes like [rank3]: / [default3]: / `3: `), with totals per file. Streams files of any size and
+    .gz; binary files are skipped; RE2, so no regex can hang it. Use instead of `cat`/`grep | tail`.
+    """
+    preset = params.preset or (None if params.pattern else "errors")
+    pattern = params.pattern if params.pattern is not None else log_presets()[preset or "errors"].pattern
+    regex = compile_pattern(pattern)
+    files = expand_inputs(params.paths, ctx.roots)
+    deadline = time.monotonic() + ctx.remaining_s()
+    scans = await anyio.to_thread.run_sync(_scan, params, files, regex, deadline, abandon_on_cancel=True)
+    matches = _fair_share(scans, params.max_matches)
+    totals = [FileTotal(file=s.file.name, rank=s.file.rank, matches=s.total, lines=s.stats.lines,
+                        bytes=s.stats.bytes, status=s.status) for s in scans]
+    total = sum(s.total for s in scans)
+    ranks = sorted({m.rank for m in matches if m.rank is not None})
+    shown = len(matches)
+    conclusion = [f"{total} matching line(s) in {len(files)} file(s); {shown} distinct shown "
+                  f"({params.mode}, repeats folded)."]
+    if ranks:
+        conclusion.append(f"Ranks with matches: {', '.join(map(str, ranks))}.")
+    skipped = [t.file for t in totals if t.status != "scanned"]
+    if skipped:
+        conclusion.append(f"Not searched: {', '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''} "
+                          "(binary or unreadable).")
+    return GrepLogsResult(
+        severity=Severity.ok,
+        conclusion=conclusion[:3],
+        next_steps=[NextStep(branch="triage", action=f"diagnose_logs paths={params.paths}",
+                             why="Names the failure, its facts and the rank to look at, instead of raw lines.")],
+        pattern=pattern,
+        preset=preset,
+        mode=params.mode,
+        matches=matches,
+        files=totals,
+    )
