@@ -145,7 +145,8 @@ def compile_pattern(pattern: str) -> Any:
     options.never_nl = True
     options.log_errors = False
     try:
-        return re2.compile(pattern.encode(), options)
+        # (?m): ^ and $ anchor at line ends, as in grep, although blocks of many lines are searched.
+        return re2.compile(b"(?m)" + pattern.encode(), options)
     except re2.error as exc:
         raise BadInput(f"invalid regex {pattern!r}: {exc}.",
                        "RE2 syntax: no backreferences or look-around; escape ( ) [ ] . * + ? |") from exc
@@ -160,16 +161,15 @@ def display_line(raw: bytes, limit: int = LOG_MAX_LINE_CHARS) -> str:
     return text
 
 
-def _open(path: Path) -> tuple[IO[bytes], bool]:  # the gzip stream is an IO[bytes] too
+def _open(path: Path) -> tuple[IO[bytes], bool]:
+    """The file's byte stream, decompressed when it starts with gzip's magic bytes (whatever its name)."""
     try:
-        raw = path.open("rb")
+        with path.open("rb") as probe:
+            compressed = probe.read(2) == b"\x1f\x8b"
+        stream: IO[bytes] = gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[assignment]
+        return stream, compressed
     except OSError as exc:
         raise UnreadableInput(f"cannot open {path.name}: {exc.strerror}.") from exc
-    if raw.read(2) == b"\x1f\x8b":
-        raw.seek(0)
-        return gzip.GzipFile(fileobj=raw), True  # type: ignore[return-value]
-    raw.seek(0)
-    return raw, False
 
 
 def _blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:
@@ -264,7 +264,8 @@ def scan_file(
                 if found is None:
                     newlines += block.count(b"\n", position)
                     break
-                line_start = block.rfind(b"\n", position, found.start()) + 1 if found.start() > position else position
+                newline_before = block.rfind(b"\n", position, found.start())
+                line_start = position if newline_before < 0 else newline_before + 1
                 newlines += block.count(b"\n", position, line_start)
                 end = block.find(b"\n", found.start())
                 end = size if end < 0 else end + 1

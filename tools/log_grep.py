@@ -141,7 +141,9 @@ class _FileScan:
     def add(self, number: int, raw: bytes, before: list[str], after: list[str]) -> None:
         self.total += 1
         text = display_line(raw)
-        key = fold_key(text)
+        line_rank = rank_of_line(raw)
+        rank = self.file.rank if line_rank is None else line_rank
+        key = f"{rank}|{fold_key(text)}"  # repeats fold within a rank, never across ranks
         group = self.groups.get(key)
         if group is not None:
             group.count += 1
@@ -151,8 +153,7 @@ class _FileScan:
             return
         if self.mode == "head" and len(self.groups) >= self.keep:
             return  # later lines only count towards repeats of the groups already kept
-        rank = rank_of_line(raw)
-        self.groups[key] = GrepMatch(rank=self.file.rank if rank is None else rank, file=self.file.name,
+        self.groups[key] = GrepMatch(rank=rank, file=self.file.name,
                                      line=number, text=text, count=1, last_line=number, before=before, after=after)
         if self.mode == "tail" and len(self.groups) > self.keep * LOG_GROUPS_FACTOR:
             for _ in range(len(self.groups) - self.keep):
