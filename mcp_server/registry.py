@@ -11,6 +11,7 @@ from typing import Any
 
 from tools.context import ToolContext
 from tools.health import HealthCheckInput, HealthCheckResult, health_check
+from tools.log_diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
 from tools.log_grep import GrepLogsInput, GrepLogsResult, grep_logs
 from tools.models import InputModel, ToolResult
 from tools.smi_query import NvidiaSmiQueryInput, NvidiaSmiQueryResult, nvidia_smi_query
@@ -43,6 +44,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(health_check, HealthCheckInput, HealthCheckResult, "GPU and host health check"),
     ToolSpec(nvidia_smi_query, NvidiaSmiQueryInput, NvidiaSmiQueryResult, "nvidia-smi query (allow-listed)"),
     ToolSpec(grep_logs, GrepLogsInput, GrepLogsResult, "Log search across ranks"),
+    ToolSpec(diagnose_logs, DiagnoseLogsInput, DiagnoseLogsResult, "Log diagnosis"),
 )
 
 

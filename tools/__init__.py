@@ -3,7 +3,7 @@
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
-__all__ = ["grep_logs", "health_check", "nvidia_smi_query"]
+__all__ = ["diagnose_logs", "grep_logs", "health_check", "nvidia_smi_query"]
 
 
 def __getattr__(name: str) -> object:
@@ -16,6 +16,10 @@ def __getattr__(name: str) -> object:
         from tools.smi_query import nvidia_smi_query
 
         return nvidia_smi_query
+    if name == "diagnose_logs":
+        from tools.log_diagnose import diagnose_logs
+
+        return diagnose_logs
     if name == "grep_logs":
         from tools.log_grep import grep_logs
 

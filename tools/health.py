@@ -42,6 +42,7 @@ from tools.thresholds import (
     gpu_findings,
     host_findings,
 )
+from tools.xid import xid_meaning
 
 __all__ = [
     "GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "health_check",
@@ -53,25 +54,6 @@ MIB = 1024 * 1024
 _NVML_TIMEOUT_S = 2.5
 _DMESG_TIMEOUT_S = 1.5
 
-# Xid codes that mean hardware or driver trouble rather than an application fault (NVIDIA's Xid catalog).
-_XID_MEANING: dict[int, tuple[Severity, str]] = {
-    13: (Severity.warn, "graphics engine exception (often an application bug, e.g. out-of-bounds access)"),
-    31: (Severity.warn, "GPU memory page fault (usually an application bug)"),
-    43: (Severity.warn, "a GPU context was stopped after a fault"),
-    45: (Severity.warn, "preemptive cleanup after a context was killed"),
-    48: (Severity.crit, "double-bit ECC error"),
-    61: (Severity.crit, "internal microcontroller breakpoint/halt"),
-    62: (Severity.crit, "internal microcontroller halt"),
-    63: (Severity.crit, "ECC page retirement or row remap recorded"),
-    64: (Severity.crit, "ECC page retirement or row remap failed"),
-    74: (Severity.crit, "NVLink error"),
-    79: (Severity.crit, "GPU has fallen off the bus"),
-    92: (Severity.warn, "high single-bit ECC error rate"),
-    94: (Severity.crit, "contained ECC error"),
-    95: (Severity.crit, "uncontained ECC error"),
-    119: (Severity.crit, "GSP RPC timeout"),
-    120: (Severity.crit, "GSP error"),
-}
 _XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<code>\d+)")
 
 
@@ -427,7 +409,7 @@ def parse_kernel_log(text: str) -> list[KernelEvent]:
             continue
         match = _XID_LINE.search(raw)
         code = int(match.group("code")) if match else 79 if _FALLEN_OFF.search(raw) else None
-        severity = _XID_MEANING.get(code, (Severity.warn, ""))[0] if code is not None else Severity.ok
+        severity = xid_meaning(code)[0] if code is not None else Severity.ok
         events.append(KernelEvent(line=" ".join(raw.split())[:200], xid=code, severity=severity))
     events.reverse()
     events.sort(key=lambda e: e.severity.rank, reverse=True)
@@ -452,7 +434,7 @@ def kernel_findings(events: list[KernelEvent]) -> list[Finding]:
             codes[e.xid] = codes.get(e.xid, 0) + 1
     findings = []
     for code, count in sorted(codes.items()):
-        severity, meaning = _XID_MEANING.get(code, (Severity.warn, "driver-reported GPU error"))
+        severity, meaning = xid_meaning(code)
         findings.append(Finding(check=f"kernel log Xid {code}", value=f"{count} line(s)", threshold="any Xid",
                                 severity=severity, meaning=meaning, sop_branch="gpu_hardware"))
     return findings

@@ -1,0 +1,376 @@
+"""diagnose_logs: reads the same inputs as grep_logs with the documented rule set (sop/log_rules.toml)
+and says what failed, with the facts pulled from the lines, the first occurrence per rank, the likely
+cause, the fix and the SOP branch; across ranks it says which rank is behind or silent in a hang.
+
+One pass per file: a single RE2 built from every rule's `match` finds candidate lines at block speed;
+only those lines are handed to the individual rules for classification and fact extraction.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, Field
+
+from tools._logfiles import LogFile, ScanStats, display_line, expand_inputs, rank_of_line, scan_file
+from tools.context import ToolContext
+from tools.errors import TriageError
+from tools.limits import LOG_MAX_PATTERNS
+from tools.log_grep import FileTotal
+from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.xid import xid_meaning
+
+__all__ = ["DiagnoseLogsInput", "DiagnoseLogsResult", "diagnose_logs", "load_rules"]
+
+Level = Literal["info", "warn", "crit"]
+FactValue = int | float | str | bool | list[int]
+_LEVEL_RANK = {"info": 0, "warn": 1, "crit": 2}
+_SIZE = re.compile(r"^([\d.]+) ?([KMGTP]?)i?B$|^(\d+) bytes$")
+_SIZE_FACTOR = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+_INT = re.compile(r"^-?\d+$")
+_FLOAT = re.compile(r"^-?\d+\.\d*(?:e[+-]?\d+)?$|^-?\d+e[+-]?\d+$", re.IGNORECASE)
+_TIMESTAMP = re.compile(
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"  # ISO / Python logging
+    r"|\b[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+"  # glog (c10d, dynamo)
+    r"|\b[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d"  # syslog
+    r"|^\[ *\d+\.\d+\]"  # dmesg
+)
+_GROUP_NAME = re.compile(r"\(\?P<\w+>")
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    category: str
+    level: Level
+    match: Any
+    facts: tuple[Any, ...]
+    size_facts: frozenset[str]
+    group_by: tuple[str, ...]
+    cause: str
+    fix: str
+    sop_branch: str
+
+
+def _compile(pattern: str) -> Any:
+    import re2  # type: ignore[import-untyped]
+
+    options = re2.Options()
+    options.never_nl = True
+    options.log_errors = False
+    return re2.compile(pattern.encode(), options)
+
+
+@cache
+def load_rules() -> tuple[tuple[Rule, ...], Any]:
+    """The rules, and one RE2 matching any of them (named groups dropped) to find candidate lines."""
+    raw = tomllib.loads(resources.files("sop").joinpath("log_rules.toml").read_text("utf-8"))
+    rules = tuple(
+        Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(r["match"]),
+             facts=tuple(_compile(f) for f in r["facts"]), size_facts=frozenset(r.get("size_facts", [])),
+             group_by=tuple(r.get("group_by", [])),
+             cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
+        for r in raw["rule"]
+    )
+    combined = "|".join(f"(?:{_GROUP_NAME.sub('(', r['match'])})" for r in raw["rule"])
+    return rules, _compile("(?m)" + combined)
+
+
+class DiagnoseLogsInput(InputModel):
+    paths: list[str] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
+                             description="Log files or globs inside the roots (per-rank logs, torchrun output, "
+                             "dmesg/syslog excerpts, inference server logs); .gz read transparently.")
+
+
+class Occurrence(BaseModel):
+    file: str
+    line: int
+    rank: int | None
+    timestamp: str | None
+    text: str
+
+
+class LogFinding(BaseModel):
+    category: str = Field(description="nccl_timeout, nccl_init_network, collective_mismatch, cuda_oom, nan_inf, "
+                          "dataloader, gpu_hardware, cuda_error, compile, inference, process_exit.")
+    rule: str
+    severity: Level
+    count: int
+    first: Occurrence
+    ranks: list[int] = Field(description="Ranks whose logs show it.")
+    first_by_rank: list[Occurrence] = Field(default_factory=list)
+    facts: dict[str, FactValue] = Field(description="Values pulled from the line (numbers as numbers, sizes in "
+                                        "bytes as *_bytes), plus cross-rank conclusions for hangs.")
+    cause: str
+    fix: str
+    sop_branch: str
+
+
+class DiagnoseLogsResult(ToolResult):
+    findings: list[LogFinding]
+    files: list[FileTotal]
+
+    narrow_hint = "pass fewer paths (e.g. the ranks named in the findings)"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Findings", ["severity", "category", "count", "ranks", "first (file:line)", "facts", "cause / fix"],
+                  [[f.severity, f.category, str(f.count), _ranks(f.ranks), f"{f.first.file}:{f.first.line}",
+                    _facts(f.facts), f"{f.cause} Fix: {f.fix}"] for f in self.findings], "findings"),
+            Table("Files", ["file", "rank", "matching lines", "lines", "MiB", "status"],
+                  [[f.file, "-" if f.rank is None else str(f.rank), str(f.matches), str(f.lines),
+                    f"{f.bytes / 2**20:.1f}", f.status] for f in self.files], "files"),
+        ]
+
+
+def _ranks(ranks: list[int]) -> str:
+    from tools.thresholds import index_ranges
+
+    return index_ranges(ranks) if ranks else "-"
+
+
+def _facts(facts: dict[str, FactValue]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in facts.items())
+
+
+# ---------------------------------------------------------------- extraction
+
+
+def _convert(name: str, value: str, sizes: frozenset[str]) -> tuple[str, FactValue]:
+    if name in sizes:
+        size = _SIZE.match(value.strip())
+        if size:
+            if size.group(3) is not None:
+                return f"{name}_bytes", int(size.group(3))
+            return f"{name}_bytes", int(float(size.group(1)) * _SIZE_FACTOR[size.group(2)])
+    if _INT.match(value):
+        return name, int(value)
+    if _FLOAT.match(value):
+        return name, float(value)
+    return name, value.strip()
+
+
+def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
+    facts: dict[str, FactValue] = {}
+    for pattern in rule.facts:
+        found = pattern.search(line)
+        if found is None:
+            continue
+        for raw_name, value in found.groupdict().items():
+            if value is None:
+                continue
+            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+            key, converted = _convert(name, value.decode("utf-8", "replace"), rule.size_facts)
+            facts.setdefault(key, converted)
+    xid = facts.get("xid")
+    if rule.category == "gpu_hardware" and isinstance(xid, int):
+        facts["xid_meaning"] = xid_meaning(xid)[1]
+    return facts
+
+
+def classify(line: bytes) -> tuple[Rule, dict[str, FactValue]] | None:
+    rules, _ = load_rules()
+    for rule in rules:
+        if rule.match.search(line) is not None:
+            return rule, extract_facts(rule, line)
+    return None
+
+
+@dataclass
+class _Hit:
+    file: LogFile
+    number: int
+    rank: int | None
+    text: bytes
+    facts: dict[str, FactValue]
+
+
+@dataclass
+class _Group:
+    rule: Rule
+    hits: int = 0
+    first: _Hit | None = None
+    last: _Hit | None = None
+    by_rank: dict[int, _Hit] = field(default_factory=dict)
+    last_by_rank: dict[int, _Hit] = field(default_factory=dict)
+
+
+def _scan(files: list[LogFile], deadline: float) -> tuple[dict[str, _Group], list[FileTotal], set[int]]:
+    _, candidates = load_rules()
+    groups: dict[str, _Group] = {}
+    totals: list[FileTotal] = []
+    seen_ranks: set[int] = {f.rank for f in files if f.rank is not None}
+    for file in files:
+        stats = ScanStats()
+        status, matched = "scanned", 0
+        try:
+            for match in scan_file(file, candidates, context=0, deadline=deadline, stats=stats):
+                classified = classify(match.text)
+                if classified is None:
+                    continue
+                rule, facts = classified
+                matched += 1
+                line_rank = rank_of_line(match.text)
+                fact_rank = facts.pop("rank", None)
+                rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
+                if rank is not None:
+                    seen_ranks.add(rank)
+                hit = _Hit(file, match.number, rank, match.text, facts)
+                key = "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
+                group = groups.setdefault(key, _Group(rule))
+                group.hits += 1
+                group.first = group.first or hit
+                group.last = hit
+                if rank is not None:
+                    group.by_rank.setdefault(rank, hit)
+                    group.last_by_rank[rank] = hit
+        except TriageError as exc:
+            if "ran out of time" in exc.message:
+                raise
+            status = f"unreadable: {exc.message}"
+        if stats.binary:
+            status = "binary: skipped"
+        totals.append(FileTotal(file=file.name, rank=file.rank, matches=matched, lines=stats.lines,
+                                bytes=stats.bytes, status=status))
+    return groups, totals, seen_ranks
+
+
+# ---------------------------------------------------------------- reasoning
+
+
+def _occurrence(hit: _Hit) -> Occurrence:
+    text = display_line(hit.text)
+    stamp = _TIMESTAMP.search(text)
+    return Occurrence(file=hit.file.name, line=hit.number, rank=hit.rank, timestamp=stamp.group(0) if stamp else None,
+                      text=text)
+
+
+def _int_by_rank(group: _Group, key: str) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for rank, hit in group.last_by_rank.items():
+        value = hit.facts.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            found[rank] = value
+    return found
+
+
+def _hang_facts(group: _Group, progress: _Group | None, world: set[int]) -> dict[str, FactValue]:
+    """Which rank is behind (lowest sequence number, or lowest last completed work) and which ranks are
+    silent (no timeout of their own)."""
+    facts: dict[str, FactValue] = {}
+    seqs = _int_by_rank(group, "seq")
+    if len(set(seqs.values())) <= 1 and progress is not None:
+        # Same timed-out collective everywhere: the watchdog's last-completed counters may still differ.
+        seqs = _int_by_rank(progress, "last_completed")
+    if len(set(seqs.values())) > 1:
+        lowest, highest = min(seqs.values()), max(seqs.values())
+        behind = sorted(r for r, s in seqs.items() if s == lowest)
+        facts["behind_ranks"] = behind
+        facts["behind_by_collectives"] = highest - lowest
+        facts["seq_of_behind"] = lowest
+        facts["seq_of_others"] = highest
+    ops = {group.last_by_rank[r].facts.get("op") for r in seqs if seqs[r] == max(seqs.values(), default=0)}
+    if len(ops - {None}) > 1:
+        facts["ops_at_same_seq"] = ",".join(sorted(str(o) for o in ops if o))
+    timed_out = set(group.last_by_rank)
+    silent = sorted(world - timed_out)
+    if timed_out and silent:
+        facts["silent_ranks"] = silent
+    return facts
+
+
+def _oom_facts(facts: dict[str, FactValue]) -> dict[str, FactValue]:
+    def num(key: str) -> int:
+        value = facts.get(key)
+        return value if isinstance(value, int) else 0
+
+    requested, allocated = num("requested_bytes"), num("allocated_bytes")
+    loose = num("reserved_unallocated_bytes") or max(0, num("reserved_bytes") - allocated)
+    if requested and loose:
+        facts["reserved_but_free_bytes"] = loose
+        facts["likely"] = "fragmentation" if loose >= requested else "capacity"
+    elif requested and allocated:
+        facts["likely"] = "capacity"
+    return facts
+
+
+def _number(facts: dict[str, FactValue], key: str) -> float:
+    value = facts.get(key)
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFinding:
+    rule = group.rule
+    assert group.first is not None and group.last is not None
+    # Periodic status lines (throughput) report their latest value; failures their first.
+    source = group.last if rule.level == "info" else group.first
+    facts = dict(source.facts)
+    level: Level = rule.level
+    if rule.category == "nccl_timeout" and rule.level == "crit":
+        facts.update(_hang_facts(group, groups.get("nccl_last_work"), world))
+    if rule.category == "cuda_oom":
+        facts = _oom_facts(facts)
+    xid = facts.get("xid")
+    if rule.category == "gpu_hardware" and isinstance(xid, int):
+        level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
+    if rule.id == "vllm_throughput":
+        if _number(facts, "pending") > 0 and _number(facts, "kv_cache_usage_pct") >= 90:
+            level = "warn"
+    if rule.id == "sglang_decode":
+        if _number(facts, "queued") > 0 and _number(facts, "token_usage") >= 0.9:
+            level = "warn"
+    return LogFinding(
+        category=rule.category, rule=rule.id, severity=level, count=group.hits, first=_occurrence(group.first),
+        ranks=sorted(group.by_rank), first_by_rank=[_occurrence(h) for _, h in sorted(group.by_rank.items())][:16],
+        facts=facts, cause=rule.cause, fix=rule.fix, sop_branch=rule.sop_branch,
+    )
+
+
+def _conclude(findings: list[LogFinding], total_files: int) -> list[str]:
+    problems = [f for f in findings if f.severity != "info"]
+    if not problems:
+        return [f"No failure found by the rule set in {total_files} file(s)."
+                + (" Only status lines were recognised." if findings else ""),
+                "Use grep_logs with a preset to look for what the rules do not cover."]
+    lead = problems[0]
+    sentences = [f"{len(problems)} problem(s); first and worst: {lead.category} ({lead.rule}) x{lead.count} "
+                 f"on rank(s) {_ranks(lead.ranks)}, first at {lead.first.file}:{lead.first.line}."]
+    hang = next((f for f in problems if f.category == "nccl_timeout"), None)
+    if hang and "behind_ranks" in hang.facts:
+        sentences.append(f"Rank(s) {hang.facts['behind_ranks']} timed out at SeqNum {hang.facts['seq_of_behind']}, "
+                         f"{hang.facts['behind_by_collectives']} collective(s) behind the others: look there first.")
+    elif hang and "silent_ranks" in hang.facts:
+        sentences.append(f"Rank(s) {hang.facts['silent_ranks']} report no timeout: they are the likely ones the "
+                         "others wait for.")
+    sentences.append(f"Likely cause: {lead.cause}")
+    return sentences[:3]
+
+
+async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> DiagnoseLogsResult:
+    """Name what failed in training/inference logs: NCCL watchdog timeouts (op, SeqNum, numel, timeout,
+    rank, and which rank is behind or silent), NCCL init/network errors, collective mismatches, CUDA OOM
+    (requested/free/reserved, fragmentation or capacity), NaN/inf loss and overflow skips, DataLoader worker
+    deaths/shm/open files, GPU Xid/ECC, CUDA errors, torch.compile graph breaks/recompiles, vLLM/SGLang
+    KV-cache preemption and throughput, worker exits. Each finding: count, first occurrence per rank,
+    facts, cause, fix, SOP branch. Rules: sop/log_rules.toml. Streams any size and .gz.
+    """
+    files = expand_inputs(params.paths, ctx.roots)
+    deadline = time.monotonic() + ctx.remaining_s()
+    groups, totals, world = await anyio.to_thread.run_sync(_scan, files, deadline, abandon_on_cancel=True)
+    findings = [_finding(g, groups, world) for g in groups.values()]
+    findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
+    worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
+    severity = [Severity.ok, Severity.warn, Severity.crit][worst]
+    branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity != "info"))
+    steps = [NextStep(branch=b, action=f"Follow sop://{b} with the facts above", why="The findings point there.")
+             for b in branches[:3]] or [NextStep(branch="triage", action="grep_logs preset=errors on the same paths",
+                                                 why="Lines the rules do not know may still explain the failure.")]
+    return DiagnoseLogsResult(severity=severity, conclusion=_conclude(findings, len(files)), next_steps=steps,
+                              findings=findings, files=totals)
