@@ -71,10 +71,12 @@ class ScanStats:
 
 
 def rank_of_path(relative: str) -> int | None:
-    match = _RANK_IN_PATH.search(relative)
-    if not match:
+    """The rank named closest to the file name (a folder like `run_rank3_test/` above it matters less)."""
+    matches = list(_RANK_IN_PATH.finditer(relative))
+    if not matches:
         return None
-    return int(match.group(1) or match.group(2))
+    last = matches[-1]
+    return int(last.group(1) or last.group(2))
 
 
 def rank_of_line(line: bytes) -> int | None:

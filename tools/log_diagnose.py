@@ -54,6 +54,7 @@ class Rule:
     facts: tuple[Any, ...]
     size_facts: frozenset[str]
     group_by: tuple[str, ...]
+    cross_rank: bool
     cause: str
     fix: str
     sop_branch: str
@@ -75,7 +76,7 @@ def load_rules() -> tuple[tuple[Rule, ...], Any]:
     rules = tuple(
         Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(r["match"]),
              facts=tuple(_compile(f) for f in r["facts"]), size_facts=frozenset(r.get("size_facts", [])),
-             group_by=tuple(r.get("group_by", [])),
+             group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -172,6 +173,9 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         facts["xid_meaning"] = xid_meaning(xid)[1]
+    signal = facts.get("signal_number")
+    if rule.id == "child_failed" and "exitcode" not in facts and isinstance(signal, int):
+        facts["exitcode"] = -signal  # "Signal 15 (SIGTERM) received" is exit code -15
     return facts
 
 
@@ -266,19 +270,20 @@ def _hang_facts(group: _Group, progress: _Group | None, world: set[int]) -> dict
     silent (no timeout of their own)."""
     facts: dict[str, FactValue] = {}
     seqs = _int_by_rank(group, "seq")
+    if seqs:
+        newest = max(seqs.values())
+        ops = {str(group.last_by_rank[r].facts.get("op")) for r, seq in seqs.items() if seq == newest}
+        if len(ops) > 1:
+            facts["ops_at_same_seq"] = ",".join(sorted(ops))  # ranks in different collectives: a mismatch
     if len(set(seqs.values())) <= 1 and progress is not None:
         # Same timed-out collective everywhere: the watchdog's last-completed counters may still differ.
         seqs = _int_by_rank(progress, "last_completed")
     if len(set(seqs.values())) > 1:
         lowest, highest = min(seqs.values()), max(seqs.values())
-        behind = sorted(r for r, s in seqs.items() if s == lowest)
-        facts["behind_ranks"] = behind
+        facts["behind_ranks"] = sorted(r for r, s in seqs.items() if s == lowest)
         facts["behind_by_collectives"] = highest - lowest
         facts["seq_of_behind"] = lowest
         facts["seq_of_others"] = highest
-    ops = {group.last_by_rank[r].facts.get("op") for r in seqs if seqs[r] == max(seqs.values(), default=0)}
-    if len(ops - {None}) > 1:
-        facts["ops_at_same_seq"] = ",".join(sorted(str(o) for o in ops if o))
     timed_out = set(group.last_by_rank)
     silent = sorted(world - timed_out)
     if timed_out and silent:
@@ -313,8 +318,12 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     source = group.last if rule.level == "info" else group.first
     facts = dict(source.facts)
     level: Level = rule.level
-    if rule.category == "nccl_timeout" and rule.level == "crit":
-        facts.update(_hang_facts(group, groups.get("nccl_last_work"), world))
+    if rule.cross_rank:
+        progress = next((g for g in groups.values() if g.rule.id == "nccl_last_work"), None)
+        facts.update(_hang_facts(group, progress, world))
+    exitcode = facts.get("exitcode")
+    if rule.id == "child_failed" and isinstance(exitcode, int):
+        level = "crit" if exitcode == -9 else "info" if exitcode == -15 else "warn"
     if rule.category == "cuda_oom":
         facts = _oom_facts(facts)
     xid = facts.get("xid")
@@ -333,6 +342,32 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     )
 
 
+def _culprit(findings: list[LogFinding]) -> str | None:
+    """The sentence naming the rank to look at, from whichever finding can name it."""
+    for finding in findings:
+        facts = finding.facts
+        if "missing_ranks" in facts:
+            return f"monitored_barrier names rank(s) {facts['missing_ranks']} as never arriving: look there first."
+        if "missing_rank" in facts:
+            return f"Rank {facts['missing_rank']} never reached the rendezvous (store key): look there first."
+        if "behind_ranks" in facts:
+            return (f"Rank(s) {facts['behind_ranks']} stopped at {facts['seq_of_behind']}, "
+                    f"{facts['behind_by_collectives']} collective(s) behind the others: look there first.")
+        if "ops_at_same_seq" in facts:
+            return f"Ranks sit in different collectives ({facts['ops_at_same_seq']}) at the same sequence number."
+        if "silent_ranks" in facts:
+            return (f"Rank(s) {facts['silent_ranks']} report no timeout: they are the likely ones the others "
+                    "wait for.")
+    killed = [f for f in findings if f.rule == "child_failed" and f.facts.get("exitcode") == -9]
+    if killed:
+        return (f"Rank(s) {_ranks(killed[0].ranks)} were killed (SIGKILL, exit -9; often the host OOM killer): "
+                "the other ranks' errors are consequences.")
+    if any(f.rule in ("nccl_watchdog_timeout", "gloo_timeout") for f in findings):
+        return ("Every rank timed out alike, so the logs cannot name the culprit: dump every rank's stack "
+                "(py-spy) or read the flight recorder.")
+    return None
+
+
 def _conclude(findings: list[LogFinding], total_files: int) -> list[str]:
     problems = [f for f in findings if f.severity != "info"]
     if not problems:
@@ -342,13 +377,9 @@ def _conclude(findings: list[LogFinding], total_files: int) -> list[str]:
     lead = problems[0]
     sentences = [f"{len(problems)} problem(s); first and worst: {lead.category} ({lead.rule}) x{lead.count} "
                  f"on rank(s) {_ranks(lead.ranks)}, first at {lead.first.file}:{lead.first.line}."]
-    hang = next((f for f in problems if f.category == "nccl_timeout"), None)
-    if hang and "behind_ranks" in hang.facts:
-        sentences.append(f"Rank(s) {hang.facts['behind_ranks']} timed out at SeqNum {hang.facts['seq_of_behind']}, "
-                         f"{hang.facts['behind_by_collectives']} collective(s) behind the others: look there first.")
-    elif hang and "silent_ranks" in hang.facts:
-        sentences.append(f"Rank(s) {hang.facts['silent_ranks']} report no timeout: they are the likely ones the "
-                         "others wait for.")
+    culprit = _culprit(problems)
+    if culprit:
+        sentences.append(culprit)
     sentences.append(f"Likely cause: {lead.cause}")
     return sentences[:3]
 
