@@ -3,8 +3,9 @@
 Run with TORCH_LOGS=graph_breaks,recompiles. Uses backend="eager" (no C++ compiler needed).
 The compiled function has three graph breaks: print(), .item(), and a data-dependent
 `if x.sum() > 0`. It is called with three batch sizes (one recompile, dim 0 becomes dynamic) and
-then with a different dtype each time, so Dynamo recompiles until torch._dynamo.config.recompile_limit (LAB_RECOMPILE_LIMIT, default 2) is hit and falls back
-to eager for that frame.
+then with a different dtype each time, so Dynamo recompiles until
+torch._dynamo.config.recompile_limit (LAB_RECOMPILE_LIMIT, default 2) is hit and falls back to eager
+for that frame.
 """
 
 import os
@@ -30,8 +31,11 @@ class Block(torch.nn.Module):
 def main() -> None:
     limit = int(os.environ.get("LAB_RECOMPILE_LIMIT", "2"))
     torch._dynamo.config.recompile_limit = limit
-    print(f"torch {torch.__version__} recompile_limit {torch._dynamo.config.recompile_limit} "
-          f"TORCH_LOGS={os.environ.get('TORCH_LOGS', '')}", flush=True)
+    print(
+        f"torch {torch.__version__} recompile_limit {torch._dynamo.config.recompile_limit} "
+        f"TORCH_LOGS={os.environ.get('TORCH_LOGS', '')}",
+        flush=True,
+    )
     torch.manual_seed(0)
     model = torch.compile(Block(), backend="eager")
     step = 0
@@ -45,6 +49,7 @@ def main() -> None:
         step += 1
         y = model(torch.randn(4, 16).to(dt))
         print(f"step {step} dtype {dt} out {y.float().sum().item():.4f}", flush=True)
+
 
 if __name__ == "__main__":
     main()

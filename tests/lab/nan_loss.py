@@ -30,7 +30,7 @@ def run_lr() -> None:
     for _epoch in range(4):
         for i in range(steps_per_epoch):
             step += 1
-            xb, yb = x[i * bs:(i + 1) * bs], y[i * bs:(i + 1) * bs]
+            xb, yb = x[i * bs : (i + 1) * bs], y[i * bs : (i + 1) * bs]
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(xb), yb)
             loss.backward()
@@ -38,8 +38,15 @@ def run_lr() -> None:
             opt.step()
             lv = float(loss.item())
             print(f"step {step} loss {lv:.4f} grad_norm {grad_norm:.4f} lr {lr}", flush=True)
-            print({"loss": round(lv, 4), "grad_norm": grad_norm, "learning_rate": lr,
-                   "epoch": round(step / steps_per_epoch, 2)}, flush=True)
+            print(
+                {
+                    "loss": round(lv, 4),
+                    "grad_norm": grad_norm,
+                    "learning_rate": lr,
+                    "epoch": round(step / steps_per_epoch, 2),
+                },
+                flush=True,
+            )
             if math.isnan(lv) and first_nan is None:
                 first_nan = step
             if first_nan is not None and step >= first_nan + 3:

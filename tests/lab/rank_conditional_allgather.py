@@ -6,7 +6,8 @@ ranks 1-3 go on to step 6 and block in the gradient all-reduce inside loss.backw
 After the timeout every rank raises the gloo timeout error.
 
 Each rank also writes its own log file LAB_RANK_LOG_DIR/rank<R>.log (logging.FileHandler on the
-root logger; uncaught exceptions are logged there too).
+root logger; uncaught exceptions are logged there too). main() is wrapped in torchrun's @record, so
+the failure summary carries the root-cause rank's traceback (error_file).
 """
 
 import datetime
@@ -18,6 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 log = logging.getLogger("train")
@@ -60,6 +62,7 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     return float(loss.item())
 
 
+@record
 def main() -> None:
     timeout_s = float(os.environ.get("LAB_TIMEOUT_S", "10"))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
