@@ -64,13 +64,17 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
                                 help=help_text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with `only`, just that subcommand gets its flags (so only its tool is imported)."""
     parser = argparse.ArgumentParser(
         prog="gpu-triage", description="Triage slow or hung GPU jobs (the tools of gpu-triage-mcp as commands).",
         epilog="Exit codes: 0 ok, 1 warning, 2 critical, 3 bad input or tool failure.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in TOOLS:
+        if only is not None and spec.cli_name != only:
+            commands.add_parser(spec.cli_name, help=spec.title)
+            continue
         sub = commands.add_parser(spec.cli_name, help=spec.title, description=spec.description)
         _add_model_arguments(sub, spec.input_model)
         sub.add_argument("--json", action="store_true", help="Print the structured result as JSON.")
@@ -89,7 +93,10 @@ def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    known = {spec.cli_name for spec in TOOLS}
+    args = build_parser(chosen if chosen in known else None).parse_args(argv)
     try:
         return _run(args.spec, args)
     except TriageError as exc:

@@ -1,35 +1,48 @@
 """The table of tools: one row per tool, read by the MCP server and the CLI alike.
 
-The tool name is the function name; the CLI subcommand is the same with dashes.
+The tool name is the function name; the CLI subcommand is the same with dashes. A row names its module
+and objects instead of importing them, so the CLI imports only the tool it runs (startup time); the
+server imports every tool once, when it registers them.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from tools.context import ToolContext
-from tools.health import HealthCheckInput, HealthCheckResult, health_check
-from tools.log_diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
-from tools.log_grep import GrepLogsInput, GrepLogsResult, grep_logs
 from tools.models import InputModel, ToolResult
-from tools.smi_query import NvidiaSmiQueryInput, NvidiaSmiQueryResult, nvidia_smi_query
 
 __all__ = ["TOOLS", "ToolSpec", "tool_by_name"]
 
 
 @dataclass(frozen=True)
 class ToolSpec:
-    function: Callable[[Any, ToolContext], Awaitable[ToolResult]]
-    input_model: type[InputModel]
-    result_model: type[ToolResult]
+    name: str
+    module: str
+    input_name: str
+    result_name: str
     title: str
     read_only: bool = True
 
+    @cached_property
+    def _module(self) -> Any:
+        return importlib.import_module(self.module)
+
     @property
-    def name(self) -> str:
-        return self.function.__name__
+    def function(self) -> Callable[[Any, ToolContext], Awaitable[ToolResult]]:
+        return getattr(self._module, self.name)  # type: ignore[no-any-return]
+
+    @property
+    def input_model(self) -> type[InputModel]:
+        return getattr(self._module, self.input_name)  # type: ignore[no-any-return]
+
+    @property
+    def result_model(self) -> type[ToolResult]:
+        return getattr(self._module, self.result_name)  # type: ignore[no-any-return]
 
     @property
     def cli_name(self) -> str:
@@ -41,10 +54,11 @@ class ToolSpec:
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(health_check, HealthCheckInput, HealthCheckResult, "GPU and host health check"),
-    ToolSpec(nvidia_smi_query, NvidiaSmiQueryInput, NvidiaSmiQueryResult, "nvidia-smi query (allow-listed)"),
-    ToolSpec(grep_logs, GrepLogsInput, GrepLogsResult, "Log search across ranks"),
-    ToolSpec(diagnose_logs, DiagnoseLogsInput, DiagnoseLogsResult, "Log diagnosis"),
+    ToolSpec("health_check", "tools.health", "HealthCheckInput", "HealthCheckResult", "GPU and host health check"),
+    ToolSpec("nvidia_smi_query", "tools.smi_query", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
+             "nvidia-smi query (allow-listed)"),
+    ToolSpec("grep_logs", "tools.log_grep", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
+    ToolSpec("diagnose_logs", "tools.log_diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
 )
 
 

@@ -19,7 +19,15 @@ from typing import Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from tools._logfiles import LogFile, ScanStats, display_line, expand_inputs, rank_of_line, scan_file
+from tools._logfiles import (
+    LineMatcher,
+    LogFile,
+    ScanStats,
+    display_line,
+    expand_inputs,
+    rank_of_line,
+    scan_file,
+)
 from tools.context import ToolContext
 from tools.errors import TriageError
 from tools.limits import LOG_MAX_PATTERNS
@@ -42,7 +50,6 @@ _TIMESTAMP = re.compile(
     r"|\b[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d"  # syslog
     r"|^\[ *\d+\.\d+\]"  # dmesg
 )
-_GROUP_NAME = re.compile(r"\(\?P<\w+>")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ class Rule:
     size_facts: frozenset[str]
     group_by: tuple[str, ...]
     cross_rank: bool
+    context_only: bool
     cause: str
     fix: str
     sop_branch: str
@@ -70,18 +78,18 @@ def _compile(pattern: str) -> Any:
 
 
 @cache
-def load_rules() -> tuple[tuple[Rule, ...], Any]:
-    """The rules, and one RE2 matching any of them (named groups dropped) to find candidate lines."""
+def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
+    """The rules, and one matcher over every rule's `match` that also says which rules matched a line."""
     raw = tomllib.loads(resources.files("sop").joinpath("log_rules.toml").read_text("utf-8"))
     rules = tuple(
         Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(r["match"]),
              facts=tuple(_compile(f) for f in r["facts"]), size_facts=frozenset(r.get("size_facts", [])),
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
+             context_only=bool(r.get("context_only", False)),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
-    combined = "|".join(f"(?:{_GROUP_NAME.sub('(', r['match'])})" for r in raw["rule"])
-    return rules, _compile("(?m)" + combined)
+    return rules, LineMatcher([r["match"] for r in raw["rule"]], case_sensitive=True)
 
 
 class DiagnoseLogsInput(InputModel):
@@ -179,9 +187,13 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     return facts
 
 
-def classify(line: bytes) -> tuple[Rule, dict[str, FactValue]] | None:
+def classify(line: bytes, matched: frozenset[int] | None = None) -> tuple[Rule, dict[str, FactValue]] | None:
+    """The first rule (in file order) that matches `line`, and its facts. `matched`: rule indices the
+    matcher already found for this line (Hyperscan reports them all at once)."""
     rules, _ = load_rules()
-    for rule in rules:
+    candidates = sorted(matched) if matched else range(len(rules))
+    for index in candidates:
+        rule = rules[index]
         if rule.match.search(line) is not None:
             return rule, extract_facts(rule, line)
     return None
@@ -214,14 +226,21 @@ def _scan(files: list[LogFile], deadline: float) -> tuple[dict[str, _Group], lis
     for file in files:
         stats = ScanStats()
         status, matched = "scanned", 0
+        summary_rank: tuple[int, int] | None = None  # (line, rank) of torchrun's last "rank : N" line
         try:
             for match in scan_file(file, candidates, context=0, deadline=deadline, stats=stats):
-                classified = classify(match.text)
+                classified = classify(match.text, match.patterns)
                 if classified is None:
                     continue
                 rule, facts = classified
+                if rule.context_only:
+                    rank_fact = facts.get("rank")
+                    summary_rank = (match.number, rank_fact) if isinstance(rank_fact, int) else None
+                    continue
                 matched += 1
                 line_rank = rank_of_line(match.text)
+                if "rank" not in facts and summary_rank and match.number - summary_rank[0] <= 3:
+                    facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
                 fact_rank = facts.pop("rank", None)
                 rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
                 if rank is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
+from functools import cache
 from typing import Literal
 
 import anyio.to_thread
@@ -18,11 +19,13 @@ from pydantic import BaseModel, Field, model_validator
 
 from sop import log_presets
 from tools._logfiles import (
+    LineMatcher,
     LogFile,
     ScanStats,
     compile_pattern,
     display_line,
     expand_inputs,
+    map_files,
     rank_of_line,
     scan_file,
 )
@@ -48,6 +51,7 @@ _PREFIX = re.compile(
     r"|\[\s*\d+\.\d+\]\s*|[A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d\s+)?"
 )
 _DIGITS = re.compile(r"\d+")
+_MASK_DIGITS = bytes.maketrans(b"0123456789", b"##########")
 
 
 class GrepLogsInput(InputModel):
@@ -133,17 +137,19 @@ class _FileScan:
         self.file = file
         self.keep = keep
         self.mode = mode
-        self.groups: OrderedDict[str, GrepMatch] = OrderedDict()
+        self.groups: OrderedDict[tuple[int | None, bytes], GrepMatch] = OrderedDict()
         self.total = 0
         self.stats = ScanStats()
         self.status = "scanned"
 
-    def add(self, number: int, raw: bytes, before: list[str], after: list[str]) -> None:
+    def add(self, number: int, raw: bytes, before: list[bytes], after: list[bytes]) -> None:
+        """Count one matching line; only a line unlike those kept so far is decoded (the hot path)."""
         self.total += 1
-        text = display_line(raw)
         line_rank = rank_of_line(raw)
         rank = self.file.rank if line_rank is None else line_rank
-        key = f"{rank}|{fold_key(text)}"  # repeats fold within a rank, never across ranks
+        # Repeats fold within a rank, never across ranks; masking digits makes timestamps, steps and
+        # launcher prefixes alike, so "the same message again" is one dictionary hit.
+        key = (rank, raw.translate(_MASK_DIGITS).rstrip())
         group = self.groups.get(key)
         if group is not None:
             group.count += 1
@@ -153,8 +159,9 @@ class _FileScan:
             return
         if self.mode == "head" and len(self.groups) >= self.keep:
             return  # later lines only count towards repeats of the groups already kept
-        self.groups[key] = GrepMatch(rank=rank, file=self.file.name,
-                                     line=number, text=text, count=1, last_line=number, before=before, after=after)
+        self.groups[key] = GrepMatch(rank=rank, file=self.file.name, line=number, text=display_line(raw), count=1,
+                                     last_line=number, before=[display_line(t) for t in before],
+                                     after=[display_line(t) for t in after])
         if self.mode == "tail" and len(self.groups) > self.keep * LOG_GROUPS_FACTOR:
             for _ in range(len(self.groups) - self.keep):
                 self.groups.popitem(last=False)
@@ -164,22 +171,30 @@ class _FileScan:
         return groups[-self.keep:] if self.mode == "tail" else groups[: self.keep]
 
 
-def _scan(params: GrepLogsInput, files: list[LogFile], regex: object, deadline: float) -> list[_FileScan]:
-    scans = []
-    for file in files:
-        scan = _FileScan(file, params.max_matches, params.mode)
-        try:
-            for match in scan_file(file, regex, context=params.context, deadline=deadline, stats=scan.stats):
-                scan.add(match.number, match.text, [display_line(t) for _, t in match.before],
-                         [display_line(t) for _, t in match.after])
-        except TriageError as exc:
-            if "ran out of time" in exc.message:
-                raise
-            scan.status = f"unreadable: {exc.message}"
-        if scan.stats.binary:
-            scan.status = "binary: skipped"
-        scans.append(scan)
-    return scans
+@cache
+def _compiled(pattern: str) -> LineMatcher:
+    return compile_pattern(pattern)
+
+
+def _scan_one(file: LogFile, pattern: str, context: int, mode: str, keep: int, deadline: float) -> _FileScan:
+    """One file (possibly in a worker process): its folded matches and totals."""
+    scan = _FileScan(file, keep, mode)
+    try:
+        for match in scan_file(file, _compiled(pattern), context=context, deadline=deadline, stats=scan.stats):
+            scan.add(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
+    except TriageError as exc:
+        if "ran out of time" in exc.message:
+            raise
+        scan.status = f"unreadable: {exc.message}"
+    if scan.stats.binary:
+        scan.status = "binary: skipped"
+    return scan
+
+
+def _scan(params: GrepLogsInput, files: list[LogFile], pattern: str, deadline: float) -> list[_FileScan]:
+    jobs = [(f, pattern, params.context, params.mode, params.max_matches, deadline) for f in files]
+    return map_files(_scan_one, jobs, [f.path.stat().st_size for f in files],
+                     parallel=_compiled(pattern).engine == "re2")
 
 
 def _fair_share(scans: list[_FileScan], limit: int) -> list[GrepMatch]:
@@ -212,10 +227,10 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
     """
     preset = params.preset or (None if params.pattern else "errors")
     pattern = params.pattern if params.pattern is not None else log_presets()[preset or "errors"].pattern
-    regex = compile_pattern(pattern)
+    compile_pattern(pattern)  # a bad pattern is refused before any file is opened
     files = expand_inputs(params.paths, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
-    scans = await anyio.to_thread.run_sync(_scan, params, files, regex, deadline, abandon_on_cancel=True)
+    scans = await anyio.to_thread.run_sync(_scan, params, files, pattern, deadline, abandon_on_cancel=True)
     matches = _fair_share(scans, params.max_matches)
     totals = [FileTotal(file=s.file.name, rank=s.file.rank, matches=s.total, lines=s.stats.lines,
                         bytes=s.stats.bytes, status=s.status) for s in scans]

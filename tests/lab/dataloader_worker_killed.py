@@ -2,9 +2,11 @@
 
 Single process, DataLoader with 2 workers over a small synthetic dataset.
 LAB_KILL=main (default): after LAB_KILL_BATCH (default 5) batches, the main process sends SIGKILL
-to worker 0's pid. LAB_KILL=self: the worker loading sample LAB_KILL_INDEX (default 40) kills itself.
-The main process raises "RuntimeError: DataLoader worker (pid(s) N) exited unexpectedly"; the
-DataLoader's SIGCHLD handler may instead report "DataLoader worker (pid N) is killed by signal: Killed."
+to worker 0's pid. The DataLoader's SIGCHLD handler raises "RuntimeError: DataLoader worker (pid N) is killed by signal:
+Killed." in the main process, wherever it happens to be (here: in time.sleep).
+LAB_KILL=self: the worker loading sample LAB_KILL_INDEX (default 40) stalls 1 s, then kills itself while
+the main process waits for its batch; the handler's error is chained into
+"RuntimeError: DataLoader worker (pid(s) N) exited unexpectedly".
 """
 
 import os
@@ -26,7 +28,10 @@ class Squares(Dataset):
     def __getitem__(self, i: int) -> torch.Tensor:
         time.sleep(0.01)
         if i == self.kill_index:
-            print(f"worker pid {os.getpid()} loading sample {i}: SIGKILL to itself", flush=True)
+            # stall first, so that the main process has drained the prefetched batches and is blocked
+            # waiting for this worker's next batch when it dies (as when the OOM killer strikes)
+            print(f"worker pid {os.getpid()} loading sample {i}: stalls, then SIGKILL to itself", flush=True)
+            time.sleep(1.0)
             os.kill(os.getpid(), signal.SIGKILL)
         return torch.full((8,), float(i * i))
 

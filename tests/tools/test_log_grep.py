@@ -21,7 +21,8 @@ def _grep(tmp_path: Path, *args: str, timeout: str = "60") -> tuple[int, dict, s
     return done.returncode, (json.loads(done.stdout) if done.stdout else {}), done.stderr
 
 
-def test_scan_matches_a_line_by_line_reference_across_blocks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["auto", "re2"])
+def test_scan_matches_a_line_by_line_reference_across_blocks(tmp_path: Path, engine: str) -> None:
     # ~13 MB: three 4 MiB blocks, matches placed at and around block edges.
     lines = [f"{i:08d} INFO step {i} loss 1.{i % 97} ok" for i in range(1, 330_001)]
     for i in (3, 131_000, 131_001, 262_143, 262_144, 329_999, 330_000):
@@ -33,7 +34,9 @@ def test_scan_matches_a_line_by_line_reference_across_blocks(tmp_path: Path) -> 
     expected = [n for n, line in enumerate(lines, start=1) if re.search(r"\berror\b", line, re.I)]
     for name in ("big.log", "big.log.gz"):
         stats = ScanStats()
-        found = list(scan_file(LogFile(tmp_path / name, name, None), compile_pattern(r"\berror\b"), context=2,
+        matcher = compile_pattern(r"\berror\b", engine)
+        assert matcher.engine == ("hyperscan" if engine == "auto" else "re2")
+        found = list(scan_file(LogFile(tmp_path / name, name, None), matcher, context=2,
                                deadline=time.monotonic() + 60, stats=stats))
         assert [m.number for m in found] == expected
         assert stats.lines == len(lines) and stats.compressed is (name.endswith(".gz"))
