@@ -23,8 +23,11 @@ run .venv/bin/gpu-triage nvidia-smi-query \
   --csv-path tests/data/nvidia_smi/query_gpu_h200_allfields_idle_header_units.csv \
   --fields index,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw,enforced.power.limit,clocks.sm,clocks.max.sm,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active
 echo
+echo "### 3. Bundled real logs of a 4-rank job where rank 3 never joined an all_reduce (tests/data/logs/lab)"
+run .venv/bin/gpu-triage diagnose-logs --paths 'tests/data/logs/lab/gloo_timeout_rank3_absent/torchrun_log_dir/**/*.log'
+echo
 cat <<TXT
-### 3. Start the MCP server
+### 4. Start the MCP server
   stdio (what Claude Code / Codex launch):  $PWD/.venv/bin/gpu-triage-mcp --root /path/to/job/artifacts
   streamable HTTP on loopback:              $PWD/.venv/bin/gpu-triage-mcp --http 127.0.0.1:8765
   register in Claude Code:                  claude mcp add gpu-triage -- $PWD/.venv/bin/gpu-triage-mcp --root \$PWD
