@@ -13,14 +13,13 @@
 from __future__ import annotations
 
 import gzip
-import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from tools._paths import confine
 from tools.errors import BadInput, LimitExceeded, UnreadableInput
@@ -34,10 +33,9 @@ from tools.limits import (
 
 __all__ = [
     "LineMatcher", "LogFile", "MatchedLine", "ScanStats", "compile_pattern", "display_line", "expand_inputs",
-    "map_files", "rank_of_line", "rank_of_path", "scan_file",
+    "rank_of_line", "rank_of_path", "scan_file",
 ]
 
-T = TypeVar("T")
 _GLOB_CHARS = frozenset("*?[")
 _RANK_IN_PATH = re.compile(
     r"(?:^|[/_.\-])(?:rank|r|worker|proc|local_rank)[_\-]?0*(\d{1,5})(?=[/_.\-]|$)"
@@ -397,36 +395,3 @@ def _last_lines(block: bytes, count: int, newlines_after: int) -> list[tuple[int
         end = start
     lines.reverse()
     return lines
-
-
-# Below this much input, starting worker processes costs more than it saves.
-_PARALLEL_MIN_BYTES = 64 * 1024 * 1024
-
-
-def map_files(
-    worker: Callable[..., T], jobs: Sequence[tuple[Any, ...]], sizes: Sequence[int], *, parallel: bool
-) -> list[T]:
-    """`worker(*job)` for every job, in order: on several cores in separate processes when `parallel` and
-    the input is large (RE2 holds the GIL, so threads would not help), else here. Hyperscan scans faster
-    than worker processes start, so callers pass parallel=False for it.
-
-    Workers are started with 'spawn' (no fork of a threaded server) and are killed, not awaited, if this
-    call is cancelled or fails, so no scan outlives its tool call. Jobs carry their own deadline.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    workers = min(cores, len(jobs))
-    if not parallel or workers < 2 or sum(sizes) < _PARALLEL_MIN_BYTES:
-        return [worker(*job) for job in jobs]
-    import multiprocessing
-
-    # Largest first, so the last file to finish is a small one.
-    order = sorted(range(len(jobs)), key=lambda i: -sizes[i])
-    pool = multiprocessing.get_context("spawn").Pool(workers)
-    try:
-        pending = {i: pool.apply_async(worker, jobs[i]) for i in order}
-        results = {i: future.get() for i, future in pending.items()}
-        pool.close()
-        pool.join()
-    finally:
-        pool.terminate()
-    return [results[i] for i in range(len(jobs))]

@@ -235,3 +235,18 @@ async def test_sop_resources_behind_next_steps() -> None:
     assert index.mime_type == "text/markdown"
     assert "| gpu_hardware | GPU hardware or driver fault |" in index.text
     assert branch.text.startswith("# GPU hardware or driver fault (`gpu_hardware`)")
+
+
+async def test_log_tools_over_stdio(tmp_path: Path) -> None:
+    source = DATA / "logs" / "lab" / "gloo_timeout_rank3_absent" / "combined.log"
+    (tmp_path / "job.log").write_bytes(source.read_bytes())
+    async with stdio_client(base_env(), "--root", str(tmp_path)) as client:
+        grep = await client.call_tool("grep_logs", {"paths": ["job.log"], "preset": "hang", "max_matches": 5})
+        diag = await client.call_tool("diagnose_logs", {"paths": ["*.log"]})
+        bad = await client.call_tool("grep_logs", {"paths": ["job.log"], "pattern": "(a)\\1"})
+    assert grep.is_error is False and 1 <= len(grep.structured_content["matches"]) <= 5
+    assert "**Matches (grouped by rank)**" in grep.content[0].text
+    assert diag.is_error is False and diag.structured_content["severity"] == "crit"
+    timeout = next(f for f in diag.structured_content["findings"] if f["rule"] == "gloo_timeout")
+    assert timeout["facts"]["silent_ranks"] == [3] and timeout["ranks"] == [0, 1, 2]
+    assert bad.is_error and "invalid regex" in bad.content[0].text

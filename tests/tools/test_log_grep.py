@@ -153,3 +153,15 @@ def test_fold_key_ignores_prefix_timestamp_and_digits() -> None:
     a = fold_key("[default1]:2024-05-01 11:00:00 ERROR NCCL timeout on attempt 0")
     b = fold_key("[default1]:2024-05-01 11:02:07 ERROR NCCL timeout on attempt 2")
     assert a == b == "error nccl timeout on attempt #"
+
+
+def test_truncated_gzip_is_reported_and_other_files_still_searched(tmp_path: Path) -> None:
+    whole = gzip.compress(b"".join(b"line %d ERROR x\n" % i for i in range(20000)))
+    (tmp_path / "rank0.log.gz").write_bytes(whole[: len(whole) // 2])  # a copy cut off mid-stream
+    (tmp_path / "rank1.log").write_text("fine\nERROR in rank1\n")
+    code, data, err = _grep(tmp_path, "--paths", "rank*")
+    assert code == 0, err
+    status = {f["file"]: f["status"] for f in data["files"]}
+    assert status["rank0.log.gz"].startswith("unreadable: read failed")
+    assert status["rank1.log"] == "scanned"
+    assert any(m["file"] == "rank1.log" and m["line"] == 2 for m in data["matches"])
