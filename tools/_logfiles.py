@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -163,6 +164,7 @@ class LineMatcher:
         matches_empty = any(rx.search(b"") is not None for rx in self._re2)
         usable = engine == "auto" and not matches_empty
         self._hyperscan = _hyperscan_database(self.patterns, case_sensitive) if usable else None
+        self._local = threading.local()
 
     @property
     def engine(self) -> str:
@@ -171,32 +173,46 @@ class LineMatcher:
     def spans(self, block: bytes) -> list[tuple[int, int, frozenset[int]]]:
         """(line start, line end, ids of the patterns that matched) for each matching line, in order."""
         if self._hyperscan is not None:
-            return self._spans_hyperscan(block)
+            found = self._spans_hyperscan(block)
+            if found is not None:
+                return found
+        return self._spans_re2(block)
+
+    def _spans_re2(self, block: bytes) -> list[tuple[int, int, frozenset[int]]]:
         found: list[tuple[int, int, frozenset[int]]] = []
         position, size = 0, len(block)
         while position < size:
             hit = self._combined.search(block, position)
             if hit is None:
                 break
-            start = block.rfind(b"\n", position, hit.start()) + 1 or position
-            start = max(start, position)
+            newline = block.rfind(b"\n", position, hit.start())
+            start = position if newline < 0 else newline + 1
             end = block.find(b"\n", hit.start())
             end = size if end < 0 else end + 1
             line = block[start:end]
             ids = frozenset(i for i, rx in enumerate(self._re2) if len(self._re2) == 1 or rx.search(line))
             found.append((start, end, ids))
-            position = end
+            position = end  # one report per line, however many matches it holds
         return found
 
-    def _spans_hyperscan(self, block: bytes) -> list[tuple[int, int, frozenset[int]]]:
-        ends: list[tuple[int, int]] = []
+    def _spans_hyperscan(self, block: bytes) -> list[tuple[int, int, frozenset[int]]] | None:
+        """Hyperscan reports every match end; past a bound per block (say `.`, an event per byte) the
+        block goes to RE2, which stops at the first match of each line."""
+        import hyperscan
 
-        def on_match(pattern_id: int, start: int, end: int, flags: int, context: object) -> None:
+        ends: list[tuple[int, int]] = []
+        # Real logs give at most a few events per line; one per 4 bytes means a degenerate pattern.
+        limit = max(_MIN_HYPERSCAN_EVENTS, len(block) // 4)
+
+        def on_match(pattern_id: int, start: int, end: int, flags: int, context: object) -> bool:
             ends.append((end, pattern_id))
+            return len(ends) > limit  # True stops the scan
 
         assert self._hyperscan is not None
-        database, scratch = self._hyperscan
-        database.scan(block, match_event_handler=on_match, scratch=scratch)
+        try:
+            self._hyperscan.scan(block, match_event_handler=on_match, scratch=self._scratch())
+        except hyperscan.ScanTerminated:
+            return None
         found: list[tuple[int, int, frozenset[int]]] = []
         size = len(block)
         ids: set[int] = set()
@@ -208,7 +224,7 @@ class LineMatcher:
                 continue
             if line_end >= 0:
                 found.append((line_start, line_end, frozenset(ids)))
-            line_start = block.rfind(b"\n", 0, last_byte) + 1
+            line_start = block.rfind(b"\n", max(line_end, 0), last_byte) + 1 or max(line_end, 0)
             newline = block.find(b"\n", last_byte)
             line_end = size if newline < 0 else newline + 1
             ids = {pattern_id}
@@ -216,10 +232,18 @@ class LineMatcher:
             found.append((line_start, line_end, frozenset(ids)))
         return found
 
-    def search_line(self, pattern_id: int, line: bytes) -> bool:
-        return self._re2[pattern_id].search(line) is not None
+    def _scratch(self) -> Any:
+        # Hyperscan scratch space is per thread: concurrent tool calls share this cached matcher.
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            import hyperscan
+
+            scratch = self._local.scratch = hyperscan.Scratch(self._hyperscan)
+        return scratch
 
 
+# Match events Hyperscan may report for a block (at least) before the block is handed to RE2.
+_MIN_HYPERSCAN_EVENTS = 10_000
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 
 
@@ -227,7 +251,7 @@ def _strip_names(pattern: str) -> str:
     return _NAMED_GROUP.sub("(", pattern)
 
 
-def _hyperscan_database(patterns: Sequence[str], case_sensitive: bool) -> tuple[Any, Any] | None:
+def _hyperscan_database(patterns: Sequence[str], case_sensitive: bool) -> Any:
     try:
         import hyperscan
     except ImportError:
@@ -239,7 +263,7 @@ def _hyperscan_database(patterns: Sequence[str], case_sensitive: bool) -> tuple[
                          elements=len(patterns), flags=[flags] * len(patterns))
     except hyperscan.error:
         return None  # a construct Hyperscan lacks: RE2 serves this pattern
-    return database, hyperscan.Scratch(database)
+    return database
 
 
 def compile_pattern(pattern: str, engine: str = "auto") -> LineMatcher:

@@ -165,3 +165,35 @@ def test_truncated_gzip_is_reported_and_other_files_still_searched(tmp_path: Pat
     assert status["rank0.log.gz"].startswith("unreadable: read failed")
     assert status["rank1.log"] == "scanned"
     assert any(m["file"] == "rank1.log" and m["line"] == 2 for m in data["matches"])
+
+
+def test_a_pattern_matching_every_byte_stays_linear(tmp_path: Path) -> None:
+    # '.' matches at every byte: Hyperscan would report ~6 million events; past its bound the block
+    # goes to RE2, which reports each line once. Same lines either way.
+    big = tmp_path / "big.log"
+    big.write_bytes((b"z" * 99 + b"\n") * 60_000)  # 6 MB, 6 million single-byte matches
+    matcher = compile_pattern(".")
+    stats = ScanStats()
+    found = list(scan_file(LogFile(big, "big.log", None), matcher, context=0, deadline=time.monotonic() + 60,
+                           stats=stats))
+    assert [m.number for m in found] == list(range(1, 60_001))
+
+
+def test_one_cached_matcher_serves_concurrent_scans(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "a.log"
+    path.write_bytes(b"".join(b"%d ok\n%d ERROR\n" % (i, i) for i in range(30_000)))
+    matcher = compile_pattern(r"\berror\b")
+    counts: list[int] = []
+
+    def scan() -> None:
+        counts.append(len(list(scan_file(LogFile(path, "a.log", None), matcher, context=0,
+                                         deadline=time.monotonic() + 60, stats=ScanStats()))))
+
+    threads = [threading.Thread(target=scan) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counts == [30_000] * 4
