@@ -52,6 +52,12 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
         flag = "--" + name.replace("_", "-")
         kind, is_list = _base_type(field.annotation)
         help_text = field.description or ""
+        if name == model.cli_positional:
+            # The inputs themselves, as a shell user types them: `gpu-triage grep-logs logs/rank*.log`.
+            parser.add_argument(name, nargs="*", default=None, metavar=name.upper(), help=help_text)
+            parser.add_argument(flag, dest=f"{name}_flag", type=_list_of(kind), default=None, metavar="A,B,...",
+                                help="The same, comma-separated.")
+            continue
         if kind is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(kind) is Literal:
@@ -62,6 +68,10 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
         else:
             parser.add_argument(flag, dest=name, type=kind if kind in (int, float) else str, default=None,
                                 help=help_text)
+    for option, (help_text, fixed, counted) in model.cli_shortcuts.items():
+        parser.add_argument(option, dest=f"shortcut_{option.strip('-')}", type=int, default=None, metavar="N",
+                            help=f"{help_text} (sets {', '.join(f'{k}={v}' for k, v in fixed.items())} and "
+                            f"{counted}=N)")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -83,9 +93,24 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
+    model = spec.input_model
+    arguments = {name: getattr(args, name) for name in model.model_fields if getattr(args, name, None) is not None}
+    if model.cli_positional:
+        merged = (getattr(args, model.cli_positional) or []) + (getattr(args, f"{model.cli_positional}_flag") or [])
+        arguments.pop(model.cli_positional, None)
+        if merged:
+            arguments[model.cli_positional] = merged
+    for option, (_, fixed, counted) in model.cli_shortcuts.items():
+        value = getattr(args, f"shortcut_{option.strip('-')}")
+        if value is not None:
+            arguments.update(fixed)
+            arguments[counted] = value
+    return arguments
+
+
 def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
-    arguments = {name: getattr(args, name) for name in spec.input_model.model_fields
-                 if getattr(args, name) is not None}
+    arguments = _arguments(spec, args)
     settings = settings_from_args(args)
     result = anyio.run(execute, spec, arguments, settings)
     sys.stdout.write(to_json(result) + "\n" if args.json else render_markdown(result, spec.title))

@@ -49,3 +49,19 @@ def test_console_scripts_are_installed_and_run() -> None:
     assert json.loads(done.stdout)["top_processes"] == []
     version = subprocess.run([bindir / "gpu-triage-mcp", "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == "gpu-triage-mcp 0.1.0"
+
+
+def test_log_commands_take_paths_as_arguments_and_head_tail_shortcuts(tmp_path: Path) -> None:
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.log").write_text("".join(f"step {i} ERROR e{i}x\n" for i in range(1, 6)))
+    env = base_env()
+    tail = run_cli(["grep-logs", "--json", "--root", str(tmp_path), "rank0.log", "rank1.log", "--tail", "1"], env)
+    head = run_cli(["grep-logs", "--json", "--root", str(tmp_path), "rank*.log", "--head", "1"], env)
+    assert tail.returncode == 0 and head.returncode == 0, tail.stderr + head.stderr
+    t, h = json.loads(tail.stdout), json.loads(head.stdout)
+    assert (t["mode"], [(m["rank"], m["line"], m["count"]) for m in t["matches"]]) == ("tail", [(0, 1, 5)])
+    assert (h["mode"], [(m["rank"], m["line"]) for m in h["matches"]]) == ("head", [(0, 1)])
+    both = run_cli(["diagnose-logs", "--json", "--root", str(tmp_path), "rank0.log", "--paths", "rank1.log"], env)
+    assert [f["file"] for f in json.loads(both.stdout)["files"]] == ["rank0.log", "rank1.log"]
+    missing = run_cli(["grep-logs", "--root", str(tmp_path)], env)
+    assert missing.returncode == 3 and "paths: Field required" in missing.stderr

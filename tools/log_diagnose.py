@@ -25,6 +25,7 @@ from tools._logfiles import (
     ScanStats,
     display_line,
     expand_inputs,
+    map_files,
     rank_of_line,
     scan_file,
 )
@@ -96,6 +97,8 @@ class DiagnoseLogsInput(InputModel):
     paths: list[str] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
                              description="Log files or globs inside the roots (per-rank logs, torchrun output, "
                              "dmesg/syslog excerpts, inference server logs); .gz read transparently.")
+
+    cli_positional = "paths"
 
 
 class Occurrence(BaseModel):
@@ -218,51 +221,65 @@ class _Group:
     last_by_rank: dict[int, _Hit] = field(default_factory=dict)
 
 
-def _scan(files: list[LogFile], deadline: float) -> tuple[dict[str, _Group], list[FileTotal], set[int]]:
+@dataclass
+class _FileHits:
+    """One file's classified lines, in order, and its totals (scanned on a worker thread)."""
+
+    hits: list[tuple[Rule, _Hit]]
+    total: FileTotal
+
+
+def _scan_one(file: LogFile, deadline: float) -> _FileHits:
     _, candidates = load_rules()
+    stats = ScanStats()
+    status = "scanned"
+    hits: list[tuple[Rule, _Hit]] = []
+    summary_rank: tuple[int, int] | None = None  # (line, rank) of torchrun's last "rank : N" line
+    try:
+        for match in scan_file(file, candidates, context=0, deadline=deadline, stats=stats):
+            classified = classify(match.text, match.patterns)
+            if classified is None:
+                continue
+            rule, facts = classified
+            if rule.context_only:
+                rank_fact = facts.get("rank")
+                summary_rank = (match.number, rank_fact) if isinstance(rank_fact, int) else None
+                continue
+            line_rank = rank_of_line(match.text)
+            if "rank" not in facts and summary_rank and match.number - summary_rank[0] <= 3:
+                facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
+            fact_rank = facts.pop("rank", None)
+            rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
+            hits.append((rule, _Hit(file, match.number, rank, match.text, facts)))
+    except TriageError as exc:
+        if "ran out of time" in exc.message:
+            raise
+        status = f"unreadable: {exc.message}"
+    if stats.binary:
+        status = "binary: skipped"
+    total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
+                      status=status)
+    return _FileHits(hits, total)
+
+
+def _scan(files: list[LogFile], deadline: float) -> tuple[dict[str, _Group], list[FileTotal], set[int]]:
+    """Group every file's hits by rule (and group_by facts), in file order, and note the ranks seen."""
     groups: dict[str, _Group] = {}
-    totals: list[FileTotal] = []
     seen_ranks: set[int] = {f.rank for f in files if f.rank is not None}
-    for file in files:
-        stats = ScanStats()
-        status, matched = "scanned", 0
-        summary_rank: tuple[int, int] | None = None  # (line, rank) of torchrun's last "rank : N" line
-        try:
-            for match in scan_file(file, candidates, context=0, deadline=deadline, stats=stats):
-                classified = classify(match.text, match.patterns)
-                if classified is None:
-                    continue
-                rule, facts = classified
-                if rule.context_only:
-                    rank_fact = facts.get("rank")
-                    summary_rank = (match.number, rank_fact) if isinstance(rank_fact, int) else None
-                    continue
-                matched += 1
-                line_rank = rank_of_line(match.text)
-                if "rank" not in facts and summary_rank and match.number - summary_rank[0] <= 3:
-                    facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
-                fact_rank = facts.pop("rank", None)
-                rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
-                if rank is not None:
-                    seen_ranks.add(rank)
-                hit = _Hit(file, match.number, rank, match.text, facts)
-                key = "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
-                group = groups.setdefault(key, _Group(rule))
-                group.hits += 1
-                group.first = group.first or hit
-                group.last = hit
-                if rank is not None:
-                    group.by_rank.setdefault(rank, hit)
-                    group.last_by_rank[rank] = hit
-        except TriageError as exc:
-            if "ran out of time" in exc.message:
-                raise
-            status = f"unreadable: {exc.message}"
-        if stats.binary:
-            status = "binary: skipped"
-        totals.append(FileTotal(file=file.name, rank=file.rank, matches=matched, lines=stats.lines,
-                                bytes=stats.bytes, status=status))
-    return groups, totals, seen_ranks
+    per_file = map_files(lambda f: _scan_one(f, deadline), files)
+    for file_hits in per_file:
+        for rule, hit in file_hits.hits:
+            if hit.rank is not None:
+                seen_ranks.add(hit.rank)
+            key = "|".join([rule.id, *(str(hit.facts.get(name)) for name in rule.group_by)])
+            group = groups.setdefault(key, _Group(rule))
+            group.hits += 1
+            group.first = group.first or hit
+            group.last = hit
+            if hit.rank is not None:
+                group.by_rank.setdefault(hit.rank, hit)
+                group.last_by_rank[hit.rank] = hit
+    return groups, [f.total for f in per_file], seen_ranks
 
 
 # ---------------------------------------------------------------- reasoning

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -59,6 +59,12 @@ class InputModel(BaseModel):
     """Base of every tool's input: unknown arguments are an error, not silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # How the CLI spells this input (the MCP schema ignores both): the field given as positional
+    # arguments, and options that set several fields at once: option -> (help, fixed values, the field
+    # that takes the option's number).
+    cli_positional: ClassVar[str | None] = None
+    cli_shortcuts: ClassVar[dict[str, tuple[str, dict[str, Any], str]]] = {}
 
 
 class Finding(BaseModel):
