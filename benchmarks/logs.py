@@ -6,7 +6,7 @@ process (as a user would run it), `--runs` times; medians and ratios are printed
 wait4() of that process. The page cache is warmed first so both sides read from memory.
 
 Usage: .venv/bin/python benchmarks/logs.py [--gib 1.0] [--ranks 8] [--runs 3]
-(ripgrep: `pip install --only-binary=:all: ripgrep`, or Debian's `ripgrep`.)
+(ripgrep: `pip install -e ".[bench]"`, or Debian's `ripgrep`.)
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     rg = shutil.which("rg") or str(Path(sys.executable).parent / "rg")
     if not Path(rg).exists():
-        sys.exit("ripgrep not found: pip install --only-binary=:all: ripgrep")
+        sys.exit('ripgrep not found: pip install -e ".[bench]"')
     triage = [sys.executable, "-m", "mcp_server.cli"]
     pattern = log_presets()["errors"].pattern
     with tempfile.TemporaryDirectory(dir=REPO / ".cache" if (REPO / ".cache").is_dir() else None) as tmp:
