@@ -54,9 +54,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
         help_text = field.description or ""
         if name == model.cli_positional:
             # The inputs themselves, as a shell user types them: `gpu-triage grep-logs logs/rank*.log`.
-            parser.add_argument(name, nargs="*", default=None, metavar=name.upper(), help=help_text)
-            parser.add_argument(flag, dest=f"{name}_flag", type=_list_of(kind), default=None, metavar="A,B,...",
-                                help="The same, comma-separated.")
+            parser.add_argument(name, nargs="*" if is_list else "?", default=None, metavar=name.upper(),
+                                help=help_text)
+            parser.add_argument(flag, dest=f"{name}_flag", type=_list_of(kind) if is_list else str, default=None,
+                                metavar="A,B,..." if is_list else name.upper(),
+                                help="The same" + (", comma-separated." if is_list else "."))
             continue
         if kind is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
@@ -97,10 +99,15 @@ def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
     model = spec.input_model
     arguments = {name: getattr(args, name) for name in model.model_fields if getattr(args, name, None) is not None}
     if model.cli_positional:
-        merged = (getattr(args, model.cli_positional) or []) + (getattr(args, f"{model.cli_positional}_flag") or [])
+        positional = getattr(args, model.cli_positional)
+        flagged = getattr(args, f"{model.cli_positional}_flag")
         arguments.pop(model.cli_positional, None)
-        if merged:
-            arguments[model.cli_positional] = merged
+        if isinstance(positional, list) or isinstance(flagged, list):
+            merged = (positional or []) + (flagged or [])
+            if merged:
+                arguments[model.cli_positional] = merged
+        elif positional is not None or flagged is not None:
+            arguments[model.cli_positional] = positional if positional is not None else flagged
     for option, (_, fixed, counted) in model.cli_shortcuts.items():
         value = getattr(args, f"shortcut_{option.strip('-')}")
         if value is not None:

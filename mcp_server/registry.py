@@ -59,6 +59,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              "nvidia-smi query (allow-listed)"),
     ToolSpec("grep_logs", "tools.log_grep", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
     ToolSpec("diagnose_logs", "tools.log_diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
+    ToolSpec("summarize_trace", "tools.trace_summary", "SummarizeTraceInput", "SummarizeTraceResult",
+             "Profiler trace summary"),
 )
 
 

@@ -3,7 +3,7 @@
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
-__all__ = ["diagnose_logs", "grep_logs", "health_check", "nvidia_smi_query"]
+__all__ = ["diagnose_logs", "grep_logs", "health_check", "nvidia_smi_query", "summarize_trace"]
 
 
 def __getattr__(name: str) -> object:
@@ -24,4 +24,8 @@ def __getattr__(name: str) -> object:
         from tools.log_grep import grep_logs
 
         return grep_logs
+    if name == "summarize_trace":
+        from tools.trace_summary import summarize_trace
+
+        return summarize_trace
     raise AttributeError(name)

@@ -60,3 +60,11 @@ LOG_MAX_MATCHES: Final = 1000
 # Distinct folded lines kept while scanning, as a multiple of the matches asked for (memory bound).
 LOG_GROUPS_FACTOR: Final = 4
 LOG_SNIFF_BYTES: Final = 8192
+
+# Profiler traces (summarize_trace).
+TRACE_MAX_FILES: Final = 4096
+TRACE_READ_CHARS: Final = 4 * 1024 * 1024
+# A metadata value (anything but traceEvents) larger than this is refused rather than held.
+TRACE_MAX_METADATA_CHARS: Final = 64 * 1024 * 1024
+TRACE_TOP_KERNELS: Final = 10
+TRACE_MAX_RANK_ROWS: Final = 16

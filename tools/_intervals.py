@@ -1,0 +1,68 @@
+"""Arithmetic on sets of time intervals [start, end): union, total length, intersection, difference.
+
+Every busy/idle figure of the trace summary is computed on merged intervals, so overlapping kernels on
+several streams are never counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["Intervals", "clip", "intersect", "merge", "subtract", "total"]
+
+Intervals = list[tuple[float, float]]
+
+
+def merge(intervals: Iterable[tuple[float, float]]) -> Intervals:
+    """Sorted, non-overlapping union of the intervals (empty ones dropped)."""
+    merged: Intervals = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def total(merged: Intervals) -> float:
+    return sum(end - start for start, end in merged)
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Intersection of two merged interval lists (two-pointer walk)."""
+    out: Intervals = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        start = max(a[i][0], b[j][0])
+        end = min(a[i][1], b[j][1])
+        if end > start:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """The parts of merged `a` not covered by merged `b`."""
+    out: Intervals = []
+    j = 0
+    for start, end in a:
+        cursor = start
+        while j < len(b) and b[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cursor:
+                out.append((cursor, b[k][0]))
+            cursor = max(cursor, b[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def clip(merged: Intervals, start: float, end: float) -> Intervals:
+    return intersect(merged, [(start, end)]) if end > start else []

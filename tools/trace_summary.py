@@ -1,0 +1,561 @@
+"""summarize_trace: where the step time goes and why the GPU is idle, from PyTorch profiler traces.
+
+Reads a Kineto Chrome trace (.json / .json.gz, object or bare-array form, 2021 to current category
+spellings) or a folder of per-rank traces, streamed (tools/_traces.py). Per rank it reports step time,
+GPU busy as the union of GPU intervals, compute / communication / memory time, exposed communication,
+and HTA's temporal breakdown (idle / compute / non-compute) computed HTA's way on HTA's window (all
+ProfilerSteps but the last, GPU work matched to CPU launches by correlation), so the two compare number
+for number. Then it attributes the GPU-idle time of the analysed steps to causes: data loading (idle
+while DataLoader.__next__ runs), implicit sync (idle while a synchronising runtime call waits, with the
+Python op that made it), launch-bound (short kernels with small gaps), other host work; plus exposed
+communication and, across ranks, the straggler. SOP: gpu_utilization_low, straggler.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, Field
+
+from tools._intervals import Intervals, clip, intersect, merge, subtract, total
+from tools._logfiles import rank_of_path
+from tools._traces import TraceHeader, read_trace
+from tools.context import ToolContext
+from tools.errors import BadInput, LimitExceeded
+from tools.limits import TRACE_MAX_FILES, TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
+from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+
+__all__ = ["SummarizeTraceInput", "SummarizeTraceResult", "summarize_trace"]
+
+CauseKind = Literal["data_loading", "launch_bound", "implicit_sync", "exposed_comm", "straggler", "host_other"]
+
+# HTA's kernel classes (hta/utils/utils.py get_kernel_type), reproduced from its description for the
+# number-for-number comparison: communication by name prefix, memory by name, compute by exclusion.
+_HTA_COMM = re.compile(r"^(?:nccl|hip|hccl)|ncclKernel")
+_HTA_MEMORY = re.compile(r"^(?:hip)?(?:Memcpy|Memset)|^dma", re.IGNORECASE)
+_HTA_NOT_COMPUTE = re.compile(r"nccl|Memcpy|Memset|^dma|Sync$|Stream Wait Event|^cuda\w*LaunchKernel|^hip|mtia",
+                              re.IGNORECASE)
+# Our own notion of communication goes further than a name prefix: RCCL/HCCL, NVSHMEM and expert-parallel
+# all-to-all kernels, and any kernel carrying NCCL's collective metadata.
+_COMM_NAME = re.compile(r"nccl|rccl|hccl|nvshmem|all_?to_?all|allreduce|all_reduce|allgather|all_gather|"
+                        r"reduce_?scatter|deep_?ep|dispatch_kernel|combine_kernel", re.IGNORECASE)
+_SYNC_CALLS = re.compile(r"^(?:cuda|hip)(?:StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|Memcpy2D|"
+                         r"MemcpyDtoH|MemcpyFromSymbol)$")
+_SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
+                       "aten::cpu", "aten::equal", "aten::allclose", "aten::unique", "aten::masked_select",
+                       "aten::tolist", "aten::to", "aten::copy_", "aten::_to_copy"})
+_LAUNCH = re.compile(r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|hipModuleLaunch")
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
+_KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+SHORT_KERNEL_US = 10.0
+SMALL_GAP_US = 30.0  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
+
+_FIX = {
+    "data_loading": "More DataLoader workers (num_workers), pin_memory=True, prefetch_factor, faster storage or "
+                    "pre-decoded data.",
+    "launch_bound": "Fewer, larger kernels: torch.compile / fusion, CUDA graphs, a larger batch.",
+    "implicit_sync": "Remove the host sync from the step: no .item()/.cpu()/printing of GPU values per step; "
+                     "accumulate on the GPU and read every N steps.",
+    "exposed_comm": "Overlap communication with compute (DDP bucket_cap_mb, FSDP prefetch), fewer/larger "
+                    "collectives, check the interconnect (NCCL_DEBUG=INFO, nccl-tests).",
+    "straggler": "Look at that rank's GPU (clocks, temperature, power cap, PCIe/NVLink) and its data loading; "
+                 "run find_stragglers / health_check on its node.",
+    "host_other": "Profile the CPU side of the step (py-spy record, or with_stack=True) to see what Python "
+                  "does while the GPU waits.",
+}
+
+
+class SummarizeTraceInput(InputModel):
+    path: str = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz) or a folder of per-rank "
+                      "traces, inside the roots.")
+    include_last_step: bool = Field(default=False, description="Analyse the last ProfilerStep too (HTA leaves it "
+                                    "out by default, since it is often cut short).")
+
+    cli_positional = "path"
+
+
+class RankSummary(BaseModel):
+    rank: int
+    file: str
+    steps: int = Field(description="ProfilerSteps analysed.")
+    step_time_ms: float | None = Field(description="Median step time of the analysed steps.")
+    window: str = Field(description="What the figures cover.")
+    gpu_busy_pct: float | None
+    idle_pct: float | None = Field(description="HTA temporal breakdown: % of the GPU-active span in HTA's window.")
+    compute_pct: float | None
+    non_compute_pct: float | None
+    comm_pct: float | None = Field(description="% of step time with a communication kernel running.")
+    exposed_comm_pct: float | None = Field(description="% of step time with communication but no compute.")
+    comm_overlap_pct: float | None = Field(description="% of communication time overlapped by compute.")
+    data_wait_pct: float | None = Field(description="% of step time the GPU idles while the DataLoader runs.")
+    gpu_events: int
+    events: int
+
+
+class Cause(BaseModel):
+    kind: CauseKind
+    share_pct: float = Field(description="Share of step time.")
+    evidence: str
+    fix: str
+    rank: int | None = Field(default=None, description="The rank it concerns (the worst one), when several.")
+
+
+class KernelStat(BaseModel):
+    name: str
+    kind: str
+    count: int
+    total_ms: float
+    mean_us: float
+    share_pct: float
+
+
+class SummarizeTraceResult(ToolResult):
+    ranks: list[RankSummary]
+    causes: list[Cause]
+    top_kernels: list[KernelStat]
+    kernel_histogram: dict[str, int] = Field(description="Kernel count by duration: <10us, 10-100us, 100us-1ms, >=1ms.")
+    notes: list[str]
+
+    narrow_hint = "pass one rank's file instead of the folder"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Causes of GPU idle and slow steps (share of step time)", ["cause", "share %", "rank", "evidence",
+                                                                              "fix"],
+                  [[c.kind, f"{c.share_pct:.1f}", "-" if c.rank is None else str(c.rank), c.evidence, c.fix]
+                   for c in self.causes], "causes"),
+            Table("Per rank", ["rank", "steps", "step ms", "busy %", "idle %", "compute %", "non-compute %", "comm %",
+                               "exposed comm %", "data wait %", "window"],
+                  [[str(r.rank), str(r.steps), _f(r.step_time_ms), _f(r.gpu_busy_pct), _f(r.idle_pct),
+                    _f(r.compute_pct), _f(r.non_compute_pct), _f(r.comm_pct), _f(r.exposed_comm_pct),
+                    _f(r.data_wait_pct), r.window] for r in self.ranks], "ranks"),
+            Table("Top kernels", ["kernel", "kind", "count", "total ms", "mean us", "share %"],
+                  [[k.name, k.kind, str(k.count), f"{k.total_ms:.2f}", f"{k.mean_us:.1f}", f"{k.share_pct:.1f}"]
+                   for k in self.top_kernels], "top_kernels"),
+        ]
+
+
+def _f(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+# ---------------------------------------------------------------- collection (one pass per file)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass
+class _Collected:
+    gpu: list[tuple[float, float, str, bool, Any]] = field(default_factory=list)  # ts, end, hta kind, comm, corr
+    runtime_ts: dict[Any, float] = field(default_factory=dict)
+    steps: list[tuple[float, float]] = field(default_factory=list)
+    dataloader: list[tuple[float, float]] = field(default_factory=list)
+    syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
+    sync_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
+    launch_durations: list[float] = field(default_factory=list)
+    kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
+    kernel_durations: Counter[str] = field(default_factory=Counter)
+    cpu_span: list[float] = field(default_factory=lambda: [float("inf"), float("-inf")])
+    events: int = 0
+    float_ts: bool = False  # ns-resolution (float) timestamps: HTA rounds them to whole microseconds
+
+
+def _hta_kind(name: str) -> str:
+    if _HTA_COMM.search(name):
+        return "comm"
+    if _HTA_MEMORY.search(name):
+        return "memory"
+    if not _HTA_NOT_COMPUTE.search(name):
+        return "compute"
+    return "other"
+
+
+def _bucket(duration: float) -> str:
+    return "<10us" if duration < 10 else "10-100us" if duration < 100 else "100us-1ms" if duration < 1000 else ">=1ms"
+
+
+def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, TraceHeader]:
+    data = _Collected()
+    header = TraceHeader()
+    for event in read_trace(path, display, deadline, header):
+        if event.get("ph") != "X":
+            continue
+        raw_ts = event.get("ts")
+        ts = _number(raw_ts)
+        dur = _number(event.get("dur"))
+        if isinstance(raw_ts, float):
+            data.float_ts = True
+        cat = event.get("cat")
+        if ts is None or dur is None or not isinstance(cat, str) or cat == "Trace":
+            continue
+        data.events += 1
+        name = event.get("name")
+        name = name if isinstance(name, str) else ""
+        args = event.get("args")
+        args = args if isinstance(args, dict) else {}
+        end = ts + dur
+        stream = _number(args.get("stream"))
+        category = cat.lower()
+        # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
+        # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
+        if stream is not None and stream != -1 and category != "gpu_user_annotation":
+            kind = _hta_kind(name)
+            comm = kind == "comm" or bool(_COMM_NAME.search(name)) or "Collective name" in args
+            data.gpu.append((ts, end, kind, comm, args.get("correlation")))
+            if category in _KERNEL_CATS:
+                stat = data.kernels.get(name)
+                if stat is None:
+                    data.kernels[name] = [1, dur, "comm" if comm else kind]
+                else:
+                    stat[0] += 1
+                    stat[1] += dur
+                data.kernel_durations[_bucket(dur)] += 1
+            continue
+        if category == "python_function":
+            continue
+        data.cpu_span[0] = min(data.cpu_span[0], ts)
+        data.cpu_span[1] = max(data.cpu_span[1], end)
+        if category in _RUNTIME_CATS:
+            correlation = args.get("correlation")
+            if correlation is not None:
+                data.runtime_ts[correlation] = ts
+            if _SYNC_CALLS.match(name):
+                data.syncs.append((ts, end, event.get("tid"), name))
+            elif _LAUNCH.search(name):
+                data.launch_durations.append(dur)
+        elif name.startswith("ProfilerStep#"):
+            data.steps.append((ts, end))
+        elif "DataLoader" in name and "__next__" in name:
+            data.dataloader.append((ts, end))
+        elif name in _SYNC_OPS:
+            data.sync_ops.append((ts, end, event.get("tid"), name))
+    return data, header
+
+
+# ---------------------------------------------------------------- analysis of one rank
+
+
+@dataclass
+class _RankResult:
+    summary: RankSummary
+    causes: list[Cause]
+    kernels: dict[str, list[Any]]
+    histogram: Counter[str]
+    notes: list[str]
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return round(100.0 * part / whole, 2) if whole > 0 else None
+
+
+def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
+    """HTA's get_temporal_breakdown: GPU events launched before the last step, span of their activity."""
+    if len(steps) >= 2:
+        cut = steps[-1][0]
+        kept = [(s, e, k) for s, e, k, _, c in data.gpu if c is not None and data.runtime_ts.get(c, cut) < cut]
+    else:
+        kept = [(s, e, k) for s, e, k, _, _ in data.gpu]
+    if data.float_ts:
+        # HTA loads float timestamps by rounding the start up and the end down to whole microseconds.
+        kept = [(math.ceil(s), math.floor(e), k) for s, e, k in kept]
+    merged = merge((s, e) for s, e, _ in kept)
+    if not merged:
+        return None, None, None
+    span = merged[-1][1] - merged[0][0]
+    idle = span - total(merged)
+    compute = total(merge((s, e) for s, e, k in kept if k == "compute"))
+    return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
+
+
+def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _RankResult:
+    notes: list[str] = []
+    steps = sorted(data.steps)
+    analysed = steps if include_last or len(steps) < 2 else steps[:-1]
+    gpu_all = merge((s, e) for s, e, *_ in data.gpu)
+    if analysed:
+        start, end = analysed[0][0], analysed[-1][1]
+        window = f"ProfilerSteps {len(analysed)} of {len(steps)}" + ("" if include_last or len(steps) < 2
+                                                                      else " (last left out, as HTA)")
+        step_ms: float | None = statistics.median(e - s for s, e in analysed) / 1000.0
+    elif gpu_all:
+        start, end = gpu_all[0][0], gpu_all[-1][1]
+        window = "first to last GPU activity (no ProfilerStep)"
+        notes.append(f"rank {rank}: no ProfilerStep annotation; the first-to-last GPU activity window is analysed.")
+        step_ms = None
+    else:
+        start, end = data.cpu_span
+        window = "first to last CPU event (no ProfilerStep, no GPU)"
+        step_ms = None
+    length = max(end - start, 0.0)
+    step_window = [(start, end)] if length > 0 else []
+    dataloader = merge(data.dataloader)
+    causes: list[Cause] = []
+    if not data.gpu:
+        notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time.")
+        data_ms = total(intersect(step_window, dataloader))
+        summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
+                              gpu_busy_pct=None, idle_pct=None, compute_pct=None, non_compute_pct=None,
+                              comm_pct=None, exposed_comm_pct=None, comm_overlap_pct=None,
+                              data_wait_pct=_pct(data_ms, length), gpu_events=0, events=data.events)
+        if data_ms > 0:
+            causes.append(Cause(kind="data_loading", share_pct=_pct(data_ms, length) or 0.0,
+                                evidence=f"DataLoader.__next__ takes {data_ms / 1000:.1f} ms of {length / 1000:.1f} "
+                                "ms of CPU step time", fix=_FIX["data_loading"]))
+        return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes)
+
+    busy = clip(gpu_all, start, end)
+    compute = clip(merge((s, e) for s, e, k, comm, _ in data.gpu if k == "compute" and not comm), start, end)
+    comm = clip(merge((s, e) for s, e, _, is_comm, _ in data.gpu if is_comm), start, end)
+    exposed = total(subtract(comm, compute))
+    idle = subtract(step_window, busy)
+
+    # Attribute idle time: data loading first, then host syncs, then launch gaps, the rest to other host work.
+    data_wait = intersect(idle, dataloader)
+    rest = subtract(idle, data_wait)
+    sync_spans = merge((s, e) for s, e, *_ in data.syncs)
+    sync_wait = intersect(rest, sync_spans)
+    rest = subtract(rest, sync_wait)
+    small_gaps = [(s, e) for s, e in rest if e - s < SMALL_GAP_US]
+    other = total(rest) - total(small_gaps)
+    hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
+
+    def share(value: float) -> float:
+        return _pct(value, length) or 0.0
+
+    if total(data_wait) > 0:
+        loads = sum(1 for s, e in dataloader if e > start and s < end)
+        causes.append(Cause(kind="data_loading", share_pct=share(total(data_wait)),
+                            evidence=f"GPU idle {total(data_wait) / 1000:.1f} ms while DataLoader.__next__ ran "
+                            f"({loads} call(s) in the window)", fix=_FIX["data_loading"]))
+    if total(sync_wait) > 0:
+        ops = _sync_ops(data, sync_wait)
+        calls = Counter(name for s, e, _, name in data.syncs if any(a < e and s < b for a, b in sync_wait))
+        causes.append(Cause(kind="implicit_sync", share_pct=share(total(sync_wait)),
+                            evidence=f"GPU idle {total(sync_wait) / 1000:.1f} ms during "
+                            + ", ".join(f"{n} x{c}" for n, c in calls.most_common(3))
+                            + (f"; called from {', '.join(f'{n} x{c}' for n, c in ops.most_common(3))}" if ops else ""),
+                            fix=_FIX["implicit_sync"]))
+    kernel_count = sum(v[0] for v in data.kernels.values())
+    short = data.kernel_durations.get("<10us", 0)
+    if kernel_count and short / kernel_count >= 0.5 and total(small_gaps) > 0:
+        launch = statistics.median(data.launch_durations) if data.launch_durations else None
+        causes.append(Cause(kind="launch_bound", share_pct=share(total(small_gaps)),
+                            evidence=f"{short} of {kernel_count} kernels shorter than {SHORT_KERNEL_US:g} us; "
+                            f"{len(small_gaps)} gaps under {SMALL_GAP_US:g} us"
+                            + (f"; median launch call {launch:.1f} us" if launch is not None else ""),
+                            fix=_FIX["launch_bound"]))
+        small_total = total(small_gaps)
+    else:
+        small_total = 0.0
+        other += total(small_gaps)
+    if exposed > 0:
+        overlap = _pct(total(comm) - exposed, total(comm))
+        causes.append(Cause(kind="exposed_comm", share_pct=share(exposed),
+                            evidence=f"{exposed / 1000:.1f} ms of communication with no compute beside it "
+                            f"({overlap:.0f}% of {total(comm) / 1000:.1f} ms overlapped)", fix=_FIX["exposed_comm"]))
+    if other > 0:
+        causes.append(Cause(kind="host_other", share_pct=share(other),
+                            evidence=f"GPU idle {other / 1000:.1f} ms with no DataLoader or sync call running "
+                            "(Python/CPU work between launches)", fix=_FIX["host_other"]))
+    del small_total
+    summary = RankSummary(
+        rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
+        gpu_busy_pct=_pct(total(busy), length), idle_pct=hta_idle, compute_pct=hta_compute,
+        non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), exposed_comm_pct=_pct(exposed, length),
+        comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
+        gpu_events=len(data.gpu), events=data.events,
+    )
+    return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes)
+
+
+def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
+    """The Python-level ops (aten::item, .cpu(), ...) that issued the sync calls overlapping `waits`."""
+    found: Counter[str] = Counter()
+    ops_by_tid: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
+    for s, e, tid, name in data.sync_ops:
+        ops_by_tid[tid].append((s, e, name))
+    for s, e, tid, _ in data.syncs:
+        if not any(a < e and s < b for a, b in waits):
+            continue
+        # The innermost (shortest) op around the call names what caused it best.
+        around = [(oe - os_, name) for os_, oe, name in ops_by_tid.get(tid, []) if os_ <= s and e <= oe]
+        if around:
+            found[min(around)[1]] += 1
+    return found
+
+
+# ---------------------------------------------------------------- files, ranks, the tool
+
+
+def _trace_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.is_file() and (p.name.endswith((".json", ".json.gz", ".gz"))))
+    if not files:
+        raise BadInput(f"no .json or .json.gz trace in {path.name}.", "Pass a trace file or a folder of them.")
+    if len(files) > TRACE_MAX_FILES:
+        raise LimitExceeded(f"{len(files)} traces in the folder; the limit is {TRACE_MAX_FILES}.",
+                            "Pass a folder with fewer ranks.")
+    return files
+
+
+def _rank_of(header: TraceHeader, display: str, position: int) -> int:
+    info = header.metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return int(info["rank"])
+    from_name = rank_of_path(display)
+    return position if from_name is None else from_name
+
+
+def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float) -> list[_RankResult]:
+    results = []
+    for position, path in enumerate(files):
+        display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
+        data, header = _collect(path, display, deadline)
+        results.append(_analyse(_rank_of(header, display, position), display, data, include_last))
+    return results
+
+
+def _straggler(ranks: list[RankSummary]) -> Cause | None:
+    """Across ranks, the one that waits least in collectives is the one the others wait for."""
+    comm = {r.rank: r.comm_pct for r in ranks if r.comm_pct is not None}
+    if len(comm) < 2:
+        return None
+    least = min(comm, key=lambda k: comm[k])
+    others = statistics.median(v for k, v in comm.items() if k != least)
+    if others <= 0 or comm[least] > 0.7 * others:
+        return None
+    return Cause(kind="straggler", share_pct=round(others - comm[least], 2), rank=least,
+                 evidence=f"rank {least} spends {comm[least]:.1f}% of step time in collectives, the others "
+                 f"{others:.1f}% (median): they wait for rank {least}", fix=_FIX["straggler"])
+
+
+def _short_name(name: str) -> str:
+    name = re.sub(r"^void ", "", name)
+    return name if len(name) <= 80 else name[:79] + "…"
+
+
+async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> SummarizeTraceResult:
+    """Summarise PyTorch profiler traces (one file, or a folder of per-rank traces; .json or .json.gz) without
+    loading them whole: per rank the step time, GPU busy (union of kernels), HTA's idle/compute/non-compute
+    split on HTA's window, communication and exposed communication, data-loading wait; then the causes of
+    GPU idle with their share of step time and evidence (data loading, implicit sync with the op that
+    caused it, launch-bound, exposed communication, straggler rank, other host work), top kernels and a
+    kernel-size histogram. Never cat a trace: use this.
+    """
+    path = ctx.path(params.path)
+    files = _trace_files(path)
+    deadline = time.monotonic() + ctx.remaining_s()
+    results = await anyio.to_thread.run_sync(_summarise, files, ctx.roots, params.include_last_step, deadline,
+                                             abandon_on_cancel=True)
+    ranks = sorted((r.summary for r in results), key=lambda s: s.rank)
+    causes = _merge_causes(results)
+    straggler = _straggler(ranks)
+    if straggler:
+        causes.append(straggler)
+    causes.sort(key=lambda c: c.share_pct, reverse=True)
+    kernels, histogram = _kernel_stats(results)
+    notes = [n for r in results for n in r.notes][:10]
+    return SummarizeTraceResult(
+        severity=Severity.warn if causes and causes[0].share_pct >= 10 else Severity.ok,
+        conclusion=_conclude(ranks, causes),
+        next_steps=_next_steps(causes),
+        ranks=_bounded_ranks(ranks),
+        causes=causes,
+        top_kernels=kernels,
+        kernel_histogram=histogram,
+        notes=notes,
+    )
+
+
+def _merge_causes(results: list[_RankResult]) -> list[Cause]:
+    """One row per cause kind: the mean share across ranks, naming the rank where it is largest."""
+    by_kind: dict[str, list[tuple[Cause, int]]] = defaultdict(list)
+    for result in results:
+        for cause in result.causes:
+            by_kind[cause.kind].append((cause, result.summary.rank))
+    merged = []
+    for kind, items in by_kind.items():
+        worst, rank = max(items, key=lambda item: item[0].share_pct)
+        mean = sum(c.share_pct for c, _ in items) / len(results)
+        merged.append(Cause(kind=worst.kind, share_pct=round(mean, 2), evidence=worst.evidence, fix=worst.fix,
+                            rank=rank if len(results) > 1 else None))
+        del kind
+    return merged
+
+
+def _kernel_stats(results: list[_RankResult]) -> tuple[list[KernelStat], dict[str, int]]:
+    combined: dict[str, list[Any]] = {}
+    histogram: Counter[str] = Counter()
+    for result in results:
+        histogram.update(result.histogram)
+        for name, (count, dur, kind) in result.kernels.items():
+            stat = combined.setdefault(name, [0, 0.0, kind])
+            stat[0] += count
+            stat[1] += dur
+    grand = sum(v[1] for v in combined.values()) or 1.0
+    top = sorted(combined.items(), key=lambda item: item[1][1], reverse=True)[:TRACE_TOP_KERNELS]
+    stats = [KernelStat(name=_short_name(name), kind=kind, count=count, total_ms=round(dur / 1000, 3),
+                        mean_us=round(dur / count, 2), share_pct=round(100 * dur / grand, 2))
+             for name, (count, dur, kind) in top]
+    order = ["<10us", "10-100us", "100us-1ms", ">=1ms"]
+    return stats, {bucket: histogram.get(bucket, 0) for bucket in order}
+
+
+def _bounded_ranks(ranks: list[RankSummary]) -> list[RankSummary]:
+    """All ranks up to a bound; beyond it the slowest, the fastest and the ones that stand out."""
+    if len(ranks) <= TRACE_MAX_RANK_ROWS:
+        return ranks
+    timed = [r for r in ranks if r.step_time_ms is not None]
+    by_time = sorted(timed, key=lambda r: r.step_time_ms or 0.0)
+    by_comm = sorted((r for r in ranks if r.comm_pct is not None), key=lambda r: r.comm_pct or 0.0)
+    picked: dict[int, RankSummary] = {}
+    for group in (by_time[-4:], by_time[:2], by_comm[:4], by_comm[-2:]):
+        for r in group:
+            picked[r.rank] = r
+    return sorted(picked.values(), key=lambda r: r.rank)[:TRACE_MAX_RANK_ROWS]
+
+
+def _conclude(ranks: list[RankSummary], causes: list[Cause]) -> list[str]:
+    times = [r.step_time_ms for r in ranks if r.step_time_ms is not None]
+    busy = [r.gpu_busy_pct for r in ranks if r.gpu_busy_pct is not None]
+    first = f"{len(ranks)} rank(s)" + (f", median step {statistics.median(times):.1f} ms" if times else "") + (
+        f", GPU busy {statistics.median(busy):.0f}% of it" if busy else ", no GPU events") + "."
+    if not causes:
+        return [first, "No idle cause stands out."]
+    lead = causes[0]
+    where = "" if lead.rank is None else f" (worst on rank {lead.rank})"
+    return [first, f"Main cause: {lead.kind} at {lead.share_pct:.1f}% of step time{where}: {lead.evidence}.",
+            f"Fix: {lead.fix}"]
+
+
+_BRANCH = {"straggler": "straggler", "exposed_comm": "nccl_hang_or_slow"}
+
+
+def _next_steps(causes: list[Cause]) -> list[NextStep]:
+    if not causes:
+        return [NextStep(branch="gpu_utilization_low", action="Sample utilisation with nvidia_smi_query count=20",
+                         why="A busy GPU in the trace points at the model itself (kernel efficiency, batch size).")]
+    lead = causes[0]
+    return [NextStep(branch=_BRANCH.get(lead.kind, "gpu_utilization_low"),
+                     action=f"Fix {lead.kind} ({lead.fix.split(':')[0].split(',')[0]}), then profile again and compare",
+                     why="The trace shows it is the largest share of step time.")]
