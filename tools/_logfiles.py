@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -315,7 +316,7 @@ def _blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:
             if block and not block.endswith(b"\n"):
                 # Finish the line the block cut; a line longer than a block is matched in pieces.
                 block += stream.readline(LOG_CHUNK_BYTES)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
         if not block:
             return
@@ -350,7 +351,7 @@ def scan_file(
     with stream:
         try:
             head = stream.read(LOG_SNIFF_BYTES)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise UnreadableInput(f"cannot read {file.name}: {exc}.") from exc
         if b"\x00" in head:
             stats.binary = True

@@ -15,6 +15,7 @@ import io
 import json
 import re
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,7 @@ class _Buffer:
             raise LimitExceeded("the trace read ran out of time.", "Pass a smaller trace or raise --timeout.")
         try:
             chunk = self.stream.read(max(minimum, TRACE_READ_CHARS))
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise UnreadableInput(f"{self.name}: read failed ({exc}).", "Is the .gz complete?") from exc
         if not chunk:
             self.eof = True

@@ -17,7 +17,7 @@ from tests.helpers import DATA, H200, REPO, RTX2080S, base_env, pid_alive, stdio
 
 pytestmark = pytest.mark.anyio
 
-TOOL_NAMES = {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs"}
+TOOL_NAMES = {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs", "summarize_trace"}
 
 
 async def test_tools_list_has_schemas_and_read_only_annotations() -> None:
@@ -250,3 +250,15 @@ async def test_log_tools_over_stdio(tmp_path: Path) -> None:
     timeout = next(f for f in diag.structured_content["findings"] if f["rule"] == "gloo_timeout")
     assert timeout["facts"]["silent_ranks"] == [3] and timeout["ranks"] == [0, 1, 2]
     assert bad.is_error and "invalid regex" in bad.content[0].text
+
+
+async def test_summarize_trace_over_stdio_within_budget() -> None:
+    shared = REPO.parent / "shared" / "data" / "traces"
+    async with stdio_client(base_env(), "--root", str(shared)) as client:
+        result = await client.call_tool("summarize_trace", {"path": "kineto/resnet50_num_workers_0"})
+        outside = await client.call_tool("summarize_trace", {"path": "/etc"})
+    assert result.is_error is False
+    assert len(result.content[0].text.encode()) <= 8192
+    assert result.structured_content["causes"][0]["kind"] == "data_loading"
+    assert result.structured_content["ranks"][0]["idle_pct"] == 39.43
+    assert outside.is_error and "outside the allowed roots" in outside.content[0].text

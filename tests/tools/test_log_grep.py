@@ -197,3 +197,10 @@ def test_one_cached_matcher_serves_concurrent_scans(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert counts == [30_000] * 4
+
+
+def test_corrupt_gzip_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log.gz").write_bytes(b"\x1f\x8b\x08\x00garbage-not-gzip" * 10)
+    code, data, err = _grep(tmp_path, "rank0.log.gz")
+    assert code == 0, err
+    assert data["files"][0]["status"].startswith("unreadable: ")

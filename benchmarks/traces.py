@@ -1,0 +1,458 @@
+"""summarize-trace against Holistic Trace Analysis (HTA) on a generated ~1 GB single-rank trace, in one run.
+
+Targets: `gpu-triage summarize-trace` at least 5x faster than HTA's temporal breakdown, peak RSS <= 0.1x HTA's and
+< 400 MB, and the same idle / compute / non-compute split as HTA (within 1 percentage point each).
+
+Method.
+- HTA (PyPI `holistictraceanalysis`, pinned to 0.5.0, the version that produced
+  /work/shared/data/traces/hta_reference.json) lives in its own virtualenv, .cache/hta-venv, so it never touches the
+  project's. The first run creates it (python -m venv, pip install) and later runs reuse it.
+- The input is a real Kineto trace (default: the tb_plugin resnet50 num_workers=0 sample, see `--source`) repeated
+  K times to reach `--gib` uncompressed. Copy k has every `ts` (and the `external ts` arg) shifted by k x the
+  original span, its `correlation` / `External id` / `external id` args and flow-event ids shifted by k x their
+  range, and ProfilerStep#N renumbered to N + k x (number of steps), so all of them stay unique and increasing.
+  Metadata events (ph "M") appear once, and the single `cat: "Trace"` profiler span is stretched over all copies.
+  The file is written copy by copy, one event per line, as a plain .json object keeping the source's top-level keys
+  (schemaVersion, deviceProperties, distributedInfo, ...), alone in a folder under .cache.
+- Each side runs as its own process, `--runs` times, alternating, after the file has been read once into the page
+  cache. HTA: `TraceAnalysis(trace_dir=FOLDER).get_temporal_breakdown(visualize=False)` under the HTA venv's python
+  (the folder is all HTA is given; it finds the rank itself). Ours: `gpu-triage summarize-trace FOLDER --json --root
+  FOLDER --timeout 600`. Wall time is measured around the process; peak RSS is the larger of wait4()'s ru_maxrss and
+  the largest sum of RSS over the process tree, sampled with psutil every 0.1 s (HTA forks parser processes when it
+  has more than one rank; forked children share pages with their parent, so the tree sum can over-count).
+- Printed: every run, the median wall time and the peak RSS of each side, the ratios against the targets (OK/OVER),
+  and HTA's percentages next to ours (`ranks[0].idle_pct`, `compute_pct`, `non_compute_pct`) with the differences.
+
+Usage: .venv/bin/python benchmarks/traces.py [--gib 1.0] [--runs 3] [--reuse] [--source PATH] [--sides hta,ours]
+`--reuse` keeps the generated trace in .cache/bench-traces/ and uses it again next time; otherwise it is deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache"
+HTA_VENV = CACHE / "hta-venv"
+HTA_DIST = "holistictraceanalysis"
+HTA_VERSION = "0.5.0"
+TRACES = Path("/work/shared/data/traces")
+DEFAULT_SOURCE = TRACES / "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+TRACE_NAME = "rank0.pt.trace.json"
+MIB = 2**20
+
+# Run under the HTA venv's python with the trace folder as argv[1]; prints one JSON line.
+HTA_SNIPPET = """
+import json, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+a = TraceAnalysis(trace_dir=sys.argv[1])
+t2 = time.perf_counter()
+df = a.get_temporal_breakdown(visualize=False)
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "breakdown_s": t3 - t2,
+                  "breakdown": json.loads(df.to_json(orient="records"))}))
+"""
+
+STEP = re.compile(r"ProfilerStep#(\d+)")
+PCT_KEYS = (("idle", "idle_time_pctg", "idle_pct"), ("compute", "compute_time_pctg", "compute_pct"),
+            ("non-compute", "non_compute_time_pctg", "non_compute_pct"))
+
+
+# --- HTA's virtualenv -------------------------------------------------------------------------------------------
+
+def hta_python() -> Path:
+    """The HTA venv's python, creating the venv and installing the pinned HTA first if needed (exits on failure)."""
+    python = HTA_VENV / "bin" / "python"
+    check = [str(python), "-c", f"import importlib.metadata as m; print(m.version({HTA_DIST!r}))"]
+    if python.exists():
+        found = subprocess.run(check, capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip() == HTA_VERSION:
+            return python
+        print(f"{HTA_VENV}: no {HTA_DIST}=={HTA_VERSION} in it ({(found.stdout + found.stderr).strip()[-200:]}), "
+              "installing it")
+    started = time.perf_counter()
+    if not python.exists():
+        print(f"creating {HTA_VENV} (python -m venv)")
+        made = subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], capture_output=True, text=True)
+        if made.returncode != 0:
+            sys.exit(f"could not create {HTA_VENV}: {(made.stdout + made.stderr).strip()[-2000:]}")
+    print(f"pip install {HTA_DIST}=={HTA_VERSION} into {HTA_VENV} (once; takes a minute or two)", flush=True)
+    pip = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                          f"{HTA_DIST}=={HTA_VERSION}"], capture_output=True, text=True)
+    found = subprocess.run(check, capture_output=True, text=True)
+    if pip.returncode != 0 or found.stdout.strip() != HTA_VERSION:
+        errors = [line for line in (pip.stdout + pip.stderr).splitlines() if not line.startswith("WARNING: Location")]
+        sys.exit(f"installing {HTA_DIST}=={HTA_VERSION} failed (pip exit {pip.returncode}):\n"
+                 + "\n".join(errors[-30:]))
+    print(f"installed {HTA_DIST} {HTA_VERSION} in {time.perf_counter() - started:.0f} s")
+    return python
+
+
+# --- the generated trace ----------------------------------------------------------------------------------------
+
+def load_trace(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        data = json.load(handle)
+    if isinstance(data, list):  # bare-array form of the Chrome trace format
+        return {"traceEvents": data}
+    return dict(data)
+
+
+def _positive_range(values: list[int]) -> int:
+    """How far to shift ids per copy so copies do not overlap (ids <= 0 mean "none" and stay as they are)."""
+    ids = [v for v in values if isinstance(v, int) and v > 0]
+    return max(ids) - min(ids) + 1 if ids else 0
+
+
+@dataclass
+class Replicator:
+    """Makes copy k of a trace's events: shifted in time and with renumbered ids."""
+
+    events: list[dict[str, Any]]
+    span: float = 0
+    corr_stride: int = 0
+    ext_stride: int = 0
+    step_stride: int = 0
+
+    def __post_init__(self) -> None:
+        timed = [e for e in self.events if isinstance(e.get("ts"), int | float)]
+        self.span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)
+        args = [e["args"] for e in self.events if isinstance(e.get("args"), dict)]
+        self.corr_stride = _positive_range([a["correlation"] for a in args if "correlation" in a]
+                                           + [e["id"] for e in self.events if e.get("ph") in ("s", "t", "f")
+                                              and isinstance(e.get("id"), int)])
+        self.ext_stride = _positive_range([a[k] for a in args for k in ("External id", "external id") if k in a])
+        steps = [int(m.group(1)) for e in self.events if (m := STEP.fullmatch(str(e.get("name", ""))))]
+        self.step_stride = max(steps) - min(steps) + 1 if steps else 0
+
+    def copy(self, k: int) -> Iterator[dict[str, Any]]:
+        """Copy k of every event but metadata and the profiler span (those are written once)."""
+        for event in self.events:
+            if event.get("ph") == "M" or event.get("cat") == "Trace":
+                continue
+            if k == 0:
+                yield event
+                continue
+            out = dict(event)
+            if "ts" in out:
+                out["ts"] = out["ts"] + k * self.span
+            if out.get("ph") in ("s", "t", "f") and isinstance(out.get("id"), int) and out["id"] > 0:
+                out["id"] += k * self.corr_stride  # flow ids are the correlation ids
+            if self.step_stride and (m := STEP.fullmatch(str(out.get("name", "")))):
+                out["name"] = f"ProfilerStep#{int(m.group(1)) + k * self.step_stride}"
+            args = out.get("args")
+            if isinstance(args, dict):
+                args = out["args"] = dict(args)
+                for key, stride in (("correlation", self.corr_stride), ("External id", self.ext_stride),
+                                    ("external id", self.ext_stride), ("external ts", self.span)):
+                    value = args.get(key)
+                    if isinstance(value, int | float) and value > 0:
+                        args[key] = value + k * stride
+            yield out
+
+    def once(self, copies: int) -> list[dict[str, Any]]:
+        """Metadata events, and the profiler span stretched over all copies."""
+        out = [e for e in self.events if e.get("ph") == "M"]
+        for event in self.events:
+            if event.get("cat") == "Trace" and event.get("ph") != "M":
+                out.append({**event, "dur": event.get("dur", 0) + (copies - 1) * self.span})
+        return out
+
+
+def generate(source: Path, path: Path, total_bytes: int) -> tuple[int, int]:
+    """Write the replicated trace to `path` (via a .partial name, so a half-written file is never reused).
+
+    Returns (copies, events). Only the source trace and one copy's events are held in memory at a time."""
+    data = load_trace(source)
+    replicator = Replicator(data["traceEvents"])
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    first = ",\n".join(encode(e) for e in replicator.copy(0))
+    copies = max(1, round(total_bytes / len(first.encode())))
+    keys = list(data)
+    split = keys.index("traceEvents")
+    partial = path.with_name(path.name + ".partial")
+    events = 0
+    with partial.open("w", encoding="utf-8") as out:
+        out.write("{\n")
+        for key in keys[:split]:
+            out.write(f"{encode(key)}: {encode(data[key])},\n")
+        out.write('"traceEvents": [\n')
+        once = replicator.once(copies)
+        for event in once:
+            out.write(encode(event) + ",\n")
+        events += len(once)
+        out.write(first)
+        events += first.count("\n") + 1
+        del first
+        for k in range(1, copies):
+            lines = [encode(e) for e in replicator.copy(k)]
+            out.write(",\n")
+            out.write(",\n".join(lines))
+            events += len(lines)
+        out.write("\n]")
+        for key in keys[split + 1:]:
+            out.write(f",\n{encode(key)}: {encode(data[key])}")
+        out.write("\n}\n")
+    partial.rename(path)
+    return copies, events
+
+
+@contextmanager
+def trace_folder(source: Path, gib: float, reuse: bool) -> Iterator[Path]:
+    """A folder holding only the generated trace: kept under .cache/bench-traces with --reuse, else temporary."""
+    CACHE.mkdir(exist_ok=True)
+    if reuse:
+        folder = CACHE / "bench-traces" / f"{source.name.split('.')[0]}-{gib:g}gib"
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(dir=CACHE, prefix="bench-trace-") as tmp:
+        yield Path(tmp)
+
+
+# --- measuring --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    wall: float
+    rss_wait4: float  # MiB
+    rss_tree: float  # MiB, sampled
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def rss(self) -> float:
+        return max(self.rss_wait4, self.rss_tree)
+
+
+@dataclass
+class TreeSampler:
+    """Largest sum of RSS over a process and all its descendants, sampled every `interval` seconds."""
+
+    pid: int
+    interval: float = 0.1
+    peak: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._stop.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return
+            total = 0
+            for proc in procs:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def measure(argv: list[str], cwd: Path) -> Run:
+    """Run one process to completion: wall time, wait4() peak RSS, sampled tree RSS, exit code, output."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        sampler = TreeSampler(process.pid)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        tree = sampler.stop()
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return Run(wall, usage.ru_maxrss / 1024, tree / MIB, code, out.read().decode(errors="replace"),
+                   err.read().decode(errors="replace"))
+
+
+def last_json(text: str) -> Any:
+    """The JSON document a command printed: the whole stdout, or else its last line that parses."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        for line in reversed(text.strip().splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def ours_command() -> list[str] | None:
+    """gpu-triage summarize-trace, or None when this checkout does not have the command yet."""
+    script = Path(sys.executable).parent / "gpu-triage"
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "mcp_server.cli"]
+    probe = subprocess.run([*base, "summarize-trace", "--help"], capture_output=True, text=True, cwd=REPO)
+    return base if probe.returncode == 0 else None
+
+
+def hta_percentages(result: Any) -> dict[str, float] | None:
+    try:
+        row = result["breakdown"][0]
+        return {name: float(row[key]) for name, key, _ in PCT_KEYS}
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def our_percentages(result: Any) -> dict[str, float] | None:
+    try:
+        rank = result["ranks"][0]
+        return {name: float(rank[key]) for name, _, key in PCT_KEYS}
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join("    " + line for line in text.strip().splitlines()[-lines:])
+
+
+def verdict(ok: bool) -> str:
+    return "OK" if ok else "OVER"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gib", type=float, default=1.0, help="size of the generated .json (GiB, uncompressed)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--reuse", action="store_true", help="keep the generated trace in .cache and reuse it")
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
+                        help="real Kineto trace to replicate (.json or .json.gz); another good one is "
+                             f"{TRACES / 'hta/trace_diff/control/control.json.gz'}")
+    parser.add_argument("--sides", default="hta,ours", help="which sides to run: hta, ours or both")
+    args = parser.parse_args()
+    sides = {s.strip() for s in args.sides.split(",") if s.strip()}
+    if not sides or sides - {"hta", "ours"}:
+        parser.error("--sides takes hta, ours or hta,ours")
+
+    commands: dict[str, list[str]] = {}
+    if "hta" in sides:
+        commands["HTA"] = [str(hta_python()), "-c", HTA_SNIPPET]
+    if "ours" in sides:
+        ours = ours_command()
+        if ours is None:
+            print("ours: `gpu-triage summarize-trace --help` fails in this checkout; measuring HTA only")
+        else:
+            commands["ours"] = [*ours, "summarize-trace"]
+    if not commands:
+        sys.exit("nothing to measure")
+
+    with trace_folder(args.source, args.gib, args.reuse) as folder:
+        path = folder / TRACE_NAME
+        if path.exists():
+            print(f"input: reusing {path}")
+        else:
+            for stale in folder.iterdir():  # e.g. a .partial from an interrupted run
+                stale.unlink() if stale.is_file() else shutil.rmtree(stale)
+            started = time.perf_counter()
+            copies, events = generate(args.source, path, int(args.gib * 2**30))
+            print(f"input: {args.source.name} x {copies} copies, {events:,} events, written in "
+                  f"{time.perf_counter() - started:.1f} s")
+        size = path.stat().st_size
+        print(f"input: {path} ({size / 2**30:.2f} GiB, {size / 1e9:.2f} GB)")
+        with path.open("rb") as handle:  # warm the page cache
+            while handle.read(1 << 24):
+                pass
+        argv = {name: [*cmd, str(folder)] for name, cmd in commands.items()}
+        if "ours" in argv:
+            argv["ours"] += ["--json", "--root", str(folder), "--timeout", "600"]
+
+        results: dict[str, list[Run]] = {name: [] for name in argv}
+        parsed: dict[str, Any] = {}
+        failures = 0
+        for run in range(args.runs):
+            for name, cmd in argv.items():
+                result = measure(cmd, folder)
+                results[name].append(result)
+                print(f"run {run + 1} {name:5s} {result.wall:7.2f} s  peak RSS {result.rss:7.1f} MiB "
+                      f"(wait4 {result.rss_wait4:.1f}, tree {result.rss_tree:.1f})  exit {result.code}", flush=True)
+                document = last_json(result.stdout)
+                # CLI exit codes 0/1/2 are ok/warning/critical verdicts; 3 is bad input or a tool failure.
+                failed = result.code not in ((0,) if name == "HTA" else (0, 1, 2)) or document is None
+                if failed:
+                    failures += 1
+                    print(f"  {name} failed (exit {result.code}); stderr tail:\n{tail(result.stderr)}\n"
+                          f"  stdout tail:\n{tail(result.stdout, 5)}")
+                else:
+                    parsed[name] = document
+
+    print()
+    median = {name: statistics.median(r.wall for r in runs) for name, runs in results.items()}
+    peak = {name: max(r.rss for r in runs) for name, runs in results.items()}
+    for name in results:
+        extra = ""
+        if name == "HTA" and "HTA" in parsed:
+            h = parsed["HTA"]
+            extra = f"  (last run: import {h['import_s']:.1f} s, load {h['load_s']:.1f} s, " \
+                    f"breakdown {h['breakdown_s']:.1f} s)"
+        label = f"HTA {HTA_VERSION}" if name == "HTA" else "ours"
+        print(f"{label:9s} median {median[name]:7.2f} s ({size / MIB / median[name]:6.0f} MiB/s), "
+              f"peak RSS {peak[name]:7.1f} MiB{extra}")
+    if "HTA" in results and "ours" in results:
+        speedup = median["HTA"] / median["ours"]
+        rss_ratio = peak["ours"] / peak["HTA"]
+        print(f"HTA time / ours     = {speedup:6.2f}x (target >= 5x) -> {verdict(speedup >= 5)}")
+        print(f"ours RSS / HTA RSS  = {rss_ratio:6.3f} (target <= 0.1) -> {verdict(rss_ratio <= 0.1)}")
+    if "ours" in results:
+        ours_mb = peak["ours"] * MIB / 1e6
+        print(f"ours peak RSS       = {peak['ours']:.0f} MiB = {ours_mb:.0f} MB (target < 400 MB) -> "
+              f"{verdict(ours_mb < 400)}")
+
+    hta_pct = hta_percentages(parsed.get("HTA"))
+    our_pct = our_percentages(parsed.get("ours"))
+    if hta_pct or our_pct:
+        print()
+        print(f"{'% of GPU span':14s} {'HTA':>8s} {'ours':>8s} {'diff':>8s}")
+        worst = 0.0
+        for name, _, _ in PCT_KEYS:
+            h = hta_pct[name] if hta_pct else None
+            o = our_pct[name] if our_pct else None
+            diff = o - h if h is not None and o is not None else None
+            worst = max(worst, abs(diff)) if diff is not None else worst
+            show = [f"{v:8.2f}" if v is not None else f"{'n/a':>8s}" for v in (h, o, diff)]
+            print(f"{name:14s} {' '.join(show)}")
+        if hta_pct and our_pct:
+            print(f"largest difference  = {worst:.2f} pp (target <= 1) -> {verdict(worst <= 1)}")
+        elif "ours" in parsed:
+            print("ours: no ranks[0].idle_pct / compute_pct / non_compute_pct in its JSON")
+    if failures:
+        sys.exit(f"{failures} run(s) failed")
+
+
+if __name__ == "__main__":
+    main()
