@@ -19,7 +19,9 @@ Method.
   (the folder is all HTA is given; it finds the rank itself). Ours: `gpu-triage summarize-trace FOLDER --json --root
   FOLDER --timeout 600`. Wall time is measured around the process; peak RSS is the larger of wait4()'s ru_maxrss and
   the largest sum of RSS over the process tree, sampled with psutil every 0.1 s (HTA forks parser processes when it
-  has more than one rank; forked children share pages with their parent, so the tree sum can over-count).
+  has more than one rank; forked children share pages with their parent, so the tree sum can over-count). A child's
+  ru_maxrss also counts its parent's peak RSS at spawn time, so the trace is generated in a separate process and this
+  one stays small (its own peak is printed).
 - Printed: every run, the median wall time and the peak RSS of each side, the ratios against the targets (OK/OVER),
   and HTA's percentages next to ours (`ranks[0].idle_pct`, `compute_pct`, `non_compute_pct`) with the differences.
 
@@ -32,8 +34,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import multiprocessing
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -42,6 +46,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,7 +385,11 @@ def main() -> None:
             for stale in folder.iterdir():  # e.g. a .partial from an interrupted run
                 stale.unlink() if stale.is_file() else shutil.rmtree(stale)
             started = time.perf_counter()
-            copies, events = generate(args.source, path, int(args.gib * 2**30))
+            # In a child process: on Linux a spawned command's ru_maxrss starts from its parent's high-water RSS
+            # (exec records the old mm's peak, and vfork/fork children start on the parent's mm), so this process
+            # must never hold the source trace itself.
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+                copies, events = pool.submit(generate, args.source, path, int(args.gib * 2**30)).result()
             print(f"input: {args.source.name} x {copies} copies, {events:,} events, written in "
                   f"{time.perf_counter() - started:.1f} s")
         size = path.stat().st_size
@@ -388,6 +397,8 @@ def main() -> None:
         with path.open("rb") as handle:  # warm the page cache
             while handle.read(1 << 24):
                 pass
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"benchmark process peak RSS {own:.0f} MiB (a floor for the wait4 figures below)")
         argv = {name: [*cmd, str(folder)] for name, cmd in commands.items()}
         if "ours" in argv:
             argv["ours"] += ["--json", "--root", str(folder), "--timeout", "600"]

@@ -100,6 +100,14 @@ class RankSummary(BaseModel):
     events: int
 
 
+class StepSummary(BaseModel):
+    rank: int
+    step: int = Field(description="Position of the step in the trace (0-based).")
+    step_time_ms: float
+    gpu_busy_pct: float | None
+    data_wait_pct: float | None
+
+
 class Cause(BaseModel):
     kind: CauseKind
     share_pct: float = Field(description="Share of step time.")
@@ -121,6 +129,7 @@ class SummarizeTraceResult(ToolResult):
     ranks: list[RankSummary]
     causes: list[Cause]
     top_kernels: list[KernelStat]
+    steps: list[StepSummary] = Field(description="Each analysed step of each rank (cut first by the budget).")
     kernel_histogram: dict[str, int] = Field(description="Kernel count by duration: <10us, 10-100us, 100us-1ms, >=1ms.")
     notes: list[str]
 
@@ -140,6 +149,9 @@ class SummarizeTraceResult(ToolResult):
             Table("Top kernels", ["kernel", "kind", "count", "total ms", "mean us", "share %"],
                   [[k.name, k.kind, str(k.count), f"{k.total_ms:.2f}", f"{k.mean_us:.1f}", f"{k.share_pct:.1f}"]
                    for k in self.top_kernels], "top_kernels"),
+            Table("Per step", ["rank", "step", "ms", "busy %", "data wait %"],
+                  [[str(p.rank), str(p.step), f"{p.step_time_ms:.1f}", _f(p.gpu_busy_pct), _f(p.data_wait_pct)]
+                   for p in self.steps], "steps"),
         ]
 
 
@@ -196,6 +208,8 @@ def _bucket(duration: float) -> str:
 def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, TraceHeader]:
     data = _Collected()
     header = TraceHeader()
+    seen_kernels: dict[str, tuple[str, bool]] = {}
+    runtime_roles: dict[str, str] = {}
     for event in read_trace(path, display, deadline, header):
         if event.get("ph") != "X":
             continue
@@ -218,8 +232,12 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
         # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
         # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
         if stream is not None and stream != -1 and category != "gpu_user_annotation":
-            kind = _hta_kind(name)
-            comm = kind == "comm" or bool(_COMM_NAME.search(name)) or "Collective name" in args
+            classes = seen_kernels.get(name)
+            if classes is None:  # kernel names repeat and are long: classify each name once
+                kind = _hta_kind(name)
+                classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)))
+            kind, comm = classes
+            comm = comm or "Collective name" in args
             data.gpu.append((ts, end, kind, comm, args.get("correlation")))
             if category in _KERNEL_CATS:
                 stat = data.kernels.get(name)
@@ -238,9 +256,13 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
             correlation = args.get("correlation")
             if correlation is not None:
                 data.runtime_ts[correlation] = ts
-            if _SYNC_CALLS.match(name):
+            role = runtime_roles.get(name)
+            if role is None:
+                role = runtime_roles[name] = "sync" if _SYNC_CALLS.match(name) else (
+                    "launch" if _LAUNCH.search(name) else "")
+            if role == "sync":
                 data.syncs.append((ts, end, event.get("tid"), name))
-            elif _LAUNCH.search(name):
+            elif role == "launch":
                 data.launch_durations.append(dur)
         elif name.startswith("ProfilerStep#"):
             data.steps.append((ts, end))
@@ -261,6 +283,7 @@ class _RankResult:
     kernels: dict[str, list[Any]]
     histogram: Counter[str]
     notes: list[str]
+    steps: list[StepSummary] = field(default_factory=list)
 
 
 def _pct(part: float, whole: float) -> float | None:
@@ -377,6 +400,12 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                             evidence=f"GPU idle {other / 1000:.1f} ms with no DataLoader or sync call running "
                             "(Python/CPU work between launches)", fix=_FIX["host_other"]))
     del small_total
+    per_step = [
+        StepSummary(rank=rank, step=i, step_time_ms=round((e - s) / 1000, 3),
+                    gpu_busy_pct=_pct(total(clip(busy, s, e)), e - s),
+                    data_wait_pct=_pct(total(clip(data_wait, s, e)), e - s))
+        for i, (s, e) in enumerate(analysed)
+    ]
     summary = RankSummary(
         rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
         gpu_busy_pct=_pct(total(busy), length), idle_pct=hta_idle, compute_pct=hta_compute,
@@ -384,7 +413,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
         gpu_events=len(data.gpu), events=data.events,
     )
-    return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes)
+    return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step)
 
 
 def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
@@ -482,6 +511,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
         ranks=_bounded_ranks(ranks),
         causes=causes,
         top_kernels=kernels,
+        steps=[step for r in sorted(results, key=lambda r: r.summary.rank) for step in r.steps],
         kernel_histogram=histogram,
         notes=notes,
     )

@@ -199,3 +199,12 @@ def test_wrong_types_in_fields_are_skipped_not_fatal(tmp_path: Path) -> None:
     (tmp_path / "t.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
     result = summarize("t.json.gz", tmp_path)
     assert result.ranks[0].gpu_events == 1 and result.ranks[0].gpu_busy_pct == 50.0
+
+
+def test_per_step_rows(tmp_path: Path) -> None:
+    events = _steps((0, 1000), (1000, 3000), (3000, 3500))
+    events.append(_x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1000, 1000))
+    events += _kernel("gemm_kernel", 0, 1000, 1) + _kernel("gemm_kernel", 2000, 1000, 2)
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    assert [(p.step, p.step_time_ms, p.gpu_busy_pct, p.data_wait_pct) for p in result.steps] == [
+        (0, 1.0, 100.0, 0.0), (1, 2.0, 50.0, 50.0)]
