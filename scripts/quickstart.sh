@@ -26,8 +26,11 @@ echo
 echo "### 3. Bundled real logs of a 4-rank job where rank 3 never joined an all_reduce (tests/data/logs/lab)"
 run .venv/bin/gpu-triage diagnose-logs --paths 'tests/data/logs/lab/gloo_timeout_rank3_absent/torchrun_log_dir/**/*.log'
 echo
+echo "### 4. A bundled real profiler trace: ResNet50 training with num_workers=0 (tests/data/traces/PROVENANCE.md)"
+run .venv/bin/gpu-triage summarize-trace tests/data/traces/resnet50_num_workers_0
+echo
 cat <<TXT
-### 4. Start the MCP server
+### 5. Start the MCP server
   stdio (what Claude Code / Codex launch):  $PWD/.venv/bin/gpu-triage-mcp --root /path/to/job/artifacts
   streamable HTTP on loopback:              $PWD/.venv/bin/gpu-triage-mcp --http 127.0.0.1:8765
   register in Claude Code:                  claude mcp add gpu-triage -- $PWD/.venv/bin/gpu-triage-mcp --root \$PWD

@@ -56,7 +56,8 @@ _LAUNCH = re.compile(r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 _KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 SHORT_KERNEL_US = 10.0
-SMALL_GAP_US = 30.0  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
+SMALL_GAP_US = 30.0
+MIN_CAUSE_PCT = 0.5  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
 
 _FIX = {
     "data_loading": "More DataLoader workers (num_workers), pin_memory=True, prefetch_factor, faster storage or "
@@ -501,7 +502,8 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     straggler = _straggler(ranks)
     if straggler:
         causes.append(straggler)
-    causes.sort(key=lambda c: c.share_pct, reverse=True)
+    # Below half a percent of step time a cause is noise, not a lead.
+    causes = sorted((c for c in causes if c.share_pct >= MIN_CAUSE_PCT), key=lambda c: c.share_pct, reverse=True)
     kernels, histogram = _kernel_stats(results)
     notes = [n for r in results for n in r.notes][:10]
     return SummarizeTraceResult(
