@@ -459,7 +459,7 @@ def main() -> None:
             print(f"{name:14s} {' '.join(show)}")
         if hta_pct and our_pct:
             print(f"largest difference  = {worst:.2f} pp (target <= 1) -> {verdict(worst <= 1)}")
-        elif "ours" in parsed:
+        elif "ours" in parsed and our_pct is None:
             print("ours: no ranks[0].idle_pct / compute_pct / non_compute_pct in its JSON")
     if failures:
         sys.exit(f"{failures} run(s) failed")

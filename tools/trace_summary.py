@@ -13,6 +13,7 @@ communication and, across ranks, the straggler. SOP: gpu_utilization_low, stragg
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import statistics
@@ -192,6 +193,11 @@ class _Collected:
     float_ts: bool = False  # ns-resolution (float) timestamps: HTA rounds them to whole microseconds
 
 
+def _key(value: Any) -> Any:
+    """A correlation id or thread id usable as a dict key (lists and dicts from odd traces are not)."""
+    return value if isinstance(value, int | float | str) and not isinstance(value, bool) else None
+
+
 def _hta_kind(name: str) -> str:
     if _HTA_COMM.search(name):
         return "comm"
@@ -212,23 +218,21 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
     seen_kernels: dict[str, tuple[str, bool]] = {}
     runtime_roles: dict[str, str] = {}
     for event in read_trace(path, display, deadline, header):
-        if event.get("ph") != "X":
+        if event.ph != "X":
             continue
-        raw_ts = event.get("ts")
+        raw_ts = event.ts
         ts = _number(raw_ts)
-        dur = _number(event.get("dur"))
-        if isinstance(raw_ts, float):
-            data.float_ts = True
-        cat = event.get("cat")
+        dur = _number(event.dur)
+        cat = event.cat
         if ts is None or dur is None or not isinstance(cat, str) or cat == "Trace":
             continue
+        if isinstance(raw_ts, float):
+            data.float_ts = True
         data.events += 1
-        name = event.get("name")
-        name = name if isinstance(name, str) else ""
-        args = event.get("args")
-        args = args if isinstance(args, dict) else {}
+        name = event.name if isinstance(event.name, str) else ""
+        args = event.args
         end = ts + dur
-        stream = _number(args.get("stream"))
+        stream = _number(args.stream) if args is not None else None
         category = cat.lower()
         # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
         # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
@@ -238,8 +242,9 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
                 kind = _hta_kind(name)
                 classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)))
             kind, comm = classes
-            comm = comm or "Collective name" in args
-            data.gpu.append((ts, end, kind, comm, args.get("correlation")))
+            comm = comm or (args is not None and args.collective is not None)
+            correlation = args.correlation if args is not None else None
+            data.gpu.append((ts, end, kind, comm, _key(correlation)))
             if category in _KERNEL_CATS:
                 stat = data.kernels.get(name)
                 if stat is None:
@@ -254,7 +259,7 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
         data.cpu_span[0] = min(data.cpu_span[0], ts)
         data.cpu_span[1] = max(data.cpu_span[1], end)
         if category in _RUNTIME_CATS:
-            correlation = args.get("correlation")
+            correlation = _key(args.correlation) if args is not None else None
             if correlation is not None:
                 data.runtime_ts[correlation] = ts
             role = runtime_roles.get(name)
@@ -262,7 +267,7 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
                 role = runtime_roles[name] = "sync" if _SYNC_CALLS.match(name) else (
                     "launch" if _LAUNCH.search(name) else "")
             if role == "sync":
-                data.syncs.append((ts, end, event.get("tid"), name))
+                data.syncs.append((ts, end, _key(event.tid), name))
             elif role == "launch":
                 data.launch_durations.append(dur)
         elif name.startswith("ProfilerStep#"):
@@ -270,7 +275,7 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
         elif "DataLoader" in name and "__next__" in name:
             data.dataloader.append((ts, end))
         elif name in _SYNC_OPS:
-            data.sync_ops.append((ts, end, event.get("tid"), name))
+            data.sync_ops.append((ts, end, _key(event.tid), name))
     return data, header
 
 
@@ -372,7 +377,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                             f"({loads} call(s) in the window)", fix=_FIX["data_loading"]))
     if total(sync_wait) > 0:
         ops = _sync_ops(data, sync_wait)
-        calls = Counter(name for s, e, _, name in data.syncs if any(a < e and s < b for a, b in sync_wait))
+        calls = Counter(name for s, e, _, name in data.syncs if _overlaps(sync_wait, s, e))
         causes.append(Cause(kind="implicit_sync", share_pct=share(total(sync_wait)),
                             evidence=f"GPU idle {total(sync_wait) / 1000:.1f} ms during "
                             + ", ".join(f"{n} x{c}" for n, c in calls.most_common(3))
@@ -417,6 +422,12 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step)
 
 
+def _overlaps(merged: Intervals, start: float, end: float) -> bool:
+    """Whether [start, end) meets any interval of the sorted, merged list (binary search)."""
+    i = bisect.bisect_right(merged, (start, float("inf")))
+    return any(a < end and start < b for a, b in merged[max(i - 1, 0) : i + 1])
+
+
 def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
     """The Python-level ops (aten::item, .cpu(), ...) that issued the sync calls overlapping `waits`."""
     found: Counter[str] = Counter()
@@ -424,7 +435,7 @@ def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
     for s, e, tid, name in data.sync_ops:
         ops_by_tid[tid].append((s, e, name))
     for s, e, tid, _ in data.syncs:
-        if not any(a < e and s < b for a, b in waits):
+        if not _overlaps(waits, s, e):
             continue
         # The innermost (shortest) op around the call names what caused it best.
         around = [(oe - os_, name) for os_, oe, name in ops_by_tid.get(tid, []) if os_ <= s and e <= oe]
