@@ -57,8 +57,11 @@ _LAUNCH = re.compile(r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 _KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 SHORT_KERNEL_US = 10.0
-SMALL_GAP_US = 30.0
-MIN_CAUSE_PCT = 0.5  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
+SMALL_GAP_US = 30.0  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
+MIN_CAUSE_PCT = 0.5
+# CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
+LONG_OP_US = 100.0
+_CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
 
 _FIX = {
     "data_loading": "More DataLoader workers (num_workers), pin_memory=True, prefetch_factor, faster storage or "
@@ -118,6 +121,13 @@ class Cause(BaseModel):
     rank: int | None = Field(default=None, description="The rank it concerns (the worst one), when several.")
 
 
+class IdleOp(BaseModel):
+    name: str
+    rank: int
+    idle_overlap_ms: float = Field(description="GPU-idle time during which this CPU op was running.")
+    calls: int
+
+
 class KernelStat(BaseModel):
     name: str
     kind: str
@@ -131,6 +141,8 @@ class SummarizeTraceResult(ToolResult):
     ranks: list[RankSummary]
     causes: list[Cause]
     top_kernels: list[KernelStat]
+    idle_cpu_ops: list[IdleOp] = Field(description="CPU ops (>= 100 us) running while the GPU idled, most "
+                                       "overlap first; nested ops each count.")
     steps: list[StepSummary] = Field(description="Each analysed step of each rank (cut first by the budget).")
     kernel_histogram: dict[str, int] = Field(description="Kernel count by duration: <10us, 10-100us, 100us-1ms, >=1ms.")
     notes: list[str]
@@ -151,6 +163,9 @@ class SummarizeTraceResult(ToolResult):
             Table("Top kernels", ["kernel", "kind", "count", "total ms", "mean us", "share %"],
                   [[k.name, k.kind, str(k.count), f"{k.total_ms:.2f}", f"{k.mean_us:.1f}", f"{k.share_pct:.1f}"]
                    for k in self.top_kernels], "top_kernels"),
+            Table("CPU ops running while the GPU idled", ["op", "rank", "idle overlap ms", "calls"],
+                  [[o.name, str(o.rank), f"{o.idle_overlap_ms:.2f}", str(o.calls)] for o in self.idle_cpu_ops],
+                  "idle_cpu_ops"),
             Table("Per step", ["rank", "step", "ms", "busy %", "data wait %"],
                   [[str(p.rank), str(p.step), f"{p.step_time_ms:.1f}", _f(p.gpu_busy_pct), _f(p.data_wait_pct)]
                    for p in self.steps], "steps"),
@@ -186,6 +201,7 @@ class _Collected:
     syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
     sync_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
     launch_durations: list[float] = field(default_factory=list)
+    long_ops: list[tuple[float, float, str]] = field(default_factory=list)  # CPU ops >= LONG_OP_US
     kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
     kernel_durations: Counter[str] = field(default_factory=Counter)
     cpu_span: list[float] = field(default_factory=lambda: [float("inf"), float("-inf")])
@@ -276,6 +292,8 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
             data.dataloader.append((ts, end))
         elif name in _SYNC_OPS:
             data.sync_ops.append((ts, end, _key(event.tid), name))
+        if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
+            data.long_ops.append((ts, end, name))
     return data, header
 
 
@@ -290,6 +308,7 @@ class _RankResult:
     histogram: Counter[str]
     notes: list[str]
     steps: list[StepSummary] = field(default_factory=list)
+    idle_ops: list[IdleOp] = field(default_factory=list)
 
 
 def _pct(part: float, whole: float) -> float | None:
@@ -419,7 +438,20 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
         gpu_events=len(data.gpu), events=data.events,
     )
-    return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step)
+    return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
+                       _idle_ops(rank, data, idle))
+
+
+def _idle_ops(rank: int, data: _Collected, idle: Intervals) -> list[IdleOp]:
+    overlap: dict[str, float] = defaultdict(float)
+    calls: Counter[str] = Counter()
+    for s, e, name in data.long_ops:
+        shared = total(clip(idle, s, e))
+        if shared > 0:
+            overlap[name] += shared
+            calls[name] += 1
+    top = sorted(overlap.items(), key=lambda item: item[1], reverse=True)[:TRACE_TOP_KERNELS]
+    return [IdleOp(name=_short_name(n), rank=rank, idle_overlap_ms=round(v / 1000, 3), calls=calls[n]) for n, v in top]
 
 
 def _overlaps(merged: Intervals, start: float, end: float) -> bool:
@@ -524,6 +556,8 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
         ranks=_bounded_ranks(ranks),
         causes=causes,
         top_kernels=kernels,
+        idle_cpu_ops=sorted((o for r in results for o in r.idle_ops), key=lambda o: o.idle_overlap_ms,
+                            reverse=True)[:TRACE_TOP_KERNELS],
         steps=[step for r in sorted(results, key=lambda r: r.summary.rank) for step in r.steps],
         kernel_histogram=histogram,
         notes=notes,

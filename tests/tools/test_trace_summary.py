@@ -208,3 +208,14 @@ def test_per_step_rows(tmp_path: Path) -> None:
     result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
     assert [(p.step, p.step_time_ms, p.gpu_busy_pct, p.data_wait_pct) for p in result.steps] == [
         (0, 1.0, 100.0, 0.0), (1, 2.0, 50.0, 50.0)]
+
+
+def test_cpu_ops_during_gpu_idle(tmp_path: Path) -> None:
+    # GPU idle 500-1000 while a 400 us aten::index_select (and its 1000 us parent) runs on the CPU.
+    events = _steps((0, 1000), (1000, 1001)) + _kernel("gemm_kernel", 0, 500, 1)
+    events.append(_x("cpu_op", "## forward ##", 0, 1000))
+    events.append(_x("cpu_op", "aten::index_select", 550, 400))
+    events.append(_x("cpu_op", "aten::add", 600, 20))  # short: not kept
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    assert [(o.name, o.idle_overlap_ms, o.calls) for o in result.idle_cpu_ops] == [
+        ("## forward ##", 0.5, 1), ("aten::index_select", 0.4, 1)]
