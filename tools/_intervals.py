@@ -6,6 +6,7 @@ several streams are never counted twice.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 
 __all__ = ["Intervals", "clip", "intersect", "merge", "subtract", "total"]
@@ -65,4 +66,14 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
 
 
 def clip(merged: Intervals, start: float, end: float) -> Intervals:
-    return intersect(merged, [(start, end)]) if end > start else []
+    """The parts of merged intervals inside [start, end): a binary search, then only the pieces inside."""
+    if end <= start:
+        return []
+    out: Intervals = []
+    i = max(bisect.bisect_right(merged, (start, float("inf"))) - 1, 0)
+    while i < len(merged) and merged[i][0] < end:
+        a, b = merged[i]
+        if b > start:
+            out.append((max(a, start), min(b, end)))
+        i += 1
+    return out

@@ -59,6 +59,7 @@ _KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memse
 SHORT_KERNEL_US = 10.0
 SMALL_GAP_US = 30.0  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
 MIN_CAUSE_PCT = 0.5
+_NESTING_LOOKBACK = 16  # ops started before a sync call that are checked for enclosing it
 # CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
 LONG_OP_US = 100.0
 _CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
@@ -466,13 +467,18 @@ def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
     ops_by_tid: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
     for s, e, tid, name in data.sync_ops:
         ops_by_tid[tid].append((s, e, name))
+    for ops in ops_by_tid.values():
+        ops.sort()
     for s, e, tid, _ in data.syncs:
         if not _overlaps(waits, s, e):
             continue
-        # The innermost (shortest) op around the call names what caused it best.
-        around = [(oe - os_, name) for os_, oe, name in ops_by_tid.get(tid, []) if os_ <= s and e <= oe]
-        if around:
-            found[min(around)[1]] += 1
+        ops = ops_by_tid.get(tid, [])
+        # The latest-starting op that still contains the call is the innermost: it names the cause best.
+        i = bisect.bisect_right(ops, (s, float("inf"), ""))
+        for _, oe, name in reversed(ops[max(i - _NESTING_LOOKBACK, 0) : i]):
+            if oe >= e:
+                found[name] += 1
+                break
     return found
 
 
