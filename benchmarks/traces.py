@@ -39,6 +39,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -296,9 +297,15 @@ def measure(argv: list[str], cwd: Path) -> Run:
         started = time.perf_counter()
         process = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         sampler = TreeSampler(process.pid)
-        _, status, usage = os.wait4(process.pid, 0)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:  # Ctrl-C or SIGTERM: do not leave the measured command running
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            tree = sampler.stop()
         wall = time.perf_counter() - started
-        tree = sampler.stop()
         process.returncode = code = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -361,6 +368,8 @@ def main() -> None:
                              f"{TRACES / 'hta/trace_diff/control/control.json.gz'}")
     parser.add_argument("--sides", default="hta,ours", help="which sides to run: hta, ours or both")
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the temporary trace folder is still deleted.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"terminated by signal {signum}"))
     sides = {s.strip() for s in args.sides.split(",") if s.strip()}
     if not sides or sides - {"hta", "ours"}:
         parser.error("--sides takes hta, ours or hta,ours")
