@@ -18,7 +18,9 @@ import math
 import re
 import statistics
 import time
+from array import array
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +62,9 @@ SHORT_KERNEL_US = 10.0
 SMALL_GAP_US = 30.0  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
 MIN_CAUSE_PCT = 0.5
 _NESTING_LOOKBACK = 16  # ops started before a sync call that are checked for enclosing it
+_LAUNCH_SAMPLE = 100_000  # launch-call durations kept for the median
+_KINDS = ("compute", "comm", "memory", "other")
+_KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 # CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
 LONG_OP_US = 100.0
 _CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
@@ -195,13 +200,19 @@ def _number(value: Any) -> float | None:
 
 @dataclass
 class _Collected:
-    gpu: list[tuple[float, float, str, bool, Any]] = field(default_factory=list)  # ts, end, hta kind, comm, corr
+    # GPU events column-wise (about 30 bytes an event instead of ~160 as tuples): memory is what bounds
+    # the size of trace this can read.
+    gpu_ts: array[float] = field(default_factory=lambda: array("d"))
+    gpu_end: array[float] = field(default_factory=lambda: array("d"))
+    gpu_kind: bytearray = field(default_factory=bytearray)  # index into _KINDS
+    gpu_comm: bytearray = field(default_factory=bytearray)
+    gpu_corr: list[Any] = field(default_factory=list)
     runtime_ts: dict[Any, float] = field(default_factory=dict)
     steps: list[tuple[float, float]] = field(default_factory=list)
     dataloader: list[tuple[float, float]] = field(default_factory=list)
     syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
     sync_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
-    launch_durations: list[float] = field(default_factory=list)
+    launch_durations: array[float] = field(default_factory=lambda: array("d"))  # a bounded sample
     long_ops: list[tuple[float, float, str]] = field(default_factory=list)  # CPU ops >= LONG_OP_US
     kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
     kernel_durations: Counter[str] = field(default_factory=Counter)
@@ -261,7 +272,11 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
             kind, comm = classes
             comm = comm or (args is not None and args.collective is not None)
             correlation = args.correlation if args is not None else None
-            data.gpu.append((ts, end, kind, comm, _key(correlation)))
+            data.gpu_ts.append(ts)
+            data.gpu_end.append(end)
+            data.gpu_kind.append(_KIND_CODE[kind])
+            data.gpu_comm.append(comm)
+            data.gpu_corr.append(_key(correlation))
             if category in _KERNEL_CATS:
                 stat = data.kernels.get(name)
                 if stat is None:
@@ -285,7 +300,7 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
                     "launch" if _LAUNCH.search(name) else "")
             if role == "sync":
                 data.syncs.append((ts, end, _key(event.tid), name))
-            elif role == "launch":
+            elif role == "launch" and len(data.launch_durations) < _LAUNCH_SAMPLE:
                 data.launch_durations.append(dur)
         elif name.startswith("ProfilerStep#"):
             data.steps.append((ts, end))
@@ -316,22 +331,33 @@ def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 2) if whole > 0 else None
 
 
+def _gpu_intervals(data: _Collected, keep: Callable[[int], bool]) -> Iterator[tuple[float, float]]:
+    return ((data.gpu_ts[i], data.gpu_end[i]) for i in range(len(data.gpu_ts)) if keep(i))
+
+
 def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
     """HTA's get_temporal_breakdown: GPU events launched before the last step, span of their activity."""
     if len(steps) >= 2:
         cut = steps[-1][0]
-        kept = [(s, e, k) for s, e, k, _, c in data.gpu if c is not None and data.runtime_ts.get(c, cut) < cut]
+        corr, runtime = data.gpu_corr, data.runtime_ts
+
+        def kept(i: int) -> bool:
+            return corr[i] is not None and runtime.get(corr[i], cut) < cut
     else:
-        kept = [(s, e, k) for s, e, k, _, _ in data.gpu]
-    if data.float_ts:
+        def kept(i: int) -> bool:
+            return True
+
+    def rounded(pairs: Iterator[tuple[float, float]]) -> Iterator[tuple[float, float]]:
         # HTA loads float timestamps by rounding the start up and the end down to whole microseconds.
-        kept = [(math.ceil(s), math.floor(e), k) for s, e, k in kept]
-    merged = merge((s, e) for s, e, _ in kept)
+        return ((math.ceil(a), math.floor(b)) for a, b in pairs) if data.float_ts else pairs
+
+    compute_code = _KIND_CODE["compute"]
+    merged = merge(rounded(_gpu_intervals(data, kept)))
     if not merged:
         return None, None, None
     span = merged[-1][1] - merged[0][0]
     idle = span - total(merged)
-    compute = total(merge((s, e) for s, e, k in kept if k == "compute"))
+    compute = total(merge(rounded(_gpu_intervals(data, lambda i: data.gpu_kind[i] == compute_code and kept(i)))))
     return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
 
 
@@ -339,7 +365,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     notes: list[str] = []
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
-    gpu_all = merge((s, e) for s, e, *_ in data.gpu)
+    gpu_all = merge(_gpu_intervals(data, lambda i: True))
     if analysed:
         start, end = analysed[0][0], analysed[-1][1]
         window = f"ProfilerSteps {len(analysed)} of {len(steps)}" + ("" if include_last or len(steps) < 2
@@ -358,7 +384,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     step_window = [(start, end)] if length > 0 else []
     dataloader = merge(data.dataloader)
     causes: list[Cause] = []
-    if not data.gpu:
+    if not data.gpu_ts:
         notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time.")
         data_ms = total(intersect(step_window, dataloader))
         summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
@@ -372,8 +398,10 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes)
 
     busy = clip(gpu_all, start, end)
-    compute = clip(merge((s, e) for s, e, k, comm, _ in data.gpu if k == "compute" and not comm), start, end)
-    comm = clip(merge((s, e) for s, e, _, is_comm, _ in data.gpu if is_comm), start, end)
+    compute_code = _KIND_CODE["compute"]
+    compute = clip(merge(_gpu_intervals(data, lambda i: data.gpu_kind[i] == compute_code and not data.gpu_comm[i])),
+                   start, end)
+    comm = clip(merge(_gpu_intervals(data, lambda i: bool(data.gpu_comm[i]))), start, end)
     exposed = total(subtract(comm, compute))
     idle = subtract(step_window, busy)
 
@@ -437,7 +465,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         gpu_busy_pct=_pct(total(busy), length), idle_pct=hta_idle, compute_pct=hta_compute,
         non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), exposed_comm_pct=_pct(exposed, length),
         comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
-        gpu_events=len(data.gpu), events=data.events,
+        gpu_events=len(data.gpu_ts), events=data.events,
     )
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
                        _idle_ops(rank, data, idle))
