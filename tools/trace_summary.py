@@ -20,7 +20,7 @@ import statistics
 import time
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +28,7 @@ from typing import Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from tools._intervals import Intervals, clip, intersect, merge, subtract, total
+from tools._intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
 from tools._logfiles import rank_of_path
 from tools._traces import TraceHeader, read_trace
 from tools.context import ToolContext
@@ -331,8 +331,12 @@ def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 2) if whole > 0 else None
 
 
-def _gpu_intervals(data: _Collected, keep: Callable[[int], bool]) -> Iterator[tuple[float, float]]:
-    return ((data.gpu_ts[i], data.gpu_end[i]) for i in range(len(data.gpu_ts)) if keep(i))
+def _gpu_merged(data: _Collected, keep: Callable[[int], bool], rounded: bool = False) -> Intervals:
+    starts, ends = data.gpu_ts, data.gpu_end
+    if rounded:
+        # HTA loads float timestamps by rounding the start up and the end down to whole microseconds.
+        starts, ends = array("d", map(math.ceil, starts)), array("d", map(math.floor, ends))
+    return merge_indexed(starts, ends, (i for i in range(len(data.gpu_ts)) if keep(i)))
 
 
 def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
@@ -347,17 +351,14 @@ def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[
         def kept(i: int) -> bool:
             return True
 
-    def rounded(pairs: Iterator[tuple[float, float]]) -> Iterator[tuple[float, float]]:
-        # HTA loads float timestamps by rounding the start up and the end down to whole microseconds.
-        return ((math.ceil(a), math.floor(b)) for a, b in pairs) if data.float_ts else pairs
-
     compute_code = _KIND_CODE["compute"]
-    merged = merge(rounded(_gpu_intervals(data, kept)))
+    merged = _gpu_merged(data, kept, data.float_ts)
     if not merged:
         return None, None, None
     span = merged[-1][1] - merged[0][0]
     idle = span - total(merged)
-    compute = total(merge(rounded(_gpu_intervals(data, lambda i: data.gpu_kind[i] == compute_code and kept(i)))))
+    del merged
+    compute = total(_gpu_merged(data, lambda i: data.gpu_kind[i] == compute_code and kept(i), data.float_ts))
     return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
 
 
@@ -365,7 +366,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     notes: list[str] = []
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
-    gpu_all = merge(_gpu_intervals(data, lambda i: True))
+    gpu_all = _gpu_merged(data, lambda i: True)
     if analysed:
         start, end = analysed[0][0], analysed[-1][1]
         window = f"ProfilerSteps {len(analysed)} of {len(steps)}" + ("" if include_last or len(steps) < 2
@@ -397,11 +398,12 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                                 "ms of CPU step time", fix=_FIX["data_loading"]))
         return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes)
 
-    busy = clip(gpu_all, start, end)
     compute_code = _KIND_CODE["compute"]
-    compute = clip(merge(_gpu_intervals(data, lambda i: data.gpu_kind[i] == compute_code and not data.gpu_comm[i])),
+    busy = clip(gpu_all, start, end)
+    del gpu_all  # the large lists are dropped as soon as they are used up: memory bounds the trace size
+    compute = clip(_gpu_merged(data, lambda i: data.gpu_kind[i] == compute_code and not data.gpu_comm[i]),
                    start, end)
-    comm = clip(merge(_gpu_intervals(data, lambda i: bool(data.gpu_comm[i]))), start, end)
+    comm = clip(_gpu_merged(data, lambda i: bool(data.gpu_comm[i])), start, end)
     exposed = total(subtract(comm, compute))
     idle = subtract(step_window, busy)
 
