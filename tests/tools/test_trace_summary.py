@@ -22,7 +22,8 @@ HTA = json.loads((SHARED / "hta_reference.json").read_text())
 
 
 def summarize(path: Path | str, root: Path, **args: Any) -> SummarizeTraceResult:
-    return anyio.run(summarize_trace, SummarizeTraceInput(path=str(path), **args), ToolContext(roots=(root,)))
+    context = ToolContext(roots=(root.resolve(),))  # roots are resolved, as the server's settings do
+    return anyio.run(summarize_trace, SummarizeTraceInput(path=str(path), **args), context)
 
 
 HTA_CASES = [(name, rank, file) for name, s in HTA["sets"].items() for rank, file in s["files"].items()
