@@ -104,6 +104,7 @@ class RankSummary(BaseModel):
     compute_pct: float | None
     non_compute_pct: float | None
     comm_pct: float | None = Field(description="% of step time with a communication kernel running.")
+    memory_pct: float | None = Field(description="% of step time with a memcpy/memset running.")
     exposed_comm_pct: float | None = Field(description="% of step time with communication but no compute.")
     comm_overlap_pct: float | None = Field(description="% of communication time overlapped by compute.")
     data_wait_pct: float | None = Field(description="% of step time the GPU idles while the DataLoader runs.")
@@ -390,7 +391,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         data_ms = total(intersect(step_window, dataloader))
         summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
                               gpu_busy_pct=None, idle_pct=None, compute_pct=None, non_compute_pct=None,
-                              comm_pct=None, exposed_comm_pct=None, comm_overlap_pct=None,
+                              comm_pct=None, memory_pct=None, exposed_comm_pct=None, comm_overlap_pct=None,
                               data_wait_pct=_pct(data_ms, length), gpu_events=0, events=data.events)
         if data_ms > 0:
             causes.append(Cause(kind="data_loading", share_pct=_pct(data_ms, length) or 0.0,
@@ -404,6 +405,8 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     compute = clip(_gpu_merged(data, lambda i: data.gpu_kind[i] == compute_code and not data.gpu_comm[i]),
                    start, end)
     comm = clip(_gpu_merged(data, lambda i: bool(data.gpu_comm[i])), start, end)
+    memory_code = _KIND_CODE["memory"]
+    memory = total(clip(_gpu_merged(data, lambda i: data.gpu_kind[i] == memory_code), start, end))
     exposed = total(subtract(comm, compute))
     idle = subtract(step_window, busy)
 
@@ -465,7 +468,8 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     summary = RankSummary(
         rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
         gpu_busy_pct=_pct(total(busy), length), idle_pct=hta_idle, compute_pct=hta_compute,
-        non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), exposed_comm_pct=_pct(exposed, length),
+        non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), memory_pct=_pct(memory, length),
+        exposed_comm_pct=_pct(exposed, length),
         comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
         gpu_events=len(data.gpu_ts), events=data.events,
     )
@@ -585,6 +589,8 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     causes = sorted((c for c in causes if c.share_pct >= MIN_CAUSE_PCT), key=lambda c: c.share_pct, reverse=True)
     kernels, histogram = _kernel_stats(results)
     notes = [n for r in results for n in r.notes][:10]
+    if len(ranks) > TRACE_MAX_RANK_ROWS:
+        notes.insert(0, _distribution(ranks))
     return SummarizeTraceResult(
         severity=Severity.warn if causes and causes[0].share_pct >= 10 else Severity.ok,
         conclusion=_conclude(ranks, causes),
@@ -632,6 +638,19 @@ def _kernel_stats(results: list[_RankResult]) -> tuple[list[KernelStat], dict[st
              for name, (count, dur, kind) in top]
     order = ["<10us", "10-100us", "100us-1ms", ">=1ms"]
     return stats, {bucket: histogram.get(bucket, 0) for bucket in order}
+
+
+def _distribution(ranks: list[RankSummary]) -> str:
+    """One line for many ranks: min / median / max of step time and communication share."""
+    def spread(values: list[float], unit: str) -> str:
+        if not values:
+            return "n/a"
+        return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}{unit}"
+
+    times = [r.step_time_ms for r in ranks if r.step_time_ms is not None]
+    comm = [r.comm_pct for r in ranks if r.comm_pct is not None]
+    return (f"{len(ranks)} ranks (table shows the outliers): step time min/median/max {spread(times, ' ms')}; "
+            f"communication {spread(comm, '%')} of step time.")
 
 
 def _bounded_ranks(ranks: list[RankSummary]) -> list[RankSummary]:

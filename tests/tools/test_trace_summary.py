@@ -220,3 +220,19 @@ def test_cpu_ops_during_gpu_idle(tmp_path: Path) -> None:
     result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
     assert [(o.name, o.idle_overlap_ms, o.calls) for o in result.idle_cpu_ops] == [
         ("## forward ##", 0.5, 1), ("aten::index_select", 0.4, 1)]
+
+
+def test_many_ranks_show_outliers_and_a_distribution(tmp_path: Path) -> None:
+    # 40 ranks; rank 17 is slow (step 1500 us instead of 1000 us).
+    for rank in range(40):
+        step = 1500 if rank == 17 else 1000
+        events = _steps((0, step), (step, step + 1)) + _kernel("gemm_kernel", 0, 500, 1)
+        events += [_x("cuda_runtime", "cudaMemcpyAsync", 550, 4, correlation=2),
+                   _x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 560, 100, pid=0, tid=7, stream=7,
+                      correlation=2)]
+        _write(tmp_path / f"rank{rank}.json", events, distributedInfo={"rank": rank, "world_size": 40})
+    result = summarize(".", tmp_path)
+    assert 17 in [r.rank for r in result.ranks] and len(result.ranks) <= 16
+    assert result.notes[0].startswith("40 ranks (table shows the outliers): step time min/median/max "
+                                      "1.0 / 1.0 / 1.5 ms")
+    assert next(r for r in result.ranks if r.rank == 0).memory_pct == 10.0
