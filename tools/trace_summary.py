@@ -445,10 +445,8 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                             f"{len(small_gaps)} gaps under {SMALL_GAP_US:g} us"
                             + (f"; median launch call {launch:.1f} us" if launch is not None else ""),
                             fix=_FIX["launch_bound"]))
-        small_total = total(small_gaps)
     else:
-        small_total = 0.0
-        other += total(small_gaps)
+        other += total(small_gaps)  # short gaps without short kernels are host work, not launch overhead
     if exposed > 0:
         overlap = _pct(total(comm) - exposed, total(comm))
         causes.append(Cause(kind="exposed_comm", share_pct=share(exposed),
@@ -458,7 +456,6 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         causes.append(Cause(kind="host_other", share_pct=share(other),
                             evidence=f"GPU idle {other / 1000:.1f} ms with no DataLoader or sync call running "
                             "(Python/CPU work between launches)", fix=_FIX["host_other"]))
-    del small_total
     per_step = [
         StepSummary(rank=rank, step=i, step_time_ms=round((e - s) / 1000, 3),
                     gpu_busy_pct=_pct(total(clip(busy, s, e)), e - s),
@@ -613,12 +610,11 @@ def _merge_causes(results: list[_RankResult]) -> list[Cause]:
         for cause in result.causes:
             by_kind[cause.kind].append((cause, result.summary.rank))
     merged = []
-    for kind, items in by_kind.items():
+    for items in by_kind.values():
         worst, rank = max(items, key=lambda item: item[0].share_pct)
         mean = sum(c.share_pct for c, _ in items) / len(results)
         merged.append(Cause(kind=worst.kind, share_pct=round(mean, 2), evidence=worst.evidence, fix=worst.fix,
                             rank=rank if len(results) > 1 else None))
-        del kind
     return merged
 
 
