@@ -102,6 +102,24 @@ def _display(path: Path, roots: Sequence[Path]) -> str:
     return str(path)
 
 
+def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
+    """Where to start globbing: each root for a relative pattern; for an absolute one, its fixed leading
+    folders, which must lie inside a root (so `/**/*.log` never walks the whole filesystem)."""
+    path = Path(pattern)
+    if not path.is_absolute():
+        return [(root, pattern) for root in roots]
+    fixed: list[str] = []
+    for part in path.parts[1:]:
+        if any(ch in _GLOB_CHARS for ch in part):
+            break
+        fixed.append(part)
+    base = Path("/", *fixed)
+    if not any(base.resolve().is_relative_to(root) for root in roots):
+        raise BadInput(f"glob {pattern!r} starts outside the allowed roots.",
+                       "Use a glob inside the roots: " + ", ".join(map(str, roots)))
+    return [(base, str(path.relative_to(base)))]
+
+
 def expand_inputs(patterns: Sequence[str], roots: Sequence[Path]) -> list[LogFile]:
     """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order."""
     found: dict[Path, None] = {}
@@ -115,8 +133,7 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path]) -> list[LogFil
         if ".." in Path(pattern).parts or pattern.startswith("-"):
             confine(pattern, roots)  # raises the standard refusal
         matched = 0
-        for base in ([Path("/")] if Path(pattern).is_absolute() else roots):
-            relative = str(Path(pattern).relative_to("/")) if base == Path("/") else pattern
+        for base, relative in _glob_bases(pattern, roots):
             for candidate in base.glob(relative):
                 if not candidate.is_file():
                     continue

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from tools._intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
 from tools._logfiles import rank_of_path
+from tools._paths import confine
 from tools._traces import TraceHeader, read_trace
 from tools.context import ToolContext
 from tools.errors import BadInput, LimitExceeded
@@ -516,10 +517,16 @@ def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
 # ---------------------------------------------------------------- files, ranks, the tool
 
 
-def _trace_files(path: Path) -> list[Path]:
+def _trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and (p.name.endswith((".json", ".json.gz", ".gz"))))
+    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz", ".gz")))
+    files = []
+    for candidate in candidates:
+        try:
+            files.append(confine(str(candidate), roots))  # a symlink in the folder must not lead out
+        except BadInput:
+            continue
     if not files:
         raise BadInput(f"no .json or .json.gz trace in {path.name}.", "Pass a trace file or a folder of them.")
     if len(files) > TRACE_MAX_FILES:
@@ -573,7 +580,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     kernel-size histogram. Never cat a trace: use this.
     """
     path = ctx.path(params.path)
-    files = _trace_files(path)
+    files = _trace_files(path, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
     results = await anyio.to_thread.run_sync(_summarise, files, ctx.roots, params.include_last_step, deadline,
                                              abandon_on_cancel=True)

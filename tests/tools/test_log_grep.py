@@ -124,9 +124,13 @@ def test_paths_stay_inside_the_roots(tmp_path: Path) -> None:
     code, data, err = _grep(root, "--paths", "logs/*.log")
     assert code == 0, err
     assert [f["file"] for f in data["files"]] == ["logs/rank0.log"]  # the escaping symlink is not followed
+    code, data, err = _grep(root, "--paths", str(root) + "/**/rank*.log")  # absolute, inside a root
+    assert code == 0 and [f["file"] for f in data["files"]] == ["logs/rank0.log"], err
     for bad, message in (("../secret.log", "contains '..'"), ("../*.log", "contains '..'"),
                          (str(tmp_path / "secret.log"), "outside the allowed roots"),
                          ("logs/rank1.log", "leads outside"), ("nothing/*.log", "no file under the allowed roots"),
+                         ("/**/*.log", "starts outside the allowed roots"),
+                         (str(tmp_path) + "/*.log", "starts outside the allowed roots"),
                          ("logs", "is a directory")):
         code, _, err = _grep(root, "--paths", bad)
         assert code == 3 and message in err, (bad, err)

@@ -236,3 +236,14 @@ def test_many_ranks_show_outliers_and_a_distribution(tmp_path: Path) -> None:
     assert result.notes[0].startswith("40 ranks (table shows the outliers): step time min/median/max "
                                       "1.0 / 1.0 / 1.5 ms")
     assert next(r for r in result.ranks if r.rank == 0).memory_pct == 10.0
+
+
+def test_a_symlink_in_the_folder_does_not_lead_outside(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "job").mkdir(parents=True)
+    events = _steps((0, 100), (100, 200)) + _kernel("gemm_kernel", 0, 50, 1)
+    _write(root / "job" / "rank0.json", events)
+    _write(tmp_path / "elsewhere.json", events)
+    (root / "job" / "rank1.json").symlink_to(tmp_path / "elsewhere.json")
+    result = summarize("job", root)
+    assert [r.file for r in result.ranks] == ["job/rank0.json"]
