@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
-from functools import cache
+from functools import lru_cache
 from typing import Literal
 
 import anyio.to_thread
@@ -177,7 +177,7 @@ class _FileScan:
         return groups[-self.keep:] if self.mode == "tail" else groups[: self.keep]
 
 
-@cache
+@lru_cache(maxsize=32)  # a long-running server sees many patterns: keep the recent ones compiled
 def _compiled(pattern: str) -> LineMatcher:
     return compile_pattern(pattern)
 
