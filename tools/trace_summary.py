@@ -673,8 +673,11 @@ def _bounded_ranks(ranks: list[RankSummary]) -> list[RankSummary]:
 def _conclude(ranks: list[RankSummary], causes: list[Cause]) -> list[str]:
     times = [r.step_time_ms for r in ranks if r.step_time_ms is not None]
     busy = [r.gpu_busy_pct for r in ranks if r.gpu_busy_pct is not None]
+    timed = [r for r in ranks if r.step_time_ms is not None]
+    slowest = max(timed, key=lambda r: r.step_time_ms or 0.0) if len(timed) > 1 else None
     first = f"{len(ranks)} rank(s)" + (f", median step {statistics.median(times):.1f} ms" if times else "") + (
-        f", GPU busy {statistics.median(busy):.0f}% of it" if busy else ", no GPU events") + "."
+        f", GPU busy {statistics.median(busy):.0f}% of it" if busy else ", no GPU events") + (
+        f", slowest rank {slowest.rank} ({slowest.step_time_ms:.1f} ms)" if slowest else "") + "."
     if not causes:
         return [first, "No idle cause stands out."]
     lead = causes[0]

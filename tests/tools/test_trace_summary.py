@@ -236,6 +236,7 @@ def test_many_ranks_show_outliers_and_a_distribution(tmp_path: Path) -> None:
     assert result.notes[0].startswith("40 ranks (table shows the outliers): step time min/median/max "
                                       "1.0 / 1.0 / 1.5 ms")
     assert next(r for r in result.ranks if r.rank == 0).memory_pct == 10.0
+    assert "slowest rank 17 (1.5 ms)" in result.conclusion[0]
 
 
 def test_a_symlink_in_the_folder_does_not_lead_outside(tmp_path: Path) -> None:
