@@ -11,38 +11,14 @@ the failure summary carries the root-cause rank's traceback (error_file).
 """
 
 import datetime
-import logging
 import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from _lab import log, setup_logging, tiny_ddp
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-log = logging.getLogger("train")
-
-
-def setup_logging(rank: int) -> None:
-    fmt = logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s")
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
-    out = logging.StreamHandler(sys.stdout)
-    out.setFormatter(fmt)
-    root.addHandler(out)
-    log_dir = os.environ.get("LAB_RANK_LOG_DIR")
-    if log_dir:
-        os.makedirs(log_dir, exist_ok=True)
-        fh = logging.FileHandler(os.path.join(log_dir, f"rank{rank}.log"), mode="w")
-        fh.setFormatter(fmt)
-        root.addHandler(fh)
-
-    def hook(tp, val, tb):  # type: ignore[no-untyped-def]
-        log.critical("uncaught exception", exc_info=(tp, val, tb))
-
-    sys.excepthook = hook
 
 
 def save_checkpoint(model: nn.Module, step: int, rank: int, world: int) -> None:
@@ -67,12 +43,9 @@ def main() -> None:
     timeout_s = float(os.environ.get("LAB_TIMEOUT_S", "10"))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
-    setup_logging(rank)
+    setup_logging(rank, log_uncaught=True)
     log.info("rank %d/%d pid %d started, pg timeout %.0f s", rank, world, os.getpid(), timeout_s)
-    torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    g = torch.Generator().manual_seed(rank)
+    model, opt, g = tiny_ddp(rank)
     for step in range(1, 11):
         t0 = time.perf_counter()
         x = torch.randn(16, 32, generator=g)

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+from _lab import tiny_ddp
 
 
 def main() -> None:
@@ -26,10 +26,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     print(f"rank {rank}/{world} pid {os.getpid()} started", flush=True)
-    torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    g = torch.Generator().manual_seed(rank)
+    model, opt, g = tiny_ddp(rank)
     for step in range(1, 11):
         t0 = time.perf_counter()
         x, y = torch.randn(16, 32, generator=g), torch.randn(16, 1, generator=g)

@@ -9,32 +9,14 @@ Per-rank log files: LAB_RANK_LOG_DIR/rank<R>.log (logging.FileHandler), also ech
 """
 
 import datetime
-import logging
 import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from _lab import log, setup_logging
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-log = logging.getLogger("train")
-
-
-def setup_logging(rank: int) -> None:
-    fmt = logging.Formatter(f"%(asctime)s [rank{rank}] %(levelname)s %(name)s: %(message)s")
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
-    out = logging.StreamHandler(sys.stdout)
-    out.setFormatter(fmt)
-    root.addHandler(out)
-    log_dir = os.environ.get("LAB_RANK_LOG_DIR")
-    if log_dir:
-        os.makedirs(log_dir, exist_ok=True)
-        fh = logging.FileHandler(os.path.join(log_dir, f"rank{rank}.log"), mode="w")
-        fh.setFormatter(fmt)
-        root.addHandler(fh)
 
 
 def main() -> None:
