@@ -334,18 +334,12 @@ def ours_command() -> list[str] | None:
     return base if probe.returncode == 0 else None
 
 
-def hta_percentages(result: Any) -> dict[str, float] | None:
+def percentages(result: Any, table: str, side: int) -> dict[str, float] | None:
+    """The three-way split from one side's JSON: `table` holds the rows, `side` picks the key column of
+    PCT_KEYS (1 for HTA's names, 2 for ours)."""
     try:
-        row = result["breakdown"][0]
-        return {name: float(row[key]) for name, key, _ in PCT_KEYS}
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
-def our_percentages(result: Any) -> dict[str, float] | None:
-    try:
-        rank = result["ranks"][0]
-        return {name: float(rank[key]) for name, _, key in PCT_KEYS}
+        row = result[table][0]
+        return {keys[0]: float(row[keys[side]]) for keys in PCT_KEYS}
     except (KeyError, IndexError, TypeError, ValueError):
         return None
 
@@ -453,8 +447,8 @@ def main() -> None:
         print(f"ours peak RSS       = {peak['ours']:.0f} MiB = {ours_mb:.0f} MB (target < 400 MB) -> "
               f"{verdict(ours_mb < 400)}")
 
-    hta_pct = hta_percentages(parsed.get("HTA"))
-    our_pct = our_percentages(parsed.get("ours"))
+    hta_pct = percentages(parsed.get("HTA"), "breakdown", 1)
+    our_pct = percentages(parsed.get("ours"), "ranks", 2)
     if hta_pct or our_pct:
         print()
         print(f"{'% of GPU span':14s} {'HTA':>8s} {'ours':>8s} {'diff':>8s}")
