@@ -47,6 +47,17 @@ def _list_of(item_type: Any) -> Any:
     return parse
 
 
+class _ExtendFlat(argparse.Action):
+    """Collects the values of a repeatable list option into one flat list."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        for value in values if self.nargs == "+" else [values]:
+            items.extend(value)
+        setattr(namespace, self.dest, items)
+
+
 def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel]) -> None:
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
@@ -65,8 +76,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
         elif typing.get_origin(kind) is Literal:
             parser.add_argument(flag, dest=name, choices=typing.get_args(kind), default=None, help=help_text)
         elif is_list:
-            parser.add_argument(flag, dest=name, type=_list_of(kind), default=None, metavar="A,B,...",
-                                help=help_text + " (comma-separated)")
+            # Repeatable and comma-separated (`--pid 1 --pid 2`, `--pid 1,2`); several values after one flag
+            # too (`--from-files a b`) where no positional argument could be swallowed by it.
+            parser.add_argument(flag, dest=name, type=_list_of(kind), default=None, action=_ExtendFlat,
+                                nargs="+" if model.cli_positional is None else None, metavar="A,B",
+                                help=help_text + " (repeatable, comma-separated)")
         else:
             parser.add_argument(flag, dest=name, type=kind if kind in (int, float) else str, default=None,
                                 help=help_text)

@@ -61,6 +61,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("diagnose_logs", "tools.log_diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
     ToolSpec("summarize_trace", "tools.trace_summary", "SummarizeTraceInput", "SummarizeTraceResult",
              "Profiler trace summary"),
+    ToolSpec("dump_stacks", "tools.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks"),
+    ToolSpec("analyze_flight_recorder", "tools.flight_recorder", "AnalyzeFlightRecorderInput",
+             "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
 )
 
 

@@ -3,7 +3,15 @@
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
-__all__ = ["diagnose_logs", "grep_logs", "health_check", "nvidia_smi_query", "summarize_trace"]
+__all__ = [
+    "analyze_flight_recorder",
+    "diagnose_logs",
+    "dump_stacks",
+    "grep_logs",
+    "health_check",
+    "nvidia_smi_query",
+    "summarize_trace",
+]
 
 
 def __getattr__(name: str) -> object:
@@ -28,4 +36,12 @@ def __getattr__(name: str) -> object:
         from tools.trace_summary import summarize_trace
 
         return summarize_trace
+    if name == "dump_stacks":
+        from tools.stacks import dump_stacks
+
+        return dump_stacks
+    if name == "analyze_flight_recorder":
+        from tools.flight_recorder import analyze_flight_recorder
+
+        return analyze_flight_recorder
     raise AttributeError(name)

@@ -68,3 +68,22 @@ TRACE_READ_CHARS: Final = 4 * 1024 * 1024
 TRACE_MAX_METADATA_CHARS: Final = 64 * 1024 * 1024
 TRACE_TOP_KERNELS: Final = 10
 TRACE_MAX_RANK_ROWS: Final = 16
+
+# Stacks (dump_stacks).
+STACK_DEFAULT_PROCESSES: Final = 64
+STACK_MAX_PROCESSES: Final = 1024
+STACK_DEFAULT_TIMEOUT_S: Final = 10.0
+STACK_MIN_TIMEOUT_S: Final = 0.5
+STACK_MAX_TIMEOUT_S: Final = 60.0
+# py-spy dumps running at once (each pauses its target for a few milliseconds).
+STACK_PARALLEL_DUMPS: Final = 8
+STACK_MAX_FILES: Final = 1024
+STACK_MAX_FILE_BYTES: Final = 4 * 1024 * 1024
+STACK_MAX_MATCH_CHARS: Final = 256
+STACK_FRAMES_SHOWN: Final = 12
+
+# Flight-recorder dumps (analyze_flight_recorder).
+FR_MAX_FILES: Final = 4096
+FR_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
+FR_MAX_SUSPECTS: Final = 256
+FR_STACK_FRAMES: Final = 8

@@ -1,0 +1,499 @@
+"""analyze_flight_recorder: from per-rank flight-recorder dumps, the first collective where the ranks disagree.
+
+PyTorch's flight recorder keeps the last N collectives of every process group with their sequence number, op,
+sizes, state and the Python stack that issued them. It is dumped per rank (TORCH_NCCL_DUMP_ON_TIMEOUT=1 with
+TORCH_FR_DUMP_TEMP_FILE=<prefix>, or on demand with torch._C._distributed_c10d._dump_fr_trace()) as a pickle,
+or as JSON without stacks. The pickles are loaded with tools/_unpickle.py (plain containers only).
+
+Per process group: the last sequence number every rank completed, then the first sequence number where a rank
+never entered the collective (missing), entered another op (mismatched_op), other sizes or dtypes, or has not
+started what the others have (not_started, NCCL only). The expected op is the majority's, so the verdict does
+not depend on which rank's file is read first (PyTorch's analyzer uses the first file as the reference).
+Groups are rebuilt from the entries when the dump's pg_config is unusable (gloo in torch 2.13 writes it with
+empty names). SOP: nccl_hang_or_slow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, Field
+
+from tools._stacks import Frame, is_library
+from tools._unpickle import UnsafePickle, load_plain_pickle
+from tools.context import ToolContext
+from tools.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.limits import FR_MAX_FILE_BYTES, FR_MAX_FILES, FR_MAX_SUSPECTS, FR_STACK_FRAMES
+from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.stacks import compact_ranks
+
+__all__ = ["AnalyzeFlightRecorderInput", "AnalyzeFlightRecorderResult", "analyze_flight_recorder"]
+
+Reason = Literal["missing", "mismatched_op", "mismatched_sizes", "mismatched_dtypes", "not_started", "no_dump"]
+
+_RANK_SUFFIX = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
+_STARTED = frozenset({"started", "completed"})
+
+
+class AnalyzeFlightRecorderInput(InputModel):
+    path: str = Field(description="Folder of per-rank flight-recorder dumps (<prefix><rank>, pickle or .json) inside "
+                      "the roots.")
+    pg: str | None = Field(default=None, max_length=256,
+                           description="Only this process group (its name, e.g. '0', or its description).")
+
+    cli_positional = "path"
+
+
+class ProcessGroupReport(BaseModel):
+    pg: str = Field(description="Process group name (pg id).")
+    desc: str
+    ranks: str = Field(description="Member ranks (compact); rebuilt from the entries when pg_config is unusable.")
+    last_common_seq: int | None = Field(description="The last collective sequence number every rank completed.")
+    first_mismatch_seq: int | None = Field(description="The first sequence number where the ranks disagree.")
+    expected_op: str | None = Field(default=None, description="What the majority runs at first_mismatch_seq.")
+    in_flight: str = Field(default="", description="What the ranks were doing when dumped.")
+
+
+class FlightSuspect(BaseModel):
+    rank: int
+    pg: str
+    seq: int | None
+    reason: Reason
+    op: str | None = Field(default=None, description="What this rank runs at seq (None when missing).")
+    detail: str = ""
+    location: str | None = Field(default=None, description="The user's innermost frame that issued it.")
+    stack: list[str] = Field(default_factory=list, description="The recorded frames, innermost first (shortened).")
+
+
+class RankDump(BaseModel):
+    rank: int
+    file: str
+    format: str
+    entries: int
+    last_enqueued: int | None
+    last_completed: int | None
+    in_flight_op: str | None
+    error: str | None = None
+
+
+class AnalyzeFlightRecorderResult(ToolResult):
+    process_groups: list[ProcessGroupReport]
+    suspects: list[FlightSuspect]
+    ranks: list[RankDump] = Field(description="One row per dump file; failed files first.")
+    version: str | None = Field(description="The dump format version.")
+    notes: list[str]
+
+    narrow_hint = "pass one process group (pg)"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Suspects", ["rank", "pg", "seq", "reason", "op", "detail", "issued at"],
+                  [[str(s.rank), s.pg, _s(s.seq), s.reason, s.op or "-", s.detail, s.location or "-"]
+                   for s in self.suspects], "suspects"),
+            Table("Process groups", ["pg", "desc", "ranks", "last common seq", "first mismatch seq", "expected op",
+                                     "in flight"],
+                  [[g.pg, g.desc, g.ranks, _s(g.last_common_seq), _s(g.first_mismatch_seq), g.expected_op or "-",
+                    g.in_flight] for g in self.process_groups], "process_groups"),
+            Table("Dumps", ["rank", "file", "format", "entries", "last enqueued", "last completed", "in flight",
+                            "error"],
+                  [[str(r.rank), r.file, r.format, str(r.entries), _s(r.last_enqueued), _s(r.last_completed),
+                    r.in_flight_op or "-", r.error or ""] for r in self.ranks], "ranks"),
+        ]
+
+
+def _s(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class _Entry:
+    op: str
+    sizes: str
+    dtypes: str
+    state: str
+    retired: bool
+    frames: tuple[Frame, ...] = ()
+
+
+@dataclass
+class _PgRecord:
+    desc: str = ""
+    config_ranks: list[int] | None = None
+    entries: dict[int, _Entry] = field(default_factory=dict)  # collective seq -> entry
+    last_completed: int | None = None
+    last_enqueued: int | None = None
+
+
+@dataclass
+class _Dump:
+    rank: int
+    file: str
+    format: str
+    version: str | None = None
+    groups: dict[str, _PgRecord] = field(default_factory=dict)
+    entries: int = 0
+    error: str | None = None
+
+
+def _op(profiling_name: Any) -> str:
+    name = str(profiling_name or "?")
+    return name.split(":", 1)[1] if ":" in name else name
+
+
+def _ranks_list(value: Any) -> list[int] | None:
+    if isinstance(value, list):
+        return [int(v) for v in value if isinstance(v, int)]
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return [int(v) for v in parsed if isinstance(v, int)] if isinstance(parsed, list) else None
+    return None
+
+
+def _frames(raw: Any) -> tuple[Frame, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(Frame(str(f.get("name", "?")), str(f.get("filename", "?")), f.get("line") if isinstance(
+        f.get("line"), int) else None) for f in raw[:64] if isinstance(f, dict))
+
+
+def _pg_key(entry: dict[str, Any]) -> tuple[str, str]:
+    group = entry.get("process_group")
+    if isinstance(group, list | tuple) and group:
+        return str(group[0]), str(group[1]) if len(group) > 1 else ""
+    return str(entry.get("pg_id", "?")), ""
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _parse(data: dict[str, Any], dump: _Dump) -> None:
+    if not isinstance(data, dict) or "entries" not in data and "pg_status" not in data:
+        raise UnreadableInput(f"{dump.file} is not a flight-recorder dump (no 'entries').",
+                              "Pass the files written by TORCH_FR_DUMP_TEMP_FILE / _dump_fr_trace().")
+    dump.version = str(data.get("version")) if data.get("version") is not None else None
+    config: dict[str, Any] = data["pg_config"] if isinstance(data.get("pg_config"), dict) else {}
+    entries = data.get("entries") or []
+    if not isinstance(entries, list):
+        raise UnreadableInput(f"{dump.file}: 'entries' is not a list.", "The dump is damaged.")
+    # Keep stacks only for what was not finished: only those can be the odd ones (memory stays small).
+    status: dict[str, Any] = data["pg_status"] if isinstance(data.get("pg_status"), dict) else {}
+    for raw in entries:
+        if not isinstance(raw, dict) or raw.get("is_p2p"):
+            continue
+        seq = _int_or_none(raw.get("collective_seq_id"))
+        if seq is None:
+            continue
+        name, desc = _pg_key(raw)
+        record = dump.groups.get(name)
+        if record is None:
+            record = dump.groups[name] = _PgRecord(desc=desc)
+            cfg = config.get(name)
+            if isinstance(cfg, dict):
+                record.config_ranks = _ranks_list(cfg.get("ranks"))
+                record.desc = record.desc or str(cfg.get("desc", ""))
+            pg_status = status.get(str(raw.get("pg_id", name)))
+            if isinstance(pg_status, dict):
+                record.last_completed = _int_or_none(pg_status.get("last_completed_collective"))
+                record.last_enqueued = _int_or_none(pg_status.get("last_enqueued_collective"))
+        retired = bool(raw.get("retired"))
+        state = str(raw.get("state", ""))
+        finished = retired or state == "completed"
+        record.entries[seq] = _Entry(_op(raw.get("profiling_name")), str(raw.get("input_sizes")),
+                                     str(raw.get("input_dtypes")), state, finished,
+                                     () if finished else _frames(raw.get("frames")))
+        dump.entries += 1
+    for record in dump.groups.values():
+        if record.last_completed is None:
+            done = [seq for seq, e in record.entries.items() if e.retired]
+            record.last_completed = max(done) if done else None
+        if record.last_enqueued is None and record.entries:
+            record.last_enqueued = max(record.entries)
+
+
+def _read_one(path: Path, name: str, rank: int) -> _Dump:
+    dump = _Dump(rank, name, "?")
+    try:
+        size = path.stat().st_size
+        if size > FR_MAX_FILE_BYTES:
+            raise LimitExceeded(f"{name} is {size // 2**20} MiB, over the {FR_MAX_FILE_BYTES // 2**20} MiB limit.",
+                                "A flight-recorder dump is a few MiB; check that this is one.")
+        raw = path.read_bytes()
+        if raw[:1] in (b"{", b"["):
+            dump.format = "json"
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                raise UnreadableInput(f"{name} is not valid JSON ({exc}).", "The dump may be cut short.") from exc
+        else:
+            dump.format = "pickle"
+            data = load_plain_pickle(raw, name)
+        _parse(data, dump)
+    except (UnreadableInput, LimitExceeded) as exc:
+        dump.error = str(exc)
+        if isinstance(exc, UnsafePickle):
+            dump.format = "pickle (refused)"
+    except OSError as exc:
+        dump.error = f"cannot read {name}: {exc.strerror or exc}"
+    return dump
+
+
+def _dump_files(folder: Path) -> tuple[list[tuple[Path, str, int]], list[str]]:
+    """(path, display name, rank) for each dump; a pickle and a JSON of the same rank: the pickle (it has
+    stacks)."""
+    notes: list[str] = []
+    by_rank: dict[int, tuple[Path, str]] = {}
+    skipped = 0
+    for count, path in enumerate(sorted(folder.iterdir())):
+        if count > FR_MAX_FILES * 2:
+            raise LimitExceeded(f"{folder.name} holds more than {FR_MAX_FILES * 2} entries.",
+                                f"Pass a folder with at most {FR_MAX_FILES} per-rank dumps.")
+        if not path.is_file():
+            continue
+        match = _RANK_SUFFIX.search(path.name)
+        if match is None:
+            skipped += 1
+            continue
+        rank = int(match.group(1))
+        previous = by_rank.get(rank)
+        if previous is None or (previous[0].suffix == ".json" and path.suffix != ".json"):
+            by_rank[rank] = (path, path.name)
+    if skipped:
+        notes.append(f"{skipped} files without a rank number at the end of their name were skipped.")
+    if len(by_rank) > FR_MAX_FILES:
+        raise LimitExceeded(f"{len(by_rank)} rank dumps; the limit is {FR_MAX_FILES}.", "Analyse fewer ranks.")
+    return [(p, n, r) for r, (p, n) in sorted(by_rank.items())], notes
+
+
+def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
+    if path.is_file():
+        match = _RANK_SUFFIX.search(path.name)
+        files: list[tuple[Path, str, int]] = [(path, path.name, int(match.group(1)) if match else 0)]
+        notes: list[str] = []
+    else:
+        files, notes = _dump_files(path)
+    if not files:
+        raise BadInput(f"no flight-recorder dump in {path.name}: expected files named <prefix><rank>.",
+                       "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")
+    dumps: list[_Dump] = []
+    for file, name, rank in files:
+        if time.monotonic() > deadline:
+            raise LimitExceeded(f"reading the dumps took longer than the call's limit ({len(dumps)} of {len(files)} "
+                                "read).", "Pass one process group or fewer ranks, or raise --timeout.")
+        dumps.append(_read_one(file, name, rank))
+    return dumps, notes
+
+
+# ----------------------------------------------------------------------------------------------- analysis
+
+
+def _where(frames: Sequence[Frame]) -> tuple[str | None, list[str]]:
+    user = next((f for f in frames if not is_library(f)), None)
+    return (user.display() if user else None), [f.display() for f in frames[:FR_STACK_FRAMES]]
+
+
+def _majority(values: dict[int, str]) -> tuple[str, bool]:
+    """The most common value and whether it is a strict majority winner (no tie)."""
+    counts = Counter(values.values()).most_common(2)
+    return counts[0][0], len(counts) == 1 or counts[0][1] > counts[1][1]
+
+
+def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], notes: list[str]
+                ) -> tuple[ProcessGroupReport, list[FlightSuspect]]:
+    desc = next((r.desc for r in holders.values() if r.desc), "")
+    config = next((r.config_ranks for r in holders.values() if r.config_ranks), None)
+    members = sorted(set(config) if config else set(holders) | (set(world) if name == "0" else set()))
+    completed = [c for c in (h.last_completed for h in holders.values()) if c is not None]
+    last_common = min(completed) if len(completed) == len(holders) and completed else None
+    # The ring buffer forgets old entries: compare only what every rank still holds.
+    oldest = max((min(r.entries) for r in holders.values() if r.entries), default=0)
+    newest = max((max(r.entries) for r in holders.values() if r.entries), default=-1)
+    start = max(oldest, (last_common or 0) + 1)
+    suspects: list[FlightSuspect] = []
+    report = ProcessGroupReport(pg=name, desc=desc, ranks=compact_ranks(members), last_common_seq=last_common,
+                                first_mismatch_seq=None)
+    no_dump = [r for r in members if r not in holders]
+    for seq in range(start, newest + 1):
+        present = {r: holders[r].entries[seq] for r in holders if seq in holders[r].entries}
+        if not present:
+            continue
+        missing = [r for r in holders if r not in present and (holders[r].last_enqueued or -1) < seq]
+        ops = {r: e.op for r, e in present.items()}
+        expected_op, clear = _majority(ops)
+        found: list[FlightSuspect] = []
+        for rank in missing:
+            last = holders[rank].last_enqueued
+            found.append(FlightSuspect(rank=rank, pg=name, seq=seq, reason="missing",
+                                       detail=f"never entered it (last enqueued {_s(last)}) while ranks "
+                                       f"{compact_ranks(list(present))} did"))
+        for rank, entry in present.items():
+            if entry.op != expected_op:
+                found.append(_suspect(rank, name, seq, "mismatched_op", entry, f"runs {entry.op} where "
+                                      f"{Counter(ops.values())[expected_op]} ranks run {expected_op}"))
+        if not found:
+            same_op = {r: e for r, e in present.items() if e.op == expected_op}
+            checks: tuple[tuple[str, Reason], ...] = (("sizes", "mismatched_sizes"), ("dtypes", "mismatched_dtypes"))
+            for attribute, reason in checks:
+                values = {r: getattr(e, attribute) for r, e in same_op.items()}
+                common, _ = _majority(values)
+                for rank, value in values.items():
+                    if value != common:
+                        found.append(_suspect(rank, name, seq, reason, same_op[rank],
+                                              f"input {attribute} {value} where the others have {common}"))
+                if found:
+                    break
+        if not found and not missing:
+            started = [r for r, e in present.items() if e.state in _STARTED]
+            if started and len(started) < len(present):
+                for rank, entry in present.items():
+                    if entry.state not in _STARTED:
+                        found.append(_suspect(rank, name, seq, "not_started", entry,
+                                              f"still {entry.state} while ranks {compact_ranks(started)} started it: "
+                                              "this rank's previous work (compute) has not finished"))
+        if found:
+            report.first_mismatch_seq = seq
+            report.expected_op = expected_op
+            if not clear:
+                notes.append(f"pg {name} seq {seq}: no majority op ({dict(Counter(ops.values()))}); the ranks named "
+                             "are those that differ from the op seen most often first.")
+            suspects = found
+            break
+    in_flight = {r: rec.entries[rec.last_enqueued] for r, rec in holders.items()
+                 if rec.last_enqueued is not None and rec.last_enqueued in rec.entries
+                 and not rec.entries[rec.last_enqueued].retired}
+    if in_flight:
+        by_op = Counter(f"{e.op} seq {holders[r].last_enqueued}" for r, e in in_flight.items())
+        report.in_flight = "; ".join(f"{op} on {n} rank{'s' if n > 1 else ''}" for op, n in by_op.most_common(3))
+    elif holders:
+        report.in_flight = "nothing (every recorded collective completed)"
+    for rank in no_dump:
+        suspects.append(FlightSuspect(rank=rank, pg=name, seq=None, reason="no_dump",
+                                      detail="no dump from this member rank: it may have crashed or hung before "
+                                      "dumping; look at its log"))
+    return report, suspects
+
+
+def _suspect(rank: int, pg: str, seq: int, reason: Reason, entry: _Entry, detail: str) -> FlightSuspect:
+    location, stack = _where(entry.frames)
+    return FlightSuspect(rank=rank, pg=pg, seq=seq, reason=reason, op=entry.op, detail=detail, location=location,
+                         stack=stack)
+
+
+def _analyse(dumps: list[_Dump], pg_filter: str | None, notes: list[str]) -> AnalyzeFlightRecorderResult:
+    good = [d for d in dumps if d.error is None]
+    if not good:
+        raise UnreadableInput("no dump could be read: " + "; ".join(d.error or "" for d in dumps[:3]),
+                              "Pass the folder of dumps written by PyTorch's flight recorder.")
+    world = sorted(d.rank for d in dumps)
+    names = sorted({n for d in good for n in d.groups}, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0,
+                                                                         n))
+    if pg_filter is not None:
+        names = [n for n in names if n == pg_filter or any(d.groups.get(n) and d.groups[n].desc == pg_filter
+                                                           for d in good)]
+        if not names:
+            raise BadInput(f"no process group named {pg_filter!r} in the dumps.", "Leave pg out to see them all.")
+    reports: list[ProcessGroupReport] = []
+    suspects: list[FlightSuspect] = []
+    for name in names:
+        holders = {d.rank: d.groups[name] for d in good if name in d.groups}
+        report, found = _analyse_pg(name, holders, world, notes)
+        reports.append(report)
+        suspects += found
+    failed = [d for d in dumps if d.error is not None]
+    for d in failed:
+        notes.append(f"rank {d.rank}: {d.error}")
+    suspects.sort(key=lambda s: (s.reason == "no_dump", s.seq if s.seq is not None else 1 << 62, s.rank))
+    rank_rows = [RankDump(rank=d.rank, file=d.file, format=d.format, entries=d.entries,
+                          last_enqueued=_first(d, "last_enqueued"), last_completed=_first(d, "last_completed"),
+                          in_flight_op=_in_flight(d), error=d.error)
+                 for d in sorted(dumps, key=lambda d: (d.error is None, d.rank))]
+    severity = Severity.crit if any(s.reason != "no_dump" for s in suspects) else (
+        Severity.warn if suspects or failed else Severity.ok)
+    return AnalyzeFlightRecorderResult(
+        severity=severity, conclusion=_conclude(reports, suspects, failed, len(dumps)),
+        next_steps=_next_steps(suspects), process_groups=reports, suspects=suspects[:FR_MAX_SUSPECTS],
+        ranks=rank_rows, version=next((d.version for d in good if d.version), None), notes=notes[:20])
+
+
+def _first(dump: _Dump, attribute: str) -> int | None:
+    record = dump.groups.get("0") or next(iter(dump.groups.values()), None)
+    return getattr(record, attribute) if record else None
+
+
+def _in_flight(dump: _Dump) -> str | None:
+    for record in dump.groups.values():
+        for seq in sorted(record.entries, reverse=True):
+            entry = record.entries[seq]
+            if not entry.retired:
+                return f"{entry.op} seq {seq}"
+    return None
+
+
+def _conclude(reports: list[ProcessGroupReport], suspects: list[FlightSuspect], failed: list[_Dump],
+              dumps: int) -> list[str]:
+    real = [s for s in suspects if s.reason != "no_dump"]
+    text: list[str] = []
+    if real:
+        first = real[0]
+        same = sorted({s.rank for s in real if s.pg == first.pg and s.seq == first.seq and s.reason == first.reason})
+        report = next(r for r in reports if r.pg == first.pg)
+        others = f"the others run {report.expected_op}" if report.expected_op else "the others entered it"
+        what = {"missing": "never entered it", "mismatched_op": f"runs {first.op} where {others}",
+                "mismatched_sizes": f"calls {first.op} with other input sizes than the others",
+                "mismatched_dtypes": f"calls {first.op} with other dtypes than the others",
+                "not_started": "has not started it while the others have"}.get(first.reason, first.reason)
+        where = f" (issued at {first.location})" if first.location else ""
+        text.append(f"Process group {first.pg}: the ranks agree up to seq {_s(report.last_common_seq)}; at seq "
+                    f"{first.seq} rank {compact_ranks(same)} {what}{where}.")
+        text.append("That rank is the culprit: a collective called by only some ranks, or in another order — "
+                    "fix the call so every rank makes the same collectives in the same order.")
+    elif reports:
+        flight = "; ".join(f"pg {r.pg}: {r.in_flight}" for r in reports[:2] if r.in_flight)
+        text.append(f"All ranks agree on every recorded collective ({flight}).")
+        text.append("No rank is missing or different: if the job hangs, the collective itself is stuck (network, "
+                    "NCCL) — run with NCCL_DEBUG=INFO and check the links.")
+    if failed:
+        text.append(f"{len(failed)} of {dumps} dumps could not be read (see notes); their ranks are not judged.")
+    return text[:3]
+
+
+def _next_steps(suspects: list[FlightSuspect]) -> list[NextStep]:
+    steps = []
+    located = next((s for s in suspects if s.location), None)
+    if located is not None:
+        steps.append(NextStep(branch="nccl_hang_or_slow", action=f"Open {located.location} on rank {located.rank}",
+                              why="That line issued the collective the other ranks do not make."))
+    steps.append(NextStep(branch="nccl_hang_or_slow", action="dump_stacks on the live job (or its stack files)",
+                          why="Shows where each rank's Python is now, including ranks that record nothing."))
+    steps.append(NextStep(branch="nccl_hang_or_slow", action="diagnose_logs on every rank's log",
+                          why="Timeout and watchdog texts give the timeout, the op and the ranks that died."))
+    return steps
+
+
+async def analyze_flight_recorder(params: AnalyzeFlightRecorderInput, ctx: ToolContext
+                                  ) -> AnalyzeFlightRecorderResult:
+    """Analyse a folder of per-rank PyTorch flight-recorder dumps (pickle as written by TORCH_FR_DUMP_TEMP_FILE /
+    TORCH_NCCL_DUMP_ON_TIMEOUT or _dump_fr_trace(), or the JSON variant): per process group the last collective
+    every rank completed, the first sequence number where ranks disagree, and the suspects with the reason
+    (missing, mismatched_op, mismatched_sizes, mismatched_dtypes, not_started) and the recorded frame that
+    issued it. Pickles are loaded with a restricted unpickler (plain containers and scalars only); the expected
+    op is the majority's. Gloo dumps with broken pg_config are handled.
+    """
+    path = ctx.path(params.path)
+    deadline = time.monotonic() + ctx.remaining_s()
+    dumps, notes = await anyio.to_thread.run_sync(_read_all, path, deadline, abandon_on_cancel=True)
+    return _analyse(dumps, params.pg, notes)
