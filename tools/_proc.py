@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +40,9 @@ def find_program(program: str) -> str:
     """Absolute path of an allow-listed program on PATH, or Unavailable."""
     if program not in ALLOWED_PROGRAMS:
         raise BadInput(f"program {program!r} is not on the allow-list.", f"Allowed: {sorted(ALLOWED_PROGRAMS)}.")
-    path = shutil.which(program)
+    # Then beside our own interpreter: py-spy is one of our dependencies, installed into the same environment,
+    # and an MCP client often starts the server without that environment's bin folder on PATH.
+    path = shutil.which(program) or shutil.which(program, path=sysconfig.get_path("scripts"))
     if path is None:
         raise Unavailable(f"{program} not found on PATH.", "Install it or run this on a host that has it.")
     return path

@@ -104,9 +104,10 @@ def _ours() -> set[int]:
     return pids
 
 
-def processes_by_match(pattern: str, limit: int) -> tuple[list[RankProcess], int]:
+def processes_by_match(pattern: str, limit: int) -> tuple[list[RankProcess], int, list[str]]:
     """Processes whose command line matches `pattern` (RE2, so no pattern can hang the server); the topmost
-    of each process tree only (not DataLoader workers). Returns (up to `limit` processes, how many matched)."""
+    of each process tree only (not DataLoader workers), of one job. Returns (up to `limit` processes, how many
+    matched, notes)."""
     import re2  # type: ignore[import-untyped]
 
     try:
@@ -134,8 +135,30 @@ def processes_by_match(pattern: str, limit: int) -> tuple[list[RankProcess], int
         with_env = [c for c in children if c.rank_source == "env"]
         if with_env:
             found = _topmost_ranks(with_env)
+    found, notes = _one_job(found)
     found.sort(key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.pid))
-    return _number_by_order(found[:limit]), len(found)
+    return _number_by_order(found[:limit]), len(found), notes
+
+
+def _started(pid: int) -> float:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return 0.0
+
+
+def _one_job(found: list[RankProcess]) -> tuple[list[RankProcess], list[str]]:
+    """The ranks of one job: with several (same rank numbers twice), the largest, then the most recent."""
+    jobs: dict[str | None, list[RankProcess]] = defaultdict(list)
+    for process in found:
+        jobs[process.job].append(process)
+    if len(jobs) <= 1:
+        return found, []
+    chosen_job, chosen = max(jobs.items(), key=lambda item: (len(item[1]), max(_started(p.pid) for p in item[1])))
+    others = ", ".join(f"{job or 'no run id'} ({len(procs)} processes, pids {', '.join(str(p.pid) for p in procs[:4])}"
+                       f"{'...' if len(procs) > 4 else ''})" for job, procs in jobs.items() if job != chosen_job)
+    return chosen, [f"several jobs match; took {chosen_job or 'the one without a run id'} ({len(chosen)} processes, "
+                    f"the largest, then the newest). Others: {others}. Pass `pid` to choose."]
 
 
 def _topmost_ranks(found: list[RankProcess]) -> list[RankProcess]:
@@ -170,20 +193,11 @@ def discover_job(limit: int) -> tuple[list[RankProcess], list[str]]:
         if "RANK" in env and "WORLD_SIZE" in env:
             candidates.append(_describe(process.info["pid"]))
     ranks = [p for p in _topmost_ranks(candidates) if p.rank is not None]
-    jobs: dict[str | None, list[RankProcess]] = defaultdict(list)
-    for rank_process in ranks:
-        jobs[rank_process.job].append(rank_process)
-    notes = []
-    if not jobs:
+    if not ranks:
         hint = (f" ({unreadable} processes could not be read: run as their user or root)" if unreadable else "")
         return [], [f"no process on this host has RANK and WORLD_SIZE in its environment{hint}."]
-    chosen_job, chosen = max(jobs.items(), key=lambda item: len(item[1]))
-    if len(jobs) > 1:
-        others = ", ".join(f"{job or 'no run id'} ({len(procs)} ranks)" for job, procs in jobs.items()
-                           if job != chosen_job)
-        notes.append(f"several jobs run here; took {chosen_job or 'the one without a run id'} with {len(chosen)} "
-                     f"ranks. Others: {others}. Pass `match` or `pid` to choose.")
-    chosen.sort(key=lambda p: (p.rank, p.pid))
+    chosen, notes = _one_job(ranks)
+    chosen.sort(key=lambda p: (p.rank or 0, p.pid))
     if len(chosen) > limit:
         notes.append(f"{len(chosen)} ranks found; the first {limit} by rank are dumped (raise max_processes).")
     return chosen[:limit], notes

@@ -210,7 +210,7 @@ _LIBRARY_TOPS = (frozenset(sys.stdlib_module_names) - {"test"}) | {
     "safetensors", "huggingface_hub", "vllm", "sglang", "xformers", "flash_attn", "transformer_engine",
     "tqdm", "wandb", "mlflow", "tensorboard", "hydra", "omegaconf",
 }
-_SITE = re.compile(r"(?:site|dist)-packages/|/lib/python3\.\d+/|^<frozen |^<string>$")
+_SITE = re.compile(r"(?:site|dist)-packages/|/lib/python3\.\d+/|^<frozen ")
 
 
 def is_library(frame: Frame) -> bool:

@@ -212,7 +212,8 @@ async def _collect_live(params: DumpStacksInput, ctx: ToolContext) -> tuple[list
         if len(params.pid) > params.max_processes:
             notes.append(f"{len(params.pid)} pids given; the first {params.max_processes} were dumped.")
     elif params.match is not None:
-        processes, matched = processes_by_match(params.match, params.max_processes)
+        processes, matched, match_notes = processes_by_match(params.match, params.max_processes)
+        notes += match_notes
         if not processes:
             raise BadInput(f"no process's command line matches {params.match!r}.",
                            "Check the pattern against `ps -eo pid,args`, or pass the worker pids.")
