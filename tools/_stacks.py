@@ -35,6 +35,9 @@ __all__ = [
 ]
 
 
+_INSTALLED_PREFIX = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python3\.\d+)/")
+
+
 @dataclass(frozen=True)
 class Frame:
     function: str
@@ -43,7 +46,8 @@ class Frame:
     native: bool = False
 
     def display(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        file = _INSTALLED_PREFIX.sub("", self.file)  # package-relative, as py-spy shows it; the user's paths stay
+        where = file if self.line is None else f"{file}:{self.line}"
         return f"{where} {self.function}"
 
 

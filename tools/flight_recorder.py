@@ -203,6 +203,9 @@ def _parse(data: dict[str, Any], dump: _Dump) -> None:
         if record is None:
             record = dump.groups[name] = _PgRecord(desc=desc)
             cfg = config.get(name)
+            if cfg is None and name == "0" and len(config) == 1:
+                # gloo (torch 2.13) files the default group under an empty name: its member list is still right.
+                cfg = next(iter(config.values()))
             if isinstance(cfg, dict):
                 record.config_ranks = _ranks_list(cfg.get("ranks"))
                 record.desc = record.desc or str(cfg.get("desc", ""))

@@ -73,6 +73,30 @@ scenario() {
     compile_graph_breaks)
         run "$OUT/$s/combined.log" env TORCH_LOGS=graph_breaks,recompiles LAB_RECOMPILE_LIMIT=2 \
             python tests/lab/$s.py ;;
+    hang_evidence)
+        # The rank_conditional_allgather hang, caught while it hangs: flight-recorder dumps (pickle + JSON),
+        # faulthandler stacks (SIGUSR1) and py-spy dumps (text, --json, --native) of every worker.
+        local fr=tests/data/flight_recorder/rank_conditional_allgather st=tests/data/stacks/rank_conditional_allgather
+        rm -rf "$fr" "$st"; mkdir -p "$fr" "$st/pyspy_text" "$st/pyspy_json" "$st/pyspy_native" "$st/mixed"
+        echo "+ LAB_TIMEOUT_S=60 LAB_FR_DIR=$fr LAB_FAULTHANDLER_DIR=$st/faulthandler $TR tests/lab/rank_conditional_allgather.py &"
+        env LAB_TIMEOUT_S=60 LAB_FR_DIR="$fr" LAB_FAULTHANDLER_DIR="$st/faulthandler" LAB_RANK_LOG_DIR="$OUT/$s" \
+            $TR tests/lab/rank_conditional_allgather.py > "$OUT/$s/combined.log" 2>&1 &
+        local launcher=$!
+        for _ in $(seq 1 600); do [ -f "$fr/json/rank_3.json" ] && [ -f "$fr/json/rank_0.json" ] && break; sleep 0.2; done
+        sleep 1
+        for pid in $(pgrep -f "python3 -u tests/lab/rank_conditional_allgather.py"); do
+            r=$(tr '\0' '\n' < /proc/$pid/environ | sed -n 's/^RANK=//p')
+            py-spy dump --pid "$pid" > "$st/pyspy_text/rank$r.txt"
+            py-spy dump --json --pid "$pid" > "$st/pyspy_json/rank$r.json"
+            py-spy dump --native --pid "$pid" > "$st/pyspy_native/rank$r.txt"
+            kill -USR1 "$pid"
+        done
+        sleep 1
+        pkill -9 -f "tests/lab/rank_conditional_allgather.py"; wait "$launcher"
+        cp "$st/pyspy_text/rank0.txt" "$st/mixed/pyspy_rank0.txt"
+        cp "$st/pyspy_json/rank1.json" "$st/mixed/pyspy_json_rank1.json"
+        cp "$st/faulthandler/rank_2.txt" "$st/mixed/faulthandler_rank2.txt"
+        cp "$st/pyspy_native/rank3.txt" "$st/mixed/pyspy_native_rank3.txt" ;;
     straggler_steps)
         run "$OUT/$s/combined.log" env LAB_SLOW_RANK=2 LAB_EXTRA_MS=30 LAB_STEPS=30 LAB_RANK_LOG_DIR="$OUT/$s" \
             $TR tests/lab/$s.py ;;
@@ -81,7 +105,8 @@ scenario() {
 }
 
 ALL="gloo_timeout_rank3_absent rank_conditional_allgather mismatch_detail monitored_barrier store_timeout
-rank_killed nan_loss dataloader_worker_killed dataloader_too_many_files compile_graph_breaks straggler_steps"
+rank_killed nan_loss dataloader_worker_killed dataloader_too_many_files compile_graph_breaks straggler_steps
+hang_evidence"
 for s in ${*:-$ALL}; do
     echo "== $s"
     start=$(date +%s)
