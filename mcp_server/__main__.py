@@ -2,4 +2,5 @@ import sys
 
 from mcp_server.server import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a worker process re-imports the main module
+    sys.exit(main())

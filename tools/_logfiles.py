@@ -91,7 +91,8 @@ def rank_of_line(line: bytes) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
-def _natural_key(path: Path) -> list[Any]:
+def natural_key(path: Path) -> list[Any]:
+    """Sort key that puts rank2 before rank10."""
     return [int(part) if part.isdigit() else part for part in _NATURAL.split(str(path))]
 
 
@@ -149,7 +150,7 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path]) -> list[LogFil
         if matched == 0:
             raise BadInput(f"no file under the allowed roots matches {pattern!r}.",
                            "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
-    files = sorted(found, key=_natural_key)
+    files = sorted(found, key=natural_key)
     if len(files) > LOG_MAX_FILES:
         raise LimitExceeded(f"{len(files)} files given; the limit is {LOG_MAX_FILES}.", "Pass fewer files.")
     return [LogFile(p, _display(p, roots), rank_of_path(_display(p, roots))) for p in files]

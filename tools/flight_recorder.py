@@ -15,11 +15,16 @@ empty names). SOP: nccl_hang_or_slow.
 
 from __future__ import annotations
 
+import bisect
 import json
+import multiprocessing
+import os
 import re
 import time
+from array import array
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +36,14 @@ from tools._stacks import Frame, is_library
 from tools._unpickle import UnsafePickle, load_plain_pickle
 from tools.context import ToolContext
 from tools.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.limits import FR_MAX_FILE_BYTES, FR_MAX_FILES, FR_MAX_SUSPECTS, FR_STACK_FRAMES
+from tools.limits import (
+    FR_MAX_FILE_BYTES,
+    FR_MAX_FILES,
+    FR_MAX_SUSPECTS,
+    FR_MAX_WORKERS,
+    FR_PARALLEL_BYTES,
+    FR_STACK_FRAMES,
+)
 from tools.models import InputModel, NextStep, Severity, Table, ToolResult
 from tools.stacks import compact_ranks
 
@@ -41,6 +53,7 @@ Reason = Literal["missing", "mismatched_op", "mismatched_sizes", "mismatched_dty
 
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
 _STARTED = frozenset({"started", "completed"})
+UNKNOWN = "?"  # sizes / dtypes not read (a finished entry)
 
 
 class AnalyzeFlightRecorderInput(InputModel):
@@ -87,7 +100,7 @@ class RankDump(BaseModel):
 class AnalyzeFlightRecorderResult(ToolResult):
     process_groups: list[ProcessGroupReport]
     suspects: list[FlightSuspect]
-    ranks: list[RankDump] = Field(description="One row per dump file; failed files first.")
+    ranks: list[RankDump] = Field(description="One row per dump file; failed files first, then the suspects.")
     version: str | None = Field(description="The dump format version.")
     notes: list[str]
 
@@ -126,13 +139,71 @@ class _Entry:
     frames: tuple[Frame, ...] = ()
 
 
+class _Kinds:
+    """Interned (op, sizes, dtypes, state) of entries, shared by all dumps of one call: a job repeats the same
+    few collectives thousands of times, so each entry is stored as one small number."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[Any, str, str, Any], int] = {}
+        self.table: list[tuple[str, str, str, str]] = []
+        self.finished: dict[Any, int] = {}
+        self.decoded: dict[tuple[str, str, str, str], int] = {}
+
+    def intern(self, row: tuple[str, str, str, str]) -> int:
+        """The id of an already-decoded kind (merging the tables of worker processes)."""
+        kind = self.decoded.get(row)
+        if kind is None:
+            kind = self.decoded[row] = len(self.table)
+            self.table.append(row)
+        return kind
+
+    def of_finished(self, profiling_name: Any) -> int:
+        """A collective that finished on this rank: its op only. Sizes and dtypes are compared for unfinished
+        entries (where a hang is); reading them for the thousands of finished ones would double the time."""
+        kind = self.finished.get(profiling_name)
+        if kind is None:
+            kind = self.finished[profiling_name] = len(self.table)
+            self.table.append((_op(profiling_name), UNKNOWN, UNKNOWN, "completed"))
+        return kind
+
+    def of(self, profiling_name: Any, sizes: Any, dtypes: Any, state: Any) -> int:
+        key = (profiling_name, repr(sizes), repr(dtypes), state)
+        kind = self.index.get(key)
+        if kind is None:
+            kind = self.index[key] = len(self.table)
+            self.table.append((_op(profiling_name), str(sizes), str(dtypes), str(state or "")))
+        return kind
+
+
 @dataclass
 class _PgRecord:
+    """One rank's entries of one process group: sequence numbers and kinds in record order (increasing), and
+    the stacks of the entries that had not finished (only those can be the odd ones; memory stays small)."""
+
+    kinds: _Kinds
     desc: str = ""
     config_ranks: list[int] | None = None
-    entries: dict[int, _Entry] = field(default_factory=dict)  # collective seq -> entry
+    seqs: array[int] = field(default_factory=lambda: array("q"))
+    kind_ids: array[int] = field(default_factory=lambda: array("l"))
+    open_frames: dict[int, tuple[Frame, ...]] = field(default_factory=dict)
     last_completed: int | None = None
     last_enqueued: int | None = None
+
+    def entry(self, seq: int) -> _Entry | None:
+        i = bisect.bisect_left(self.seqs, seq)
+        if i == len(self.seqs) or self.seqs[i] != seq:
+            return None
+        op, sizes, dtypes, state = self.kinds.table[self.kind_ids[i]]
+        frames = self.open_frames.get(seq)
+        return _Entry(op, sizes, dtypes, state, frames is None, frames or ())
+
+    @property
+    def oldest(self) -> int | None:
+        return self.seqs[0] if self.seqs else None
+
+    @property
+    def newest(self) -> int | None:
+        return self.seqs[-1] if self.seqs else None
 
 
 @dataclass
@@ -170,18 +241,35 @@ def _frames(raw: Any) -> tuple[Frame, ...]:
         f.get("line"), int) else None) for f in raw[:64] if isinstance(f, dict))
 
 
-def _pg_key(entry: dict[str, Any]) -> tuple[str, str]:
-    group = entry.get("process_group")
-    if isinstance(group, list | tuple) and group:
-        return str(group[0]), str(group[1]) if len(group) > 1 else ""
-    return str(entry.get("pg_id", "?")), ""
-
-
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _parse(data: dict[str, Any], dump: _Dump) -> None:
+def _new_record(dump: _Dump, kinds: _Kinds, group: Any, raw: dict[str, Any], config: dict[str, Any],
+                status: dict[str, Any]) -> tuple[str, _PgRecord]:
+    if isinstance(group, list | tuple) and group:
+        name, desc = str(group[0]), str(group[1]) if len(group) > 1 else ""
+    else:
+        name, desc = str(raw.get("pg_id", "?")), ""
+    record = dump.groups.get(name)
+    if record is not None:
+        return name, record
+    record = dump.groups[name] = _PgRecord(kinds, desc=desc)
+    cfg = config.get(name)
+    if cfg is None and name == "0" and len(config) == 1:
+        # gloo (torch 2.13) files the default group under an empty name: its member list is still right.
+        cfg = next(iter(config.values()))
+    if isinstance(cfg, dict):
+        record.config_ranks = _ranks_list(cfg.get("ranks"))
+        record.desc = record.desc or str(cfg.get("desc", ""))
+    pg_status = status.get(str(raw.get("pg_id", name)))
+    if isinstance(pg_status, dict):
+        record.last_completed = _int_or_none(pg_status.get("last_completed_collective"))
+        record.last_enqueued = _int_or_none(pg_status.get("last_enqueued_collective"))
+    return name, record
+
+
+def _parse(data: dict[str, Any], dump: _Dump, kinds: _Kinds) -> None:
     if not isinstance(data, dict) or "entries" not in data and "pg_status" not in data:
         raise UnreadableInput(f"{dump.file} is not a flight-recorder dump (no 'entries').",
                               "Pass the files written by TORCH_FR_DUMP_TEMP_FILE / _dump_fr_trace().")
@@ -190,45 +278,42 @@ def _parse(data: dict[str, Any], dump: _Dump) -> None:
     entries = data.get("entries") or []
     if not isinstance(entries, list):
         raise UnreadableInput(f"{dump.file}: 'entries' is not a list.", "The dump is damaged.")
-    # Keep stacks only for what was not finished: only those can be the odd ones (memory stays small).
     status: dict[str, Any] = data["pg_status"] if isinstance(data.get("pg_status"), dict) else {}
+    by_group: dict[Any, _PgRecord] = {}
+    last_done: dict[int, int] = {}
+    # The hot loop of the tool (2000 entries x 1000+ ranks): plain dict lookups, no helper calls per entry.
     for raw in entries:
-        if not isinstance(raw, dict) or raw.get("is_p2p"):
+        if type(raw) is not dict or raw.get("is_p2p"):
             continue
-        seq = _int_or_none(raw.get("collective_seq_id"))
-        if seq is None:
+        seq = raw.get("collective_seq_id")
+        if type(seq) is not int or seq < 0:
             continue
-        name, desc = _pg_key(raw)
-        record = dump.groups.get(name)
+        group = raw.get("process_group")
+        key = tuple(group) if type(group) is list else group
+        record = by_group.get(key)
         if record is None:
-            record = dump.groups[name] = _PgRecord(desc=desc)
-            cfg = config.get(name)
-            if cfg is None and name == "0" and len(config) == 1:
-                # gloo (torch 2.13) files the default group under an empty name: its member list is still right.
-                cfg = next(iter(config.values()))
-            if isinstance(cfg, dict):
-                record.config_ranks = _ranks_list(cfg.get("ranks"))
-                record.desc = record.desc or str(cfg.get("desc", ""))
-            pg_status = status.get(str(raw.get("pg_id", name)))
-            if isinstance(pg_status, dict):
-                record.last_completed = _int_or_none(pg_status.get("last_completed_collective"))
-                record.last_enqueued = _int_or_none(pg_status.get("last_enqueued_collective"))
-        retired = bool(raw.get("retired"))
-        state = str(raw.get("state", ""))
-        finished = retired or state == "completed"
-        record.entries[seq] = _Entry(_op(raw.get("profiling_name")), str(raw.get("input_sizes")),
-                                     str(raw.get("input_dtypes")), state, finished,
-                                     () if finished else _frames(raw.get("frames")))
+            _, record = _new_record(dump, kinds, group, raw, config, status)
+            by_group[key] = record
+        if record.seqs and seq <= record.seqs[-1]:
+            continue  # out of order or repeated: keep the first
+        state = raw.get("state")
+        record.seqs.append(seq)
+        if raw.get("retired") is True or state == "completed":
+            record.kind_ids.append(kinds.of_finished(raw.get("profiling_name")))
+            last_done[id(record)] = seq
+        else:
+            record.kind_ids.append(kinds.of(raw.get("profiling_name"), raw.get("input_sizes"),
+                                            raw.get("input_dtypes"), state))
+            record.open_frames[seq] = _frames(raw.get("frames"))
         dump.entries += 1
     for record in dump.groups.values():
         if record.last_completed is None:
-            done = [seq for seq, e in record.entries.items() if e.retired]
-            record.last_completed = max(done) if done else None
-        if record.last_enqueued is None and record.entries:
-            record.last_enqueued = max(record.entries)
+            record.last_completed = last_done.get(id(record))
+        if record.last_enqueued is None:
+            record.last_enqueued = record.newest
 
 
-def _read_one(path: Path, name: str, rank: int) -> _Dump:
+def _read_one(path: Path, name: str, rank: int, kinds: _Kinds) -> _Dump:
     dump = _Dump(rank, name, "?")
     try:
         size = path.stat().st_size
@@ -245,7 +330,7 @@ def _read_one(path: Path, name: str, rank: int) -> _Dump:
         else:
             dump.format = "pickle"
             data = load_plain_pickle(raw, name)
-        _parse(data, dump)
+        _parse(data, dump, kinds)
     except (UnreadableInput, LimitExceeded) as exc:
         dump.error = str(exc)
         if isinstance(exc, UnsafePickle):
@@ -282,6 +367,31 @@ def _dump_files(folder: Path) -> tuple[list[tuple[Path, str, int]], list[str]]:
     return [(p, n, r) for r, (p, n) in sorted(by_rank.items())], notes
 
 
+def _read_chunk(files: list[tuple[Path, str, int]], deadline: float) -> tuple[list[_Dump], _Kinds]:
+    kinds = _Kinds()
+    dumps: list[_Dump] = []
+    for file, name, rank in files:
+        if time.monotonic() > deadline:
+            raise LimitExceeded(f"reading the dumps took longer than the call's limit ({len(dumps)} of {len(files)} "
+                                "read in one worker).", "Pass one process group or fewer ranks, or raise --timeout.")
+        dumps.append(_read_one(file, name, rank, kinds))
+    return dumps, kinds
+
+
+def _merge(chunks: list[tuple[list[_Dump], _Kinds]]) -> list[_Dump]:
+    """The dumps of all workers with one table of kinds (each worker interned its own)."""
+    kinds = _Kinds()
+    merged: list[_Dump] = []
+    for dumps, local in chunks:
+        translate = [kinds.intern(row) for row in local.table]
+        for dump in dumps:
+            for record in dump.groups.values():
+                record.kind_ids = array("l", map(translate.__getitem__, record.kind_ids))
+                record.kinds = kinds
+            merged.append(dump)
+    return merged
+
+
 def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
     if path.is_file():
         match = _RANK_SUFFIX.search(path.name)
@@ -292,12 +402,18 @@ def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
     if not files:
         raise BadInput(f"no flight-recorder dump in {path.name}: expected files named <prefix><rank>.",
                        "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")
-    dumps: list[_Dump] = []
-    for file, name, rank in files:
-        if time.monotonic() > deadline:
-            raise LimitExceeded(f"reading the dumps took longer than the call's limit ({len(dumps)} of {len(files)} "
-                                "read).", "Pass one process group or fewer ranks, or raise --timeout.")
-        dumps.append(_read_one(file, name, rank))
+    total = sum(file.stat().st_size for file, _, _ in files)
+    workers = min(os.cpu_count() or 1, FR_MAX_WORKERS, len(files))
+    if total < FR_PARALLEL_BYTES or workers < 2:
+        return _read_chunk(files, deadline)[0], notes
+    # Unpickling is CPU-bound and holds the GIL: large jobs are read by worker processes, one share each. They
+    # run only our reader on our own file list and hand back plain data; spawn, so no server thread or lock is
+    # inherited.
+    shares = [files[i::workers] for i in range(workers)]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        chunks = list(pool.map(_read_chunk, shares, [deadline] * workers))
+    dumps = _merge(chunks)
+    dumps.sort(key=lambda d: d.rank)
     return dumps, notes
 
 
@@ -323,15 +439,15 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
     completed = [c for c in (h.last_completed for h in holders.values()) if c is not None]
     last_common = min(completed) if len(completed) == len(holders) and completed else None
     # The ring buffer forgets old entries: compare only what every rank still holds.
-    oldest = max((min(r.entries) for r in holders.values() if r.entries), default=0)
-    newest = max((max(r.entries) for r in holders.values() if r.entries), default=-1)
+    oldest = max((r.oldest for r in holders.values() if r.oldest is not None), default=0)
+    newest = max((r.newest for r in holders.values() if r.newest is not None), default=-1)
     start = max(oldest, (last_common or 0) + 1)
     suspects: list[FlightSuspect] = []
     report = ProcessGroupReport(pg=name, desc=desc, ranks=compact_ranks(members), last_common_seq=last_common,
                                 first_mismatch_seq=None)
     no_dump = [r for r in members if r not in holders]
     for seq in range(start, newest + 1):
-        present = {r: holders[r].entries[seq] for r in holders if seq in holders[r].entries}
+        present = {r: e for r, e in ((r, h.entry(seq)) for r, h in holders.items()) if e is not None}
         if not present:
             continue
         missing = [r for r in holders if r not in present and (holders[r].last_enqueued or -1) < seq]
@@ -351,7 +467,9 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
             same_op = {r: e for r, e in present.items() if e.op == expected_op}
             checks: tuple[tuple[str, Reason], ...] = (("sizes", "mismatched_sizes"), ("dtypes", "mismatched_dtypes"))
             for attribute, reason in checks:
-                values = {r: getattr(e, attribute) for r, e in same_op.items()}
+                values = {r: getattr(e, attribute) for r, e in same_op.items() if getattr(e, attribute) != UNKNOWN}
+                if not values:
+                    continue
                 common, _ = _majority(values)
                 for rank, value in values.items():
                     if value != common:
@@ -375,11 +493,10 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
                              "are those that differ from the op seen most often first.")
             suspects = found
             break
-    in_flight = {r: rec.entries[rec.last_enqueued] for r, rec in holders.items()
-                 if rec.last_enqueued is not None and rec.last_enqueued in rec.entries
-                 and not rec.entries[rec.last_enqueued].retired}
+    in_flight = {r: e for r, e in ((r, rec.entry(rec.newest)) for r, rec in holders.items()
+                                   if rec.newest is not None) if e is not None and not e.retired}
     if in_flight:
-        by_op = Counter(f"{e.op} seq {holders[r].last_enqueued}" for r, e in in_flight.items())
+        by_op = Counter(f"{e.op} seq {holders[r].newest}" for r, e in in_flight.items())
         report.in_flight = "; ".join(f"{op} on {n} rank{'s' if n > 1 else ''}" for op, n in by_op.most_common(3))
     elif holders:
         report.in_flight = "nothing (every recorded collective completed)"
@@ -420,10 +537,11 @@ def _analyse(dumps: list[_Dump], pg_filter: str | None, notes: list[str]) -> Ana
     for d in failed:
         notes.append(f"rank {d.rank}: {d.error}")
     suspects.sort(key=lambda s: (s.reason == "no_dump", s.seq if s.seq is not None else 1 << 62, s.rank))
+    suspect_ranks = {s.rank for s in suspects}
     rank_rows = [RankDump(rank=d.rank, file=d.file, format=d.format, entries=d.entries,
                           last_enqueued=_first(d, "last_enqueued"), last_completed=_first(d, "last_completed"),
                           in_flight_op=_in_flight(d), error=d.error)
-                 for d in sorted(dumps, key=lambda d: (d.error is None, d.rank))]
+                 for d in sorted(dumps, key=lambda d: (d.error is None, d.rank not in suspect_ranks, d.rank))]
     severity = Severity.crit if any(s.reason != "no_dump" for s in suspects) else (
         Severity.warn if suspects or failed else Severity.ok)
     return AnalyzeFlightRecorderResult(
@@ -439,10 +557,10 @@ def _first(dump: _Dump, attribute: str) -> int | None:
 
 def _in_flight(dump: _Dump) -> str | None:
     for record in dump.groups.values():
-        for seq in sorted(record.entries, reverse=True):
-            entry = record.entries[seq]
-            if not entry.retired:
-                return f"{entry.op} seq {seq}"
+        if record.open_frames:
+            seq = max(record.open_frames)
+            entry = record.entry(seq)
+            return f"{entry.op} seq {seq}" if entry else None
     return None
 
 

@@ -87,3 +87,6 @@ FR_MAX_FILES: Final = 4096
 FR_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
 FR_MAX_SUSPECTS: Final = 256
 FR_STACK_FRAMES: Final = 8
+# Above this many bytes of dumps, worker processes (at most FR_MAX_WORKERS, one per CPU) read them in parallel.
+FR_PARALLEL_BYTES: Final = 32 * 1024 * 1024
+FR_MAX_WORKERS: Final = 4

@@ -400,8 +400,16 @@ def _culprit(findings: list[LogFinding]) -> str | None:
                 "the other ranks' errors are consequences.")
     if any(f.rule in ("nccl_watchdog_timeout", "gloo_timeout") for f in findings):
         return ("Every rank timed out alike, so the logs cannot name the culprit: dump every rank's stack "
-                "(py-spy) or read the flight recorder.")
+                "(dump_stacks) or read the flight recorder (analyze_flight_recorder).")
     return None
+
+
+# The tool call that takes a branch further, where this server has one.
+_BRANCH_ACTIONS = {
+    "nccl_hang_or_slow": ("dump_stacks on the hung job (no arguments: the job on this host; or from_files with saved "
+                          "stacks), then analyze_flight_recorder on its flight-recorder dumps",
+                          "Names the rank that is not in the collective the others wait in, with its file:line."),
+}
 
 
 def _conclude(findings: list[LogFinding], total_files: int) -> list[str]:
@@ -436,7 +444,8 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
     severity = [Severity.ok, Severity.warn, Severity.crit][worst]
     branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity != "info"))
-    steps = [NextStep(branch=b, action=f"Follow sop://{b} with the facts above", why="The findings point there.")
+    steps = [NextStep(branch=b, action=_BRANCH_ACTIONS.get(b, (f"Follow sop://{b} with the facts above",))[0],
+                      why=_BRANCH_ACTIONS.get(b, ("", "The findings point there."))[1])
              for b in branches[:3]] or [NextStep(branch="triage", action="grep_logs preset=errors on the same paths",
                                                  why="Lines the rules do not know may still explain the failure.")]
     return DiagnoseLogsResult(severity=severity, conclusion=_conclude(findings, len(files)), next_steps=steps,

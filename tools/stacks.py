@@ -10,7 +10,6 @@ the groups that differ from the majority are the suspects. SOP: nccl_hang_or_slo
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools._logfiles import expand_inputs, rank_of_path
+from tools._logfiles import expand_inputs, natural_key, rank_of_path
 from tools._proc import find_program, run_program
 from tools._ranks import RankProcess, discover_job, processes_by_match, processes_by_pid
 from tools._stacks import (
@@ -250,7 +249,7 @@ def _stack_files(inputs: Sequence[str], ctx: ToolContext) -> list[tuple[Path, st
         if not any(ch in raw for ch in "*?["):
             path = ctx.path(raw)
             if path.is_dir():
-                members = sorted((p for p in path.iterdir() if p.is_file()), key=_natural)
+                members = [p for p in sorted(path.iterdir(), key=natural_key) if p.is_file() and _inside(p, ctx)]
                 if not members:
                     raise BadInput(f"folder {raw!r} holds no files.", "Pass the folder of per-rank stack files.")
                 files += [(p, f"{raw.rstrip('/')}/{p.name}") for p in members]
@@ -263,8 +262,13 @@ def _stack_files(inputs: Sequence[str], ctx: ToolContext) -> list[tuple[Path, st
     return files
 
 
-def _natural(path: Path) -> list[object]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+def _inside(path: Path, ctx: ToolContext) -> bool:
+    """False for a folder member whose symlink leads out of the roots (it is skipped, never read)."""
+    try:
+        ctx.path(str(path))
+    except BadInput:
+        return False
+    return True
 
 
 def _read_files(inputs: Sequence[str], ctx: ToolContext) -> tuple[list[_Collected], list[str]]:

@@ -171,3 +171,32 @@ def test_unknown_pg_filter(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="no process group named 'nope'"):
         analyse(FR, DATA, pg="nope")
     assert analyse(FR, DATA, pg="default_pg").process_groups[0].pg == "0"
+
+
+def test_worker_processes_give_the_same_result_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Large jobs (> FR_PARALLEL_BYTES of dumps) are read by spawned worker processes; forced here on the real
+    # dumps plus a variant folder, so both paths are compared on the same input.
+    dumps = real_dumps()
+    for rank in range(4, 12):  # twelve ranks: three per worker share
+        dumps[rank] = copy.deepcopy(dumps[1 + rank % 3])
+    for dump in dumps.values():
+        dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(12)))}}
+    folder = write(tmp_path / "d", dumps)
+    inline = analyse(folder, tmp_path)
+    import tools.flight_recorder as module
+
+    pools: list[int] = []
+
+    class CountingPool(module.ProcessPoolExecutor):  # type: ignore[misc]
+        def __init__(self, workers: int, **kwargs: Any) -> None:
+            pools.append(workers)
+            super().__init__(workers, **kwargs)
+
+    monkeypatch.setattr(module, "FR_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(module, "ProcessPoolExecutor", CountingPool)
+    parallel = analyse(folder, tmp_path)
+    assert pools == [2]
+    assert parallel.model_dump() == inline.model_dump()
+    assert [(s.rank, s.reason) for s in parallel.suspects] == [(0, "mismatched_op")]
+    assert [r.rank for r in parallel.ranks] == list(range(12))

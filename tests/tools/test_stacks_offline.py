@@ -129,3 +129,12 @@ def test_cli_repeatable_from_files_flag() -> None:
     data = json.loads(done.stdout)
     assert [r["rank"] for r in data["ranks"]] == [0, 1, 2] and [s["rank"] for s in data["suspects"]] == [0]
     assert done.returncode == 2
+
+
+def test_a_symlink_out_of_the_roots_in_a_stack_folder_is_not_read(tmp_path: Path) -> None:
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "rank0.txt").write_text((STACKS / "pyspy_text" / "rank0.txt").read_text())
+    (folder / "rank1.txt").symlink_to("/etc/hostname")
+    result = run(tmp_path, from_files=["s"])
+    assert [r.source for r in result.ranks] == ["s/rank0.txt"]
