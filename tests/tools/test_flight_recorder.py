@@ -66,7 +66,11 @@ def test_real_dumps() -> None:
 
 
 def test_healthy_variant_has_no_suspect(tmp_path: Path) -> None:
-    result = analyse(write(tmp_path / "d", healthy(real_dumps())), tmp_path)
+    dumps = healthy(real_dumps())
+    for dump in dumps.values():
+        dump["entries"][0]["is_p2p"] = True  # as if seq 1 had been a send/recv
+    result = analyse(write(tmp_path / "d", dumps), tmp_path)
+    assert "4 point-to-point entries (send/recv) were not compared; only collectives are." in result.notes
     assert result.suspects == [] and result.severity == "ok"
     assert result.process_groups[0].first_mismatch_seq is None
     assert result.conclusion[0].startswith("All ranks agree on every recorded collective")
