@@ -64,6 +64,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("dump_stacks", "tools.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks"),
     ToolSpec("analyze_flight_recorder", "tools.flight_recorder", "AnalyzeFlightRecorderInput",
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
+    ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
+             "Straggler ranks"),
 )
 
 

@@ -7,6 +7,7 @@ __all__ = [
     "analyze_flight_recorder",
     "diagnose_logs",
     "dump_stacks",
+    "find_stragglers",
     "grep_logs",
     "health_check",
     "nvidia_smi_query",
@@ -44,4 +45,8 @@ def __getattr__(name: str) -> object:
         from tools.flight_recorder import analyze_flight_recorder
 
         return analyze_flight_recorder
+    if name == "find_stragglers":
+        from tools.stragglers import find_stragglers
+
+        return find_stragglers
     raise AttributeError(name)

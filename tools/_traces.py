@@ -23,10 +23,12 @@ from typing import IO, Any
 
 import msgspec
 
-from tools.errors import LimitExceeded, UnreadableInput
-from tools.limits import TRACE_MAX_METADATA_CHARS, TRACE_READ_CHARS
+from tools._logfiles import rank_of_path
+from tools._paths import confine
+from tools.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.limits import TRACE_MAX_FILES, TRACE_MAX_METADATA_CHARS, TRACE_READ_CHARS
 
-__all__ = ["TraceArgs", "TraceEvent", "TraceHeader", "read_trace"]
+__all__ = ["TraceArgs", "TraceEvent", "TraceHeader", "rank_of_trace", "read_trace", "trace_files"]
 
 _KEPT_METADATA = frozenset({"distributedInfo", "deviceProperties", "schemaVersion"})
 _SKIP = re.compile(r"[\s,]*")
@@ -238,3 +240,31 @@ def _batch(buffer: _Buffer) -> list[TraceEvent] | None:
         return events
     buffer.batch_tried_until = text_end
     return None
+
+
+def trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:
+    """A trace file, or the .json / .json.gz traces of a folder (symlinks leading out of the roots skipped)."""
+    if path.is_file():
+        return [path]
+    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz", ".gz")))
+    files = []
+    for candidate in candidates:
+        try:
+            files.append(confine(str(candidate), roots))  # a symlink in the folder must not lead out
+        except BadInput:
+            continue
+    if not files:
+        raise BadInput(f"no .json or .json.gz trace in {path.name}.", "Pass a trace file or a folder of them.")
+    if len(files) > TRACE_MAX_FILES:
+        raise LimitExceeded(f"{len(files)} traces in the folder; the limit is {TRACE_MAX_FILES}.",
+                            "Pass a folder with fewer ranks.")
+    return files
+
+
+def rank_of_trace(header: TraceHeader, display: str, position: int) -> int:
+    """The rank a trace says (distributedInfo), else the one in its file name, else its position."""
+    info = header.metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return int(info["rank"])
+    from_name = rank_of_path(display)
+    return position if from_name is None else from_name

@@ -90,3 +90,9 @@ FR_STACK_FRAMES: Final = 8
 # Above this many bytes of dumps, worker processes (at most FR_MAX_WORKERS, one per CPU) read them in parallel.
 FR_PARALLEL_BYTES: Final = 32 * 1024 * 1024
 FR_MAX_WORKERS: Final = 4
+
+# Stragglers (find_stragglers): a rank this much slower than the median rank (same-model GPUs differ < 5%).
+STRAGGLER_WARN_PCT: Final = 5.0
+STRAGGLER_CRIT_PCT: Final = 15.0
+STRAGGLER_MAX_RANK_ROWS: Final = 16
+STRAGGLER_MAX_TRACE_PATHS: Final = 64

@@ -29,12 +29,9 @@ import anyio.to_thread
 from pydantic import BaseModel, Field
 
 from tools._intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
-from tools._logfiles import rank_of_path
-from tools._paths import confine
-from tools._traces import TraceHeader, read_trace
+from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
 from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded
-from tools.limits import TRACE_MAX_FILES, TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
+from tools.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.models import InputModel, NextStep, Severity, Table, ToolResult
 
 __all__ = ["SummarizeTraceInput", "SummarizeTraceResult", "summarize_trace"]
@@ -517,38 +514,12 @@ def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
 # ---------------------------------------------------------------- files, ranks, the tool
 
 
-def _trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:
-    if path.is_file():
-        return [path]
-    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz", ".gz")))
-    files = []
-    for candidate in candidates:
-        try:
-            files.append(confine(str(candidate), roots))  # a symlink in the folder must not lead out
-        except BadInput:
-            continue
-    if not files:
-        raise BadInput(f"no .json or .json.gz trace in {path.name}.", "Pass a trace file or a folder of them.")
-    if len(files) > TRACE_MAX_FILES:
-        raise LimitExceeded(f"{len(files)} traces in the folder; the limit is {TRACE_MAX_FILES}.",
-                            "Pass a folder with fewer ranks.")
-    return files
-
-
-def _rank_of(header: TraceHeader, display: str, position: int) -> int:
-    info = header.metadata.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return int(info["rank"])
-    from_name = rank_of_path(display)
-    return position if from_name is None else from_name
-
-
 def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float) -> list[_RankResult]:
     results = []
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
         data, header = _collect(path, display, deadline)
-        results.append(_analyse(_rank_of(header, display, position), display, data, include_last))
+        results.append(_analyse(rank_of_trace(header, display, position), display, data, include_last))
     return results
 
 
@@ -580,7 +551,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     kernel-size histogram. Never cat a trace: use this.
     """
     path = ctx.path(params.path)
-    files = _trace_files(path, ctx.roots)
+    files = trace_files(path, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
     results = await anyio.to_thread.run_sync(_summarise, files, ctx.roots, params.include_last_step, deadline,
                                              abandon_on_cancel=True)

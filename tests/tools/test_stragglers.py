@@ -1,0 +1,170 @@
+"""find_stragglers on a real straggler: the fault lab's 4-rank gloo DDP job where rank 2's forward takes 30 ms longer
+(tests/lab/straggler_steps.py), run twice by this module: with the slow rank and without (healthy). Each run writes
+per-rank logs (step time and compute time) and torch.profiler CPU traces. Plus real-format lines of each framework
+(tests/data/logs/steps) and generated logs for asynchronous setups, noise, trends and periodic spikes. The GPU check
+uses the NVML stand-in (this machine has no GPU), as every GPU test here does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.helpers import DATA, REPO, base_env, h100, run_cli, stdio_client, with_fake_nvml, write_scenario
+from tools._steps import read_steps
+from tools.context import ToolContext
+from tools.errors import BadInput
+from tools.stragglers import FindStragglersInput, FindStragglersResult, find_stragglers
+
+pytestmark = pytest.mark.anyio
+
+LAB = REPO / "tests" / "lab" / "straggler_steps.py"
+STEPS = DATA / "logs" / "steps"
+
+
+def run_lab(folder: Path, slow_rank: int) -> Path:
+    folder.mkdir(parents=True)
+    env = dict(os.environ, LAB_SLOW_RANK=str(slow_rank), LAB_EXTRA_MS="30", LAB_STEPS="20",
+               LAB_RANK_LOG_DIR=str(folder / "logs"), LAB_TRACE_DIR=str(folder / "traces"), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                           str(LAB)], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in (folder / "traces").iterdir()) == [f"rank{r}.json" for r in range(4)]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lab_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    base = tmp_path_factory.mktemp("straggler_lab")
+    yield run_lab(base / "slow", 2), run_lab(base / "healthy", -1)
+
+
+def analyse(root: Path, **args: Any) -> FindStragglersResult:
+    params = FindStragglersInput.model_validate(args)
+    return anyio.run(find_stragglers, params, ToolContext(roots=(root.resolve(),)))
+
+
+VIEWS = {"logs": {"logs": ["logs/rank*.log"]}, "traces": {"traces": ["traces"]},
+         "both": {"logs": ["logs/rank*.log"], "traces": ["traces"]}}
+
+
+async def test_lab_straggler_through_the_mcp_client(lab_runs: tuple[Path, Path]) -> None:
+    slow, healthy = lab_runs
+    async with stdio_client(base_env(), "--root", str(slow.parent)) as client:
+        results = {(run.name, view): await client.call_tool("find_stragglers", {
+            k: [f"{run.name}/{p}" for p in v] for k, v in args.items()})
+            for run in (slow, healthy) for view, args in VIEWS.items()}
+        # The step-time-only view: the same logs read with a regex that sees only the step time.
+        step_only = await client.call_tool("find_stragglers", {
+            "logs": ["slow/logs/rank*.log"], "step_regex": r"step (?P<step>\d+) time (?P<step_ms>[\d.]+) ms"})
+    for (run, view), result in results.items():
+        assert result.is_error is False, result.content[0].text
+        data = result.structured_content
+        assert data is not None
+        if run == "slow":
+            assert [(f["rank"], f["kind"]) for f in data["flagged"]] == [(2, "compute_slow")], (view, data["flagged"])
+            assert data["waited_on_rank"] == 2 and data["verdict"] == "straggler"
+            assert data["flagged"][0]["severity"] == "crit" and data["flagged"][0]["compute_deviation_pct"] > 100
+            assert "Rank 2 computes slowly" in data["conclusion"][0]
+            if view != "logs":  # the trace shows it waits least in the collective
+                assert "the least of all ranks: the others wait for it" in data["flagged"][0]["evidence"]
+                waits = {r["rank"]: r["wait_ms"] for r in data["ranks"]}
+                assert waits[2] == min(waits.values())
+        else:
+            assert data["flagged"] == [] and data["verdict"] == "none" and data["severity"] == "ok", (view, data)
+        assert data["ranks_summary"]["count"] == 4
+    only = step_only.structured_content
+    assert only is not None and only["flagged"] == [] and only["verdict"] == "inconclusive"
+    assert "step times cannot show a straggler" in only["conclusion"][0]
+    # The synchronisation makes step times equal: their spread is small next to rank 2's +30 ms of compute.
+    assert only["ranks_summary"]["spread_pct"] < 15
+
+
+def test_every_framework_format_is_read() -> None:
+    def read(name: str) -> list[tuple[int, str, list[int], list[float]]]:
+        found = read_steps(STEPS / name, name, time.monotonic() + 10, None)
+        return [(r.rank, r.format, list(r.step_numbers), [round(v, 1) for v in r.steps]) for r in found]
+
+    assert read("megatron.log") == [(0, "megatron", [43, 201], [5444.9, 139113.4])]
+    assert read("torchtitan_ranks.log") == [(0, "torchtitan", [14], [137.3]), (1, "torchtitan", [200], [170.8])]
+    assert read("hf_trainer_tqdm.log") == [(0, "tqdm", [100, 200, 1000], [250.0, 250.0, 231.5])]
+    assert read("lightning_tqdm.log") == [(0, "tqdm", [4, 3744], [4470.0, 3125.0])]
+    assert read("deepspeed_rank0.log") == [(0, "deepspeed", [10], [38904.0])]
+    assert read("keyvalue_rank3.log") == [(3, "plain", [15, 16, 17], [37.7, 38.1, 40.2])]
+    lab = read_steps(DATA / "logs" / "lab" / "straggler_steps" / "rank2.log", "rank2.log", time.monotonic() + 10, None)
+    assert lab[0].rank == 2 and len(lab[0].steps) == 30 and len(lab[0].compute) == 30
+    assert lab[0].steps[0] == 60.7 and lab[0].compute[0] == 37.6  # the first line of the recorded log
+
+
+def _write_logs(folder: Path, medians: dict[int, float], steps: int = 200, noise: float = 0.02, seed: int = 1,
+                extra: dict[int, dict[int, float]] | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for rank, median in medians.items():
+        lines = []
+        for step in range(1, steps + 1):
+            value = median * (1 + rng.gauss(0, noise)) + (extra or {}).get(rank, {}).get(step, 0.0)
+            lines.append(f"2026-11-29 12:00:00 INFO step={step} step_time_ms={value:.2f} loss=1.0\n")
+        (folder / f"rank{rank}.log").write_text("".join(lines))
+
+
+def test_asynchronous_step_times_flag_the_slow_ranks_and_noise_flags_nothing(tmp_path: Path) -> None:
+    medians = dict.fromkeys(range(8), 100.0) | {5: 120.0, 1: 107.0}
+    _write_logs(tmp_path / "async", medians)
+    result = analyse(tmp_path, logs=["async/*.log"])
+    assert [(f.rank, f.severity.value, f.kind) for f in result.flagged] == [(5, "crit", "unknown"),
+                                                                            (1, "warn", "unknown")]
+    assert 18 < (result.flagged[0].deviation_pct or 0) < 22
+    assert "no compute timing" in result.conclusion[0]
+    for seed in range(5):  # healthy runs with a few % of noise: never a flag
+        _write_logs(tmp_path / f"noise{seed}", dict.fromkeys(range(16), 100.0), noise=0.04, seed=seed)
+        healthy = analyse(tmp_path, logs=[f"noise{seed}/*.log"])
+        assert healthy.flagged == [] and healthy.verdict == "inconclusive", seed
+
+
+def test_trend_and_periodic_spikes(tmp_path: Path) -> None:
+    spikes = {3: {s: 400.0 for s in range(50, 201, 50)}}
+    _write_logs(tmp_path / "s", dict.fromkeys(range(4), 100.0), extra=spikes)
+    rows = {r.rank: r for r in analyse(tmp_path, logs=["s/*.log"]).ranks}
+    assert (rows[3].spikes, rows[3].spike_period) == (4, 50)
+    assert rows[0].spikes == 0
+    slower = {0: {s: 0.3 * s for s in range(1, 201)}}  # rank 0 gets slower step after step
+    _write_logs(tmp_path / "t", dict.fromkeys(range(4), 100.0), extra=slower)
+    trend = {r.rank: r for r in analyse(tmp_path, logs=["t/*.log"]).ranks}
+    assert (trend[0].trend_pct or 0) > 30 and abs(trend[1].trend_pct or 0) < 5
+
+
+def test_the_flagged_ranks_gpu_is_checked(lab_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    # NVML stand-in: four GPUs, GPU 2 hot and throttled (hw thermal slowdown) at 1400 of 1980 MHz.
+    scenario = write_scenario(tmp_path / "gpus.json", [h100(bus_id=f"00000000:{18 + i:02X}:00.0") for i in (0, 1)]
+                              + [h100(bus_id="00000000:1A:00.0", temperature=92, sm_clock=1400, throttle_mask=0x40)]
+                              + [h100(bus_id="00000000:1B:00.0")])
+    env = with_fake_nvml(base_env(PATH="/usr/bin:/bin"), scenario)
+    slow = lab_runs[0]
+    done = run_cli(["find-stragglers", "--logs", "logs/rank*.log", "--sample-gpus", "--json", "--root", str(slow)], env)
+    data = json.loads(done.stdout)
+    assert done.returncode == 2, done.stderr
+    checks = [h["check"] for h in data["hardware"]]
+    assert checks and all(c.startswith("GPU 2 ") for c in checks), checks
+    assert any("temperature" in c for c in checks) and any("throttl" in c or "clock" in c for c in checks)
+    assert data["conclusion"][-1].startswith("Its GPU: GPU 2")
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="give logs"):
+        analyse(tmp_path)
+    with pytest.raises(BadInput, match="named group step_ms or step_s"):
+        analyse(tmp_path, logs=["x"], step_regex=r"step (\d+)")
+    (tmp_path / "empty.log").write_text("nothing here\n")
+    with pytest.raises(BadInput, match="no step time found"):
+        analyse(tmp_path, logs=["empty.log"])

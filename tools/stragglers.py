@@ -1,0 +1,522 @@
+"""find_stragglers: which rank is slow, whether it computes slowly or waits, and what its GPU says.
+
+The trap this tool is built around: in synchronous data parallelism every rank waits for the slowest one at the
+gradient all-reduce, so per-rank step times come out nearly equal and the waiting ranks look idle. The straggler
+is the rank whose compute is longest and who waits LEAST inside the collective. So: step times per rank first
+(tools/_steps.py reads the logs); then compute-only times where the logs carry them, and per-step collective wait
+vs the rest of the step from profiler traces (tools/_traces.py); then, for a flagged rank, its GPU's clocks,
+throttle reasons, temperature, power and links from an nvidia-smi sample or capture. Statistics are robust (median,
+MAD, warm-up dropped); a difference within the run's own noise is not flagged. SOP: straggler.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, Field
+
+from tools._intervals import clip, merge, total
+from tools._logfiles import expand_inputs
+from tools._steps import RankSteps, StepFormat, compile_user_format, read_steps
+from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.context import ToolContext
+from tools.errors import BadInput, TriageError
+from tools.limits import (
+    STRAGGLER_CRIT_PCT,
+    STRAGGLER_MAX_RANK_ROWS,
+    STRAGGLER_MAX_TRACE_PATHS,
+    STRAGGLER_WARN_PCT,
+)
+from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult
+from tools.stacks import compact_ranks
+
+__all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers"]
+
+Kind = Literal["compute_slow", "wait_slow", "unknown"]
+Verdict = Literal["straggler", "none", "inconclusive"]
+
+_COMM_EVENT = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl|hccl|rccl):|^nccl(?:Dev)?Kernel|^ncclKernel|AllReduce_Sum|"
+                         r"^c10d::(?:allreduce|allgather|reduce_scatter|broadcast|alltoall)")
+_SIGNIFICANCE = 3.0  # a rank's median must differ by this many standard errors to count
+_MIN_STEPS = 3
+
+
+class FindStragglersInput(InputModel):
+    logs: list[str] = Field(default_factory=list, max_length=64, description="Per-rank training logs (paths or "
+                            "globs inside the roots) with per-step times: plain `step S time T ms`, step_time_ms=, "
+                            "Megatron-LM, torchtitan, tqdm (HF Trainer, Lightning).")
+    traces: list[str] = Field(default_factory=list, max_length=STRAGGLER_MAX_TRACE_PATHS,
+                              description="Per-rank torch.profiler traces: files or a folder of them.")
+    step_regex: str | None = Field(default=None, max_length=512, description="Your own RE2 regex for the step lines, "
+                                   "with named groups step_ms or step_s (and optionally step, compute_ms, rank).")
+    warmup_steps: int | None = Field(default=None, ge=0, le=100_000, description="Leading steps of each rank left "
+                                     "out (default: 10%, at least 1 and at most 50).")
+    gpu_csv: str | None = Field(default=None, description="An nvidia-smi --query-gpu CSV capture from the flagged "
+                                "rank's node, to check its GPU (clocks, throttling, temperature, power, PCIe).")
+    sample_gpus: bool = Field(default=False, description="Sample this host's GPUs now (nvidia-smi or NVML, 3 samples) "
+                              "for the same checks.")
+
+
+class RanksSummary(BaseModel):
+    count: int
+    median_step_ms: float | None = Field(description="Median over ranks of each rank's median step time.")
+    spread_pct: float | None = Field(description="(slowest - fastest rank median) / median, in %.")
+    unit: str = Field(description="What the step figures are: ms per step, or ms per 1k tokens (throughput logs).")
+    median_compute_ms: float | None = None
+    median_wait_ms: float | None = Field(default=None, description="Median collective wait per step (traces).")
+    source: str = Field(description="logs, traces or both.")
+
+
+class FlaggedRank(BaseModel):
+    rank: int
+    median_step_ms: float | None
+    deviation_pct: float | None = Field(description="Step time vs the median rank, in %.")
+    compute_ms: float | None = None
+    compute_deviation_pct: float | None = None
+    wait_ms: float | None = Field(default=None, description="Median collective wait per step, from traces.")
+    severity: Severity
+    kind: Kind
+    evidence: str
+
+
+class RankRow(BaseModel):
+    rank: int
+    steps: int
+    median_step_ms: float | None
+    p90_step_ms: float | None
+    deviation_pct: float | None
+    trend_pct: float | None = Field(description="Last third vs first third of the steps, in %.")
+    spikes: int = Field(description="Steps far above the rank's median.")
+    spike_period: int | None = Field(description="Every N steps, when the spikes are periodic.")
+    compute_ms: float | None
+    wait_ms: float | None
+    source: str
+
+
+class FindStragglersResult(ToolResult):
+    verdict: Verdict
+    ranks_summary: RanksSummary
+    flagged: list[FlaggedRank]
+    waited_on_rank: int | None = Field(description="The rank the others wait for, when one can be named.")
+    hardware: list[Finding] = Field(description="Checks of the flagged ranks' GPUs (when a sample was given).")
+    ranks: list[RankRow] = Field(description="Per rank, most deviating first (cut by the budget for big jobs).")
+    notes: list[str]
+
+    narrow_hint = "pass fewer ranks' logs"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Flagged ranks", ["rank", "kind", "severity", "step ms", "step dev %", "compute ms", "compute dev %",
+                                    "wait ms", "evidence"],
+                  [[str(f.rank), f.kind, f.severity.value, _f(f.median_step_ms), _f(f.deviation_pct),
+                    _f(f.compute_ms), _f(f.compute_deviation_pct), _f(f.wait_ms), f.evidence] for f in self.flagged],
+                  "flagged"),
+            Table("GPU of the flagged ranks", ["check", "value", "threshold", "severity", "meaning"],
+                  [[h.check, h.value, h.threshold, h.severity.value, h.meaning] for h in self.hardware], "hardware"),
+            Table("Ranks (most deviating first)", ["rank", "steps", "median ms", "p90 ms", "dev %", "trend %",
+                                                   "spikes", "every", "compute ms", "wait ms", "source"],
+                  [[str(r.rank), str(r.steps), _f(r.median_step_ms), _f(r.p90_step_ms), _f(r.deviation_pct),
+                    _f(r.trend_pct), str(r.spikes), _s(r.spike_period), _f(r.compute_ms), _f(r.wait_ms), r.source]
+                   for r in self.ranks], "ranks"),
+        ]
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.1f}"
+
+
+def _s(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+# ------------------------------------------------------------------------------------------------- statistics
+
+
+@dataclass
+class _Stats:
+    n: int
+    median: float
+    p90: float
+    se: float  # standard error of the median (normal approximation from the MAD)
+
+
+def _stats(values: Sequence[float]) -> _Stats | None:
+    clean = sorted(v for v in values if not math.isnan(v) and not math.isinf(v))
+    if len(clean) < _MIN_STEPS:
+        return None
+    median = statistics.median(clean)
+    mad = statistics.median(abs(v - median) for v in clean)
+    p90 = clean[min(len(clean) - 1, int(0.9 * len(clean)))]
+    return _Stats(len(clean), median, p90, 1.2533 * 1.4826 * mad / math.sqrt(len(clean)))
+
+
+def _warmup(count: int, given: int | None) -> int:
+    return given if given is not None else min(50, max(1, count // 10))
+
+
+def _trend_pct(values: Sequence[float]) -> float | None:
+    third = len(values) // 3
+    if third < _MIN_STEPS:
+        return None
+    first, last = statistics.median(values[:third]), statistics.median(values[-third:])
+    return 100.0 * (last - first) / first if first > 0 else None
+
+
+def _spikes(values: Sequence[float], numbers: Sequence[int], median: float) -> tuple[int, int | None]:
+    mad = statistics.median(abs(v - median) for v in values) if values else 0.0
+    limit = median + max(6 * 1.4826 * mad, 0.5 * median)
+    at = [numbers[i] for i, v in enumerate(values) if v > limit]
+    if len(at) < 3:
+        return len(at), None
+    gaps = [b - a for a, b in zip(at, at[1:], strict=False) if b > a]
+    if not gaps:
+        return len(at), None
+    period, count = max(((g, gaps.count(g)) for g in set(gaps)), key=lambda item: item[1])
+    return len(at), period if count >= 0.6 * len(gaps) and period > 1 else None
+
+
+# ------------------------------------------------------------------------------------------------ collection
+
+
+@dataclass
+class _Rank:
+    rank: int
+    source: str = ""
+    unit: str = "ms"
+    steps: list[float] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    compute: list[float] = field(default_factory=list)
+    trace_steps: list[float] = field(default_factory=list)
+    trace_wait: list[float] = field(default_factory=list)
+
+
+def _read_logs(patterns: list[str], ctx: ToolContext, user: StepFormat | None, deadline: float
+               ) -> tuple[dict[int, RankSteps], list[str]]:
+    files = expand_inputs(patterns, ctx.roots)
+    found: dict[int, RankSteps] = {}
+    notes: list[str] = []
+    empty = []
+    for log in files:
+        per_file = read_steps(log.path, log.name, deadline, user)
+        if not per_file:
+            empty.append(log.name)
+        for steps in per_file:
+            if steps.rank in found:
+                notes.append(f"rank {steps.rank} has step lines in {found[steps.rank].source} and {steps.source}: "
+                             "the first is used.")
+                continue
+            found[steps.rank] = steps
+    if empty:
+        notes.append(f"no step-time line recognised in {len(empty)} file(s) (e.g. {empty[0]}); pass step_regex for "
+                     "a custom format.")
+    return found, notes
+
+
+def _trace_rank(path: Path, display: str, position: int, deadline: float) -> tuple[int, list[float], list[float]]:
+    """(rank, step times ms, collective wait ms per step) from one trace."""
+    header = TraceHeader()
+    steps: list[tuple[float, float]] = []
+    comm: list[tuple[float, float]] = []
+    for event in read_trace(path, display, deadline, header):
+        name, ts, dur = event.name, event.ts, event.dur
+        if event.ph != "X" or not isinstance(name, str) or not isinstance(ts, int | float) or not isinstance(
+                dur, int | float):
+            continue
+        if name.startswith("ProfilerStep#"):
+            steps.append((float(ts), float(ts) + float(dur)))
+        elif _COMM_EVENT.search(name):
+            comm.append((float(ts), float(ts) + float(dur)))
+    merged = merge(comm)
+    steps.sort()
+    step_ms = [(end - start) / 1000.0 for start, end in steps]
+    wait_ms = [total(clip(merged, start, end)) / 1000.0 for start, end in steps]
+    return rank_of_trace(header, display, position), step_ms, wait_ms
+
+
+def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> dict[int, tuple[list[float], list[float]]]:
+    found: dict[int, tuple[list[float], list[float]]] = {}
+    files: list[Path] = []
+    for raw in paths:
+        files += trace_files(ctx.path(raw), ctx.roots)
+    for position, path in enumerate(files):
+        display = next((str(path.relative_to(r)) for r in ctx.roots if path.is_relative_to(r)), path.name)
+        rank, steps, wait = _trace_rank(path, display, position, deadline)
+        found[rank] = (steps, wait)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------- analysis
+
+
+def _deviation(value: float | None, reference: float | None) -> float | None:
+    if value is None or reference is None or reference <= 0:
+        return None
+    return 100.0 * (value - reference) / reference
+
+
+def _severity(pct: float) -> Severity:
+    return Severity.crit if pct >= STRAGGLER_CRIT_PCT else Severity.warn
+
+
+def _significant(stats: _Stats, reference: float, others_se: float) -> bool:
+    return abs(stats.median - reference) > _SIGNIFICANCE * math.hypot(stats.se, others_se)
+
+
+@dataclass
+class _Metric:
+    """One per-rank figure (step, compute or wait): each rank's stats and the cross-rank median."""
+
+    by_rank: dict[int, _Stats]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(s.median for s in self.by_rank.values()) if self.by_rank else None
+
+    @property
+    def typical_se(self) -> float:
+        return statistics.median(s.se for s in self.by_rank.values()) if self.by_rank else 0.0
+
+    def slow(self) -> dict[int, float]:
+        """Ranks significantly >= warn % above the median rank: rank -> deviation %."""
+        median = self.median
+        if median is None or len(self.by_rank) < 2:
+            return {}
+        out = {}
+        for rank, stats in self.by_rank.items():
+            pct = _deviation(stats.median, median)
+            if pct is not None and pct >= STRAGGLER_WARN_PCT and _significant(stats, median, self.typical_se):
+                out[rank] = pct
+        return out
+
+    def spread_pct(self) -> float | None:
+        median = self.median
+        if median is None or median <= 0 or not self.by_rank:
+            return None
+        values = [s.median for s in self.by_rank.values()]
+        return 100.0 * (max(values) - min(values)) / median
+
+
+def _analyse(ranks: dict[int, _Rank], params: FindStragglersInput, notes: list[str]) -> FindStragglersResult:
+    step_stats: dict[int, _Stats] = {}
+    compute_stats: dict[int, _Stats] = {}
+    wait_stats: dict[int, _Stats] = {}
+    rows: list[RankRow] = []
+    for rank, data in sorted(ranks.items()):
+        steps = data.steps or data.trace_steps
+        skip = _warmup(len(steps), params.warmup_steps) if data.steps else 0
+        kept = steps[skip:]
+        numbers = data.numbers[skip:] if data.steps else list(range(len(kept)))
+        stats = _stats(kept)
+        if stats is not None:
+            step_stats[rank] = stats
+        compute_ms = data.compute[skip:] if data.compute else [s - w for s, w in zip(data.trace_steps,
+                                                                                     data.trace_wait, strict=True)]
+        if (c := _stats(compute_ms)) is not None:
+            compute_stats[rank] = c
+        if data.trace_wait and (w := _stats(data.trace_wait)) is not None:
+            wait_stats[rank] = w
+        spikes, period = _spikes(kept, numbers, stats.median) if stats else (0, None)
+        rows.append(RankRow(rank=rank, steps=len(kept), median_step_ms=stats.median if stats else None,
+                            p90_step_ms=stats.p90 if stats else None, deviation_pct=None, trend_pct=_trend_pct(kept),
+                            spikes=spikes, spike_period=period, compute_ms=compute_stats[rank].median
+                            if rank in compute_stats else None, wait_ms=wait_stats[rank].median
+                            if rank in wait_stats else None, source=data.source))
+    step, compute, wait = _Metric(step_stats), _Metric(compute_stats), _Metric(wait_stats)
+    for row in rows:
+        row.deviation_pct = _deviation(row.median_step_ms, step.median)
+    rows.sort(key=lambda r: -abs(r.deviation_pct or 0.0) - abs(_deviation(r.compute_ms, compute.median) or 0.0))
+    slow_steps, slow_compute = step.slow(), compute.slow()
+    flagged: list[FlaggedRank] = []
+    for rank in sorted(set(slow_steps) | set(slow_compute), key=lambda r: -max(slow_steps.get(r, 0.0),
+                                                                                 slow_compute.get(r, 0.0))):
+        pct = max(slow_steps.get(rank, 0.0), slow_compute.get(rank, 0.0))
+        kind: Kind = "unknown"
+        if compute.by_rank:
+            kind = "compute_slow" if rank in slow_compute else "wait_slow"
+        flagged.append(FlaggedRank(
+            rank=rank, median_step_ms=step_stats[rank].median if rank in step_stats else None,
+            deviation_pct=_deviation(step_stats[rank].median, step.median) if rank in step_stats else None,
+            compute_ms=compute_stats[rank].median if rank in compute_stats else None,
+            compute_deviation_pct=_deviation(compute_stats[rank].median, compute.median)
+            if rank in compute_stats else None,
+            wait_ms=wait_stats[rank].median if rank in wait_stats else None,
+            severity=_severity(pct), kind=kind, evidence=_evidence(rank, kind, step, compute, wait)))
+    waited_on = _waited_on(flagged, wait)
+    verdict: Verdict = "straggler" if flagged else "none"
+    if not flagged and not compute.by_rank and len(step.by_rank) > 1:
+        verdict = "inconclusive"
+    summary = RanksSummary(count=len(ranks), median_step_ms=step.median, spread_pct=step.spread_pct(),
+                           unit=next((r.unit for r in ranks.values() if r.steps), "ms"),
+                           median_compute_ms=compute.median, median_wait_ms=wait.median,
+                           source="+".join(s for s, on in (("logs", any(r.steps for r in ranks.values())),
+                                                           ("traces", any(r.trace_steps for r in ranks.values())))
+                                           if on))
+    if len(rows) > STRAGGLER_MAX_RANK_ROWS:
+        notes.insert(0, _distribution(step))
+    return FindStragglersResult(
+        severity=max((f.severity for f in flagged), key=lambda s: s.rank, default=Severity.ok),
+        conclusion=_conclude(verdict, flagged, waited_on, step, compute, len(ranks)),
+        next_steps=_next_steps(verdict, flagged),
+        verdict=verdict, ranks_summary=summary, flagged=flagged, waited_on_rank=waited_on, hardware=[],
+        ranks=rows, notes=notes)
+
+
+def _evidence(rank: int, kind: Kind, step: _Metric, compute: _Metric, wait: _Metric) -> str:
+    parts = []
+    if rank in compute.by_rank and compute.median:
+        parts.append(f"compute {compute.by_rank[rank].median:.1f} ms vs {compute.median:.1f} ms median rank")
+    if rank in wait.by_rank and wait.median is not None:
+        least = min(wait.by_rank, key=lambda r: wait.by_rank[r].median)
+        tail = " (the least of all ranks: the others wait for it)" if least == rank else ""
+        parts.append(f"collective wait {wait.by_rank[rank].median:.1f} ms vs {wait.median:.1f} ms median{tail}")
+    if rank in step.by_rank and step.median:
+        parts.append(f"step {step.by_rank[rank].median:.1f} ms vs {step.median:.1f} ms median")
+    if kind == "wait_slow":
+        parts.append("its compute is normal: it waits (network, data loading, or another rank)")
+    return "; ".join(parts)
+
+
+def _waited_on(flagged: list[FlaggedRank], wait: _Metric) -> int | None:
+    compute_slow = [f for f in flagged if f.kind == "compute_slow"]
+    if compute_slow:
+        return compute_slow[0].rank
+    if len(wait.by_rank) > 1 and wait.median:
+        least = min(wait.by_rank, key=lambda r: wait.by_rank[r].median)
+        if wait.by_rank[least].median < 0.5 * wait.median:
+            return least
+    return None
+
+
+def _distribution(step: _Metric) -> str:
+    values = sorted(s.median for s in step.by_rank.values())
+    if not values:
+        return "no step times."
+    def at(q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))]
+    return (f"{len(values)} ranks, median step ms: min {values[0]:.1f}, p10 {at(0.1):.1f}, median "
+            f"{statistics.median(values):.1f}, p90 {at(0.9):.1f}, max {values[-1]:.1f}.")
+
+
+def _conclude(verdict: Verdict, flagged: list[FlaggedRank], waited_on: int | None, step: _Metric,
+              compute: _Metric, count: int) -> list[str]:
+    spread = step.spread_pct()
+    if verdict == "straggler":
+        first = flagged[0]
+        what = {"compute_slow": "computes slowly", "wait_slow": "waits (its compute is normal)",
+                "unknown": "is slow (no compute timing to tell whether it computes slowly or waits)"}[first.kind]
+        text = [f"Rank {first.rank} {what}: {first.evidence}."]
+        if waited_on is not None:
+            text.append(f"The other ranks wait for rank {waited_on} at each collective, so they look idle while it "
+                        "works; fix that rank, not the idle ones.")
+        if len(flagged) > 1:
+            text.append(f"{len(flagged)} ranks flagged: {compact_ranks([f.rank for f in flagged])}.")
+        return text[:3]
+    if verdict == "inconclusive":
+        return [f"Step times of the {count} ranks agree within {spread or 0:.1f}%: in synchronous data parallelism "
+                "every rank waits for the slowest at the gradient all-reduce, so step times cannot show a straggler.",
+                "Collect compute-only timings per rank (forward/backward time without the collective) or "
+                "torch.profiler traces of a few steps on every rank, and run this again with them."]
+    if count < 2:
+        return ["Only one rank's timings were found: a straggler needs at least two ranks to compare."]
+    basis = "compute times" if compute.by_rank else "step times"
+    return [f"No straggler: the {count} ranks' {basis} agree within the run's noise (step spread "
+            f"{spread or 0:.1f}%; a rank is flagged at >= {STRAGGLER_WARN_PCT:g}% and beyond its step-to-step noise)."]
+
+
+def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
+    if verdict == "straggler":
+        rank = flagged[0].rank
+        if flagged[0].kind == "wait_slow":
+            return [NextStep(branch="straggler", action="Run nccl-tests all_reduce_perf between this rank's node and a "
+                             "healthy one; check ibstat / ethtool on its NICs",
+                             why="A rank that waits with normal compute points at its network or its data input.")]
+        return [NextStep(branch="straggler", action=f"find_stragglers with gpu_csv (a capture from rank {rank}'s "
+                         "node) or sample_gpus=true on that node", why="Clocks, throttle reasons, temperature, power "
+                         "cap and PCIe link of its GPU explain slow compute."),
+                NextStep(branch="gpu_hardware", action=f"health_check on rank {rank}'s node",
+                         why="Xid/ECC events or a degraded link make one GPU slow.")]
+    if verdict == "inconclusive":
+        return [NextStep(branch="straggler", action="find_stragglers with traces=<folder of per-rank torch.profiler "
+                         "traces>", why="The trace splits each step into compute and collective wait per rank.")]
+    return [NextStep(branch="gpu_utilization_low", action="summarize_trace on one rank's trace",
+                     why="With no straggler, the time goes elsewhere: data loading, sync, launch overhead.")]
+
+
+async def _hardware(result: FindStragglersResult, params: FindStragglersInput, ctx: ToolContext) -> None:
+    from tools.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
+
+    query = NvidiaSmiQueryInput(csv_path=params.gpu_csv) if params.gpu_csv else NvidiaSmiQueryInput(count=3,
+                                                                                                     interval_s=0.5)
+    try:
+        sample = await nvidia_smi_query(query, ctx)
+    except TriageError as exc:
+        result.notes.append(f"no GPU sample: {exc}")
+        return
+    gpus = sorted({int(row.values.get("index") or 0) if str(row.values.get("index", "")).isdigit() else 0
+                   for row in sample.rows})
+    count = len(gpus) or 1
+    wanted = {f.rank % count for f in result.flagged} if result.flagged else set()
+    for finding in sample.findings:
+        match = re.match(r"GPU (\d+) ", finding.check)
+        if finding.severity is not Severity.ok and match and int(match.group(1)) in wanted:
+            result.hardware.append(finding)
+    if result.flagged:
+        result.notes.append(f"GPU of rank R taken as R mod {count} (the local rank on a node of {count} GPUs).")
+        if not result.hardware:
+            result.notes.append("the flagged ranks' GPUs pass every hardware check in the sample.")
+        else:
+            worst = result.hardware[0]
+            result.conclusion = (result.conclusion[:2] + [f"Its GPU: {worst.check} = {worst.value} "
+                                                          f"({worst.threshold}): {worst.meaning}"])[:3]
+            result.severity = max(result.severity, worst.severity, key=lambda s: s.rank)
+
+
+async def find_stragglers(params: FindStragglersInput, ctx: ToolContext) -> FindStragglersResult:
+    """Find the straggler rank of a distributed job and say why it is slow: per-rank step times from training logs
+    (plain, step_time_ms=, Megatron-LM, torchtitan, tqdm of HF Trainer / Lightning, or your step_regex), compute-only
+    times where logged, and per-step compute vs collective wait from torch.profiler traces. Flags ranks >= 5% (warn)
+    or >= 15% (crit) slower than the median rank, beyond the run's own noise (median/MAD, warm-up dropped); classifies
+    compute_slow (the others wait for it: it waits least in the collective) vs wait_slow; says when step times alone
+    cannot show the straggler (synchronous data parallel). With gpu_csv / sample_gpus, checks the flagged rank's GPU.
+    """
+    if not params.logs and not params.traces:
+        raise BadInput("give logs (per-rank step-time logs) or traces (per-rank profiler traces), or both.",
+                       "Example: logs=['logs/rank*.log'], traces=['traces/'].")
+    user = compile_user_format(params.step_regex) if params.step_regex else None
+    deadline = time.monotonic() + ctx.remaining_s()
+    notes: list[str] = []
+    ranks: dict[int, _Rank] = {}
+    if params.logs:
+        found, log_notes = await anyio.to_thread.run_sync(_read_logs, params.logs, ctx, user, deadline,
+                                                          abandon_on_cancel=True)
+        notes += log_notes
+        for rank, steps in found.items():
+            entry = ranks.setdefault(rank, _Rank(rank))
+            entry.source, entry.unit = f"{steps.source} ({steps.format})", steps.unit
+            entry.steps, entry.numbers = list(steps.steps), list(steps.step_numbers)
+            entry.compute = list(steps.compute) if len(steps.compute) == len(steps.steps) else []
+    if params.traces:
+        traced = await anyio.to_thread.run_sync(_read_traces, params.traces, ctx, deadline, abandon_on_cancel=True)
+        for rank, (steps_ms, wait_ms) in traced.items():
+            entry = ranks.setdefault(rank, _Rank(rank, source="trace"))
+            entry.trace_steps, entry.trace_wait = steps_ms, wait_ms
+            if entry.steps:
+                entry.source += " + trace"
+            else:
+                entry.source = "trace"
+    if not ranks:
+        raise BadInput("no step time found in the given logs or traces.",
+                       "Check the format (see the tool's description) or pass step_regex; traces need ProfilerStep "
+                       "events (torch.profiler with a schedule and prof.step()).")
+    result = _analyse(ranks, params, notes)
+    if params.gpu_csv or params.sample_gpus:
+        await _hardware(result, params, ctx)
+    return result
