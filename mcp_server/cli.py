@@ -62,7 +62,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
         kind, is_list = _base_type(field.annotation)
-        help_text = field.description or ""
+        help_text = (field.description or "").replace("%", "%%")  # argparse formats help with %
         if name == model.cli_positional:
             # The inputs themselves, as a shell user types them: `gpu-triage grep-logs logs/rank*.log`.
             parser.add_argument(name, nargs="*" if is_list else "?", default=None, metavar=name.upper(),

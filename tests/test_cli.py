@@ -22,6 +22,16 @@ def test_registry_tools_all_and_cli_agree() -> None:
     assert sorted(subcommands) == sorted(n.replace("_", "-") for n in names)
 
 
+def test_every_subcommand_prints_its_help(capsys) -> None:
+    for spec in TOOLS:
+        try:
+            main([spec.cli_name, "--help"])
+        except SystemExit as exit_:
+            assert exit_.code == 0, spec.cli_name
+        text = capsys.readouterr().out
+        assert f"usage: gpu-triage {spec.cli_name}" in text and "--json" in text
+
+
 def test_bad_input_exits_3_with_an_actionable_message(capsys) -> None:
     assert main(["nvidia-smi-query", "--count", "0"]) == 3
     err = capsys.readouterr().err

@@ -121,7 +121,7 @@ def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
     return [(base, str(path.relative_to(base)))]
 
 
-def expand_inputs(patterns: Sequence[str], roots: Sequence[Path]) -> list[LogFile]:
+def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES) -> list[LogFile]:
     """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order."""
     found: dict[Path, None] = {}
     for pattern in patterns:
@@ -144,15 +144,15 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path]) -> list[LogFil
                     continue  # a glob never reaches outside the roots, through symlinks or otherwise
                 found[resolved] = None
                 matched += 1
-                if len(found) > LOG_MAX_FILES:
-                    raise LimitExceeded(f"the inputs match more than {LOG_MAX_FILES} files.",
+                if len(found) > max_files:
+                    raise LimitExceeded(f"the inputs match more than {max_files} files.",
                                         "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
         if matched == 0:
             raise BadInput(f"no file under the allowed roots matches {pattern!r}.",
                            "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
     files = sorted(found, key=natural_key)
-    if len(files) > LOG_MAX_FILES:
-        raise LimitExceeded(f"{len(files)} files given; the limit is {LOG_MAX_FILES}.", "Pass fewer files.")
+    if len(files) > max_files:
+        raise LimitExceeded(f"{len(files)} files given; the limit is {max_files}.", "Pass fewer files.")
     return [LogFile(p, _display(p, roots), rank_of_path(_display(p, roots))) for p in files]
 
 

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import bisect
 import json
-import multiprocessing
-import os
 import re
 import time
 from array import array
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from tools._stacks import Frame, is_library
 from tools._unpickle import UnsafePickle, load_plain_pickle
+from tools._workers import run_in_shares, worker_count
 from tools.context import ToolContext
 from tools.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.limits import (
@@ -407,16 +405,10 @@ def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
         raise BadInput(f"no flight-recorder dump in {path.name}: expected files named <prefix><rank>.",
                        "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")
     total = sum(file.stat().st_size for file, _, _ in files)
-    workers = min(os.cpu_count() or 1, FR_MAX_WORKERS, len(files))
-    if total < FR_PARALLEL_BYTES or workers < 2:
-        return _read_chunk(files, deadline)[0], notes
-    # Unpickling is CPU-bound and holds the GIL: large jobs are read by worker processes, one share each. They
-    # run only our reader on our own file list and hand back plain data; spawn, so no server thread or lock is
-    # inherited.
-    shares = [files[i::workers] for i in range(workers)]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        chunks = list(pool.map(_read_chunk, shares, [deadline] * workers))
-    dumps = _merge(chunks)
+    workers = worker_count(len(files), total, FR_PARALLEL_BYTES, FR_MAX_WORKERS)
+    # Unpickling is CPU-bound: large jobs are read by worker processes (tools/_workers.py).
+    chunks = run_in_shares(_read_chunk, files, workers, deadline)
+    dumps = _merge(chunks) if workers > 1 else chunks[0][0]
     dumps.sort(key=lambda d: d.rank)
     return dumps, notes
 

@@ -15,24 +15,28 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import anyio.to_thread
+import numpy as np
 from pydantic import BaseModel, Field
 
 from tools._intervals import clip, merge, total
 from tools._logfiles import expand_inputs
-from tools._steps import RankSteps, StepFormat, compile_user_format, read_steps
+from tools._steps import RankSteps, StepReader, compile_user_format
 from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools._workers import run_in_shares, worker_count
 from tools.context import ToolContext
 from tools.errors import BadInput, TriageError
 from tools.limits import (
     STRAGGLER_CRIT_PCT,
+    STRAGGLER_MAX_LOG_FILES,
     STRAGGLER_MAX_RANK_ROWS,
     STRAGGLER_MAX_TRACE_PATHS,
+    STRAGGLER_MAX_WORKERS,
+    STRAGGLER_PARALLEL_BYTES,
     STRAGGLER_WARN_PCT,
 )
 from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult
@@ -145,83 +149,129 @@ class _Stats:
     n: int
     median: float
     p90: float
+    mad: float
     se: float  # standard error of the median (normal approximation from the MAD)
 
 
-def _stats(values: Sequence[float]) -> _Stats | None:
-    clean = sorted(v for v in values if not math.isnan(v) and not math.isinf(v))
-    if len(clean) < _MIN_STEPS:
+def _stats(values: np.ndarray) -> _Stats | None:
+    clean = values[np.isfinite(values)]
+    if clean.size < _MIN_STEPS:
         return None
-    median = statistics.median(clean)
-    mad = statistics.median(abs(v - median) for v in clean)
-    p90 = clean[min(len(clean) - 1, int(0.9 * len(clean)))]
-    return _Stats(len(clean), median, p90, 1.2533 * 1.4826 * mad / math.sqrt(len(clean)))
+    median = float(np.median(clean))
+    mad = float(np.median(np.abs(clean - median)))
+    return _Stats(int(clean.size), median, float(np.percentile(clean, 90)), mad,
+                  1.2533 * 1.4826 * mad / math.sqrt(clean.size))
 
 
 def _warmup(count: int, given: int | None) -> int:
     return given if given is not None else min(50, max(1, count // 10))
 
 
-def _trend_pct(values: Sequence[float]) -> float | None:
-    third = len(values) // 3
+def _trend_pct(values: np.ndarray) -> float | None:
+    third = values.size // 3
     if third < _MIN_STEPS:
         return None
-    first, last = statistics.median(values[:third]), statistics.median(values[-third:])
+    first, last = float(np.median(values[:third])), float(np.median(values[-third:]))
     return 100.0 * (last - first) / first if first > 0 else None
 
 
-def _spikes(values: Sequence[float], numbers: Sequence[int], median: float) -> tuple[int, int | None]:
-    mad = statistics.median(abs(v - median) for v in values) if values else 0.0
-    limit = median + max(6 * 1.4826 * mad, 0.5 * median)
-    at = [numbers[i] for i, v in enumerate(values) if v > limit]
-    if len(at) < 3:
-        return len(at), None
-    gaps = [b - a for a, b in zip(at, at[1:], strict=False) if b > a]
-    if not gaps:
-        return len(at), None
-    period, count = max(((g, gaps.count(g)) for g in set(gaps)), key=lambda item: item[1])
-    return len(at), period if count >= 0.6 * len(gaps) and period > 1 else None
+def _spikes(values: np.ndarray, numbers: np.ndarray, stats: _Stats) -> tuple[int, int | None]:
+    limit = stats.median + max(6 * 1.4826 * stats.mad, 0.5 * stats.median)
+    at = numbers[np.flatnonzero(values > limit)]
+    if at.size < 3:
+        return int(at.size), None
+    gaps = np.diff(at)
+    gaps = gaps[gaps > 0]
+    if gaps.size == 0:
+        return int(at.size), None
+    kinds, counts = np.unique(gaps, return_counts=True)
+    best = int(np.argmax(counts))
+    period = int(kinds[best])
+    return int(at.size), period if counts[best] >= 0.6 * gaps.size and period > 1 else None
+
+
+@dataclass
+class _Figures:
+    """One rank's statistics, computed where its steps were read (a worker process, for big jobs)."""
+
+    rank: int
+    source: str
+    unit: str = "ms"
+    steps: int = 0
+    step: _Stats | None = None
+    compute: _Stats | None = None
+    wait: _Stats | None = None
+    trend_pct: float | None = None
+    spikes: int = 0
+    spike_period: int | None = None
+
+
+def _figures(rank: int, source: str, unit: str, steps: np.ndarray, numbers: np.ndarray, compute: np.ndarray | None,
+             wait: np.ndarray | None, skip: int) -> _Figures:
+    kept, numbers = steps[skip:], numbers[skip:]
+    figures = _Figures(rank, source, unit, int(kept.size), _stats(kept))
+    if compute is not None and compute.size == steps.size:
+        figures.compute = _stats(compute[skip:])
+    if wait is not None and wait.size == steps.size:
+        figures.wait = _stats(wait[skip:])
+    figures.trend_pct = _trend_pct(kept)
+    if figures.step is not None:
+        figures.spikes, figures.spike_period = _spikes(kept, numbers, figures.step)
+    return figures
 
 
 # ------------------------------------------------------------------------------------------------ collection
 
 
-@dataclass
-class _Rank:
-    rank: int
-    source: str = ""
-    unit: str = "ms"
-    steps: list[float] = field(default_factory=list)
-    numbers: list[int] = field(default_factory=list)
-    compute: list[float] = field(default_factory=list)
-    trace_steps: list[float] = field(default_factory=list)
-    trace_wait: list[float] = field(default_factory=list)
+def _log_figures(steps: RankSteps, warmup: int | None) -> _Figures:
+    numbers = steps.step_numbers if steps.step_numbers.size == steps.steps.size else (
+        steps.first_step + steps.interval * np.arange(steps.steps.size))
+    compute = steps.compute if steps.compute.size == steps.steps.size else None
+    return _figures(steps.rank, f"{steps.source} ({steps.format})", steps.unit, steps.steps, numbers, compute, None,
+                    _warmup(steps.steps.size, warmup))
 
 
-def _read_logs(patterns: list[str], ctx: ToolContext, user: StepFormat | None, deadline: float
-               ) -> tuple[dict[int, RankSteps], list[str]]:
-    files = expand_inputs(patterns, ctx.roots)
-    found: dict[int, RankSteps] = {}
+def _read_log_share(files: list[tuple[Path, str]], step_regex: str | None, warmup: int | None, deadline: float
+                    ) -> tuple[list[_Figures], list[str], list[str]]:
+    """Figures per rank for one share of the log files: ([figures], notes, files with no step line)."""
+    reader = StepReader(compile_user_format(step_regex) if step_regex else None)
+    figures: list[_Figures] = []
     notes: list[str] = []
-    empty = []
-    for log in files:
-        per_file = read_steps(log.path, log.name, deadline, user)
+    empty: list[str] = []
+    for path, name in files:
+        per_file = reader.read(path, name, deadline)
         if not per_file:
-            empty.append(log.name)
-        for steps in per_file:
-            if steps.rank in found:
-                notes.append(f"rank {steps.rank} has step lines in {found[steps.rank].source} and {steps.source}: "
-                             "the first is used.")
+            empty.append(name)
+        figures += [_log_figures(steps, warmup) for steps in per_file]
+    return figures, notes, empty
+
+
+def _read_logs(patterns: list[str], params: FindStragglersInput, ctx: ToolContext, deadline: float
+               ) -> tuple[dict[int, _Figures], list[str]]:
+    files = [(f.path, f.name) for f in expand_inputs(patterns, ctx.roots, STRAGGLER_MAX_LOG_FILES)]
+    total = sum(path.stat().st_size for path, _ in files)
+    workers = worker_count(len(files), total, STRAGGLER_PARALLEL_BYTES, STRAGGLER_MAX_WORKERS)
+    found: dict[int, _Figures] = {}
+    notes: list[str] = []
+    empty: list[str] = []
+    for figures, share_notes, share_empty in run_in_shares(_read_log_share, files, workers, params.step_regex,
+                                                            params.warmup_steps, deadline):
+        notes += share_notes
+        empty += share_empty
+        for item in figures:
+            if item.rank in found:
+                notes.append(f"rank {item.rank} has step lines in {found[item.rank].source} and {item.source}: the "
+                             "first is used.")
                 continue
-            found[steps.rank] = steps
+            found[item.rank] = item
     if empty:
         notes.append(f"no step-time line recognised in {len(empty)} file(s) (e.g. {empty[0]}); pass step_regex for "
                      "a custom format.")
     return found, notes
 
 
-def _trace_rank(path: Path, display: str, position: int, deadline: float) -> tuple[int, list[float], list[float]]:
-    """(rank, step times ms, collective wait ms per step) from one trace."""
+def _trace_rank(path: Path, display: str, position: int, deadline: float) -> _Figures:
+    """Step times and collective wait per step from one trace; compute = step - wait."""
     header = TraceHeader()
     steps: list[tuple[float, float]] = []
     comm: list[tuple[float, float]] = []
@@ -236,21 +286,36 @@ def _trace_rank(path: Path, display: str, position: int, deadline: float) -> tup
             comm.append((float(ts), float(ts) + float(dur)))
     merged = merge(comm)
     steps.sort()
-    step_ms = [(end - start) / 1000.0 for start, end in steps]
-    wait_ms = [total(clip(merged, start, end)) / 1000.0 for start, end in steps]
-    return rank_of_trace(header, display, position), step_ms, wait_ms
+    step_ms = np.array([(end - start) / 1000.0 for start, end in steps])
+    wait_ms = np.array([total(clip(merged, start, end)) / 1000.0 for start, end in steps])
+    rank = rank_of_trace(header, display, position)
+    return _figures(rank, display, "ms", step_ms, np.arange(step_ms.size), step_ms - wait_ms, wait_ms, 0)
 
 
-def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> dict[int, tuple[list[float], list[float]]]:
-    found: dict[int, tuple[list[float], list[float]]] = {}
+def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> dict[int, _Figures]:
     files: list[Path] = []
     for raw in paths:
         files += trace_files(ctx.path(raw), ctx.roots)
+    found: dict[int, _Figures] = {}
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in ctx.roots if path.is_relative_to(r)), path.name)
-        rank, steps, wait = _trace_rank(path, display, position, deadline)
-        found[rank] = (steps, wait)
+        figures = _trace_rank(path, display, position, deadline)
+        found[figures.rank] = figures
     return found
+
+
+def _combine(logged: _Figures | None, traced: _Figures | None) -> _Figures:
+    """Step times from the log, compute from the log where it has one, else from the trace; wait from the trace."""
+    if logged is None:
+        assert traced is not None
+        traced.source = f"{traced.source} (trace)"
+        return traced
+    if traced is None:
+        return logged
+    logged.compute = logged.compute or traced.compute
+    logged.wait = traced.wait
+    logged.source += f" + {traced.source} (trace)"
+    return logged
 
 
 # ---------------------------------------------------------------------------------------------------- analysis
@@ -304,31 +369,14 @@ class _Metric:
         return 100.0 * (max(values) - min(values)) / median
 
 
-def _analyse(ranks: dict[int, _Rank], params: FindStragglersInput, notes: list[str]) -> FindStragglersResult:
-    step_stats: dict[int, _Stats] = {}
-    compute_stats: dict[int, _Stats] = {}
-    wait_stats: dict[int, _Stats] = {}
-    rows: list[RankRow] = []
-    for rank, data in sorted(ranks.items()):
-        steps = data.steps or data.trace_steps
-        skip = _warmup(len(steps), params.warmup_steps) if data.steps else 0
-        kept = steps[skip:]
-        numbers = data.numbers[skip:] if data.steps else list(range(len(kept)))
-        stats = _stats(kept)
-        if stats is not None:
-            step_stats[rank] = stats
-        compute_ms = data.compute[skip:] if data.compute else [s - w for s, w in zip(data.trace_steps,
-                                                                                     data.trace_wait, strict=True)]
-        if (c := _stats(compute_ms)) is not None:
-            compute_stats[rank] = c
-        if data.trace_wait and (w := _stats(data.trace_wait)) is not None:
-            wait_stats[rank] = w
-        spikes, period = _spikes(kept, numbers, stats.median) if stats else (0, None)
-        rows.append(RankRow(rank=rank, steps=len(kept), median_step_ms=stats.median if stats else None,
-                            p90_step_ms=stats.p90 if stats else None, deviation_pct=None, trend_pct=_trend_pct(kept),
-                            spikes=spikes, spike_period=period, compute_ms=compute_stats[rank].median
-                            if rank in compute_stats else None, wait_ms=wait_stats[rank].median
-                            if rank in wait_stats else None, source=data.source))
+def _analyse(ranks: dict[int, _Figures], notes: list[str]) -> FindStragglersResult:
+    step_stats = {r: f.step for r, f in ranks.items() if f.step is not None}
+    compute_stats = {r: f.compute for r, f in ranks.items() if f.compute is not None}
+    wait_stats = {r: f.wait for r, f in ranks.items() if f.wait is not None}
+    rows = [RankRow(rank=r, steps=f.steps, median_step_ms=f.step.median if f.step else None,
+                    p90_step_ms=f.step.p90 if f.step else None, deviation_pct=None, trend_pct=f.trend_pct,
+                    spikes=f.spikes, spike_period=f.spike_period, compute_ms=f.compute.median if f.compute else None,
+                    wait_ms=f.wait.median if f.wait else None, source=f.source) for r, f in sorted(ranks.items())]
     step, compute, wait = _Metric(step_stats), _Metric(compute_stats), _Metric(wait_stats)
     for row in rows:
         row.deviation_pct = _deviation(row.median_step_ms, step.median)
@@ -354,11 +402,9 @@ def _analyse(ranks: dict[int, _Rank], params: FindStragglersInput, notes: list[s
     if not flagged and not compute.by_rank and len(step.by_rank) > 1:
         verdict = "inconclusive"
     summary = RanksSummary(count=len(ranks), median_step_ms=step.median, spread_pct=step.spread_pct(),
-                           unit=next((r.unit for r in ranks.values() if r.steps), "ms"),
+                           unit=next((f.unit for f in ranks.values() if f.step), "ms"),
                            median_compute_ms=compute.median, median_wait_ms=wait.median,
-                           source="+".join(s for s, on in (("logs", any(r.steps for r in ranks.values())),
-                                                           ("traces", any(r.trace_steps for r in ranks.values())))
-                                           if on))
+                           source=_sources(ranks))
     if len(rows) > STRAGGLER_MAX_RANK_ROWS:
         notes.insert(0, _distribution(step))
     return FindStragglersResult(
@@ -367,6 +413,12 @@ def _analyse(ranks: dict[int, _Rank], params: FindStragglersInput, notes: list[s
         next_steps=_next_steps(verdict, flagged),
         verdict=verdict, ranks_summary=summary, flagged=flagged, waited_on_rank=waited_on, hardware=[],
         ranks=rows, notes=notes)
+
+
+def _sources(ranks: dict[int, _Figures]) -> str:
+    logs = any("(trace)" not in f.source or " + " in f.source for f in ranks.values())
+    traces = any("(trace)" in f.source for f in ranks.values())
+    return "+".join(name for name, on in (("logs", logs), ("traces", traces)) if on)
 
 
 def _evidence(rank: int, kind: Kind, step: _Metric, compute: _Metric, wait: _Metric) -> str:
@@ -490,33 +542,24 @@ async def find_stragglers(params: FindStragglersInput, ctx: ToolContext) -> Find
     if not params.logs and not params.traces:
         raise BadInput("give logs (per-rank step-time logs) or traces (per-rank profiler traces), or both.",
                        "Example: logs=['logs/rank*.log'], traces=['traces/'].")
-    user = compile_user_format(params.step_regex) if params.step_regex else None
+    if params.step_regex:
+        compile_user_format(params.step_regex)  # a bad regex is the caller's error, before any file is read
     deadline = time.monotonic() + ctx.remaining_s()
     notes: list[str] = []
-    ranks: dict[int, _Rank] = {}
+    logged: dict[int, _Figures] = {}
+    traced: dict[int, _Figures] = {}
     if params.logs:
-        found, log_notes = await anyio.to_thread.run_sync(_read_logs, params.logs, ctx, user, deadline,
-                                                          abandon_on_cancel=True)
+        logged, log_notes = await anyio.to_thread.run_sync(_read_logs, params.logs, params, ctx, deadline,
+                                                           abandon_on_cancel=True)
         notes += log_notes
-        for rank, steps in found.items():
-            entry = ranks.setdefault(rank, _Rank(rank))
-            entry.source, entry.unit = f"{steps.source} ({steps.format})", steps.unit
-            entry.steps, entry.numbers = list(steps.steps), list(steps.step_numbers)
-            entry.compute = list(steps.compute) if len(steps.compute) == len(steps.steps) else []
     if params.traces:
         traced = await anyio.to_thread.run_sync(_read_traces, params.traces, ctx, deadline, abandon_on_cancel=True)
-        for rank, (steps_ms, wait_ms) in traced.items():
-            entry = ranks.setdefault(rank, _Rank(rank, source="trace"))
-            entry.trace_steps, entry.trace_wait = steps_ms, wait_ms
-            if entry.steps:
-                entry.source += " + trace"
-            else:
-                entry.source = "trace"
+    ranks = {rank: _combine(logged.get(rank), traced.get(rank)) for rank in sorted(set(logged) | set(traced))}
     if not ranks:
         raise BadInput("no step time found in the given logs or traces.",
                        "Check the format (see the tool's description) or pass step_regex; traces need ProfilerStep "
                        "events (torch.profiler with a schedule and prof.step()).")
-    result = _analyse(ranks, params, notes)
+    result = _analyse(ranks, notes)
     if params.gpu_csv or params.sample_gpus:
         await _hardware(result, params, ctx)
     return result

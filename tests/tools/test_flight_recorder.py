@@ -187,18 +187,19 @@ def test_worker_processes_give_the_same_result_as_one(tmp_path: Path, monkeypatc
         dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(12)))}}
     folder = write(tmp_path / "d", dumps)
     inline = analyse(folder, tmp_path)
+    import tools._workers as workers
     import tools.flight_recorder as module
 
     pools: list[int] = []
 
-    class CountingPool(module.ProcessPoolExecutor):  # type: ignore[misc]
-        def __init__(self, workers: int, **kwargs: Any) -> None:
-            pools.append(workers)
-            super().__init__(workers, **kwargs)
+    class CountingPool(workers.ProcessPoolExecutor):  # type: ignore[misc]
+        def __init__(self, count: int, **kwargs: Any) -> None:
+            pools.append(count)
+            super().__init__(count, **kwargs)
 
     monkeypatch.setattr(module, "FR_PARALLEL_BYTES", 0)
-    monkeypatch.setattr(module.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(module, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(workers, "ProcessPoolExecutor", CountingPool)
     parallel = analyse(folder, tmp_path)
     assert pools == [2]
     assert parallel.model_dump() == inline.model_dump()

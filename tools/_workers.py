@@ -1,0 +1,46 @@
+"""CPU-bound reading spread over worker processes (unpickling flight-recorder dumps, regex over many logs).
+
+Python holds the GIL while it parses, so threads do not help: big inputs are split into one share per CPU and
+each share is read by a spawned process that runs only our reader on our own list of files and hands back plain
+data. Spawn, not fork: no server thread, lock or open client stream is inherited. Below the size where starting
+the processes pays off, everything runs in the calling thread.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+__all__ = ["run_in_shares", "worker_count"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def worker_count(items: int, total_bytes: int, threshold_bytes: int, max_workers: int) -> int:
+    """How many processes to use: 1 below the threshold, else one per CPU up to `max_workers`."""
+    if total_bytes < threshold_bytes:
+        return 1
+    return max(1, min(os.cpu_count() or 1, max_workers, items))
+
+
+def run_in_shares(function: Callable[..., R], items: Sequence[T], workers: int, *args: Any) -> list[R]:
+    """`function(share, *args)` for each share of `items` (interleaved, so sizes even out), in order of the shares;
+    in this thread when `workers` is 1."""
+    if workers <= 1:
+        return [function(list(items), *args)]
+    shares = [list(items[i::workers]) for i in range(workers)]
+    try:
+        # The calling thread reads the first share itself: one process fewer to start.
+        with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(function, share, *args) for share in shares[1:]]
+            first = function(shares[0], *args)
+            return [first, *(future.result() for future in futures)]
+    except (BrokenProcessPool, OSError):
+        # Workers could not start here (no /dev/shm, process limits, a main module that cannot be re-imported):
+        # slower, but the answer is the same.
+        return [function(list(items), *args)]
