@@ -170,3 +170,19 @@ def test_bad_inputs(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_text("nothing here\n")
     with pytest.raises(BadInput, match="no step time found"):
         analyse(tmp_path, logs=["empty.log"])
+
+
+def test_a_rank_slow_with_normal_compute_waits(tmp_path: Path) -> None:
+    # Pipeline-like: rank 3's step is 20% longer but its compute is the same as everyone's: it waits.
+    folder = tmp_path / "w"
+    folder.mkdir()
+    rng = random.Random(7)
+    for rank in range(4):
+        lines = [f"rank {rank} step {s} time {(120 if rank == 3 else 100) * (1 + rng.gauss(0, 0.01)):.1f} ms "
+                 f"(compute {60 * (1 + rng.gauss(0, 0.01)):.1f} ms)\n" for s in range(1, 101)]
+        (folder / f"rank{rank}.log").write_text("".join(lines))
+    result = analyse(tmp_path, logs=["w/*.log"])
+    assert [(f.rank, f.kind, f.severity.value) for f in result.flagged] == [(3, "wait_slow", "crit")]
+    assert result.waited_on_rank is None
+    assert "its compute is normal" in result.flagged[0].evidence
+    assert result.next_steps[0].action.startswith("Run nccl-tests all_reduce_perf")
