@@ -16,6 +16,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -341,11 +342,11 @@ class _Metric:
 
     by_rank: dict[int, _Stats]
 
-    @property
+    @cached_property
     def median(self) -> float | None:
         return statistics.median(s.median for s in self.by_rank.values()) if self.by_rank else None
 
-    @property
+    @cached_property
     def typical_se(self) -> float:
         return statistics.median(s.se for s in self.by_rank.values()) if self.by_rank else 0.0
 
