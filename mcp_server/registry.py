@@ -66,6 +66,7 @@ TOOLS: tuple[ToolSpec, ...] = (
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
     ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
              "Straggler ranks"),
+    ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
 )
 
 

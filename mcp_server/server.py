@@ -21,6 +21,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from mcp_server.contract import execute, validate_arguments
+from mcp_server.prompts import add_prompts
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
 from mcp_server.render import render_markdown
 from mcp_server.settings import Settings, add_settings_arguments, settings_from_args
@@ -34,9 +35,12 @@ log = logging.getLogger("gpu_triage_mcp")
 VERSION = "0.1.0"
 
 INSTRUCTIONS = (
-    "Read-only triage of slow or hung GPU training and inference jobs. Start with health_check, then "
-    "follow each result's next_steps (SOP branches). Results are a markdown table plus at most three "
-    "sentences; the same data is in structuredContent. Never cat large traces or logs: use these tools."
+    "Read-only triage of slow or hung GPU training and inference jobs. Start with triage_plan on the user's words "
+    "(or the triage prompt) and health_check, then follow each result's next_steps (SOP branches, sop://index). "
+    "Results are a markdown table plus at most three sentences; the same data is in structuredContent. Rules: "
+    "never cat large traces or logs (use these tools), no GUI/TUI, nothing unbounded (no watch, -l, tail -f), "
+    "git --no-pager, structured output; answer with one table (symptom | root cause | evidence | fix | "
+    "verification) and at most three sentences, citing an official reference per fix (sop://rules)."
 )
 
 
@@ -111,6 +115,7 @@ def build_server(settings: Settings) -> MCPServer:
         server.add_tool(_handler(spec, settings), name=spec.name, title=spec.title,
                         description=spec.description, annotations=annotations_for(spec))
     _add_sop_resources(server)
+    add_prompts(server)
     return server
 
 

@@ -12,6 +12,7 @@ __all__ = [
     "health_check",
     "nvidia_smi_query",
     "summarize_trace",
+    "triage_plan",
 ]
 
 
@@ -49,4 +50,8 @@ def __getattr__(name: str) -> object:
         from tools.stragglers import find_stragglers
 
         return find_stragglers
+    if name == "triage_plan":
+        from tools.triage_plan import triage_plan
+
+        return triage_plan
     raise AttributeError(name)

@@ -99,3 +99,6 @@ STRAGGLER_MAX_TRACE_PATHS: Final = 64
 STRAGGLER_MAX_LOG_FILES: Final = 4096  # one log per rank of a large job
 STRAGGLER_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # above this much log text, worker processes read it
 STRAGGLER_MAX_WORKERS: Final = 4
+
+# triage_plan.
+PLAN_MAX_SYMPTOM_CHARS: Final = 2000

@@ -1,0 +1,134 @@
+"""The SOP as data and as MCP surface: every branch file against its schema, every tool call in it against the
+registry, the prompts and resources over the real MCP client, and an agent that follows triage_plan's calls on the
+fault lab's real artifacts (NVML stand-in for the GPU, as in every GPU test here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sop
+from mcp_server.registry import tool_by_name
+from tests.helpers import DATA, REPO, base_env, h100, stdio_client, with_fake_nvml, write_scenario
+
+pytestmark = pytest.mark.anyio
+
+EXPECTED = {"triage", "gpu_utilization_low", "oom", "nccl_hang_or_slow", "straggler", "gpu_hardware", "loss_nan",
+            "inference_latency", "torch_compile"}
+TOP_KEYS = {"order", "title", "summary", "symptoms", "keywords", "steps", "table", "env", "commands", "references"}
+
+
+def test_every_branch_file_matches_the_schema_and_names_real_tool_calls() -> None:
+    files = sop.load_branch_files()
+    assert set(files) == EXPECTED
+    for branch_id, raw in files.items():
+        assert set(raw) <= TOP_KEYS, (branch_id, set(raw) - TOP_KEYS)
+        assert isinstance(raw["order"], int) and raw["title"] and raw["summary"]
+        assert raw["symptoms"] and all(isinstance(s, str) and s for s in raw["symptoms"])
+        assert set(raw["keywords"]) == {"en", "zh"} and raw["keywords"]["en"] and raw["keywords"]["zh"], branch_id
+        ids = [s["id"] for s in raw["steps"]]
+        assert ids and len(ids) == len(set(ids)), branch_id
+        for step in raw["steps"]:
+            assert set(step) <= {"id", "tool", "arguments", "decides"} and step["decides"]
+            spec = tool_by_name(step["tool"])
+            assert spec is not None, (branch_id, step["tool"])
+            # The arguments are real arguments of that tool: validated by its own input model (placeholders such
+            # as "<logs/rank*.log>" are strings where the tool takes a path).
+            spec.input_model.model_validate(step.get("arguments", {}))
+        for row in raw.get("table", []):
+            assert set(row) == {"signal", "cause", "fix", "verify"} and all(row.values())
+        for env in raw.get("env", []):
+            assert set(env) == {"name", "value", "why"} and env["name"].isupper()
+        for command in raw.get("commands", []):
+            assert set(command) == {"command", "why"}
+            assert not any(bad in command["command"] for bad in ("watch ", " -l ", "tail -f", "nvtop", "htop"))
+        assert raw.get("references"), branch_id
+        for reference in raw["references"]:
+            assert set(reference) == {"title", "url"} and reference["url"].startswith("https://")
+    assert list(sop.branches())[0] == "triage"
+
+
+async def test_prompts_and_resources_over_mcp() -> None:
+    async with stdio_client(base_env()) as client:
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+        slow = await client.get_prompt("triage", {"symptom": "训练很慢，GPU 利用率只有 40%"})
+        hang = await client.get_prompt("triage", {"symptom": "8 卡训练在 step 1200 卡住", "fr_dir": "fr/"})
+        branch = await client.get_prompt("sop_straggler", {"context": "rank 3 is slow"})
+        rules = await client.read_resource("sop://rules")
+        page = await client.read_resource("sop://nccl_hang_or_slow")
+    assert prompts == {"triage"} | {f"sop_{b}" for b in EXPECTED}
+    slow_text = slow.messages[0].content.text  # type: ignore[union-attr]
+    assert "SOP branch: `gpu_utilization_low`" in slow_text and "`summarize_trace(" in slow_text
+    assert "symptom | root cause | evidence | fix | verification" in slow_text
+    hang_text = hang.messages[0].content.text  # type: ignore[union-attr]
+    assert "SOP branch: `nccl_hang_or_slow`" in hang_text and "`analyze_flight_recorder(path='fr/')`" in hang_text
+    assert "`dump_stacks()`" in hang_text
+    assert "The user reports: rank 3 is slow" in branch.messages[0].content.text  # type: ignore[union-attr]
+    assert "Never open a GUI or TUI" in rules.contents[0].text  # type: ignore[union-attr]
+    page_text = page.contents[0].text  # type: ignore[union-attr]
+    assert "## Steps (in order)" in page_text and "TORCH_NCCL_DUMP_ON_TIMEOUT=1" in page_text
+    assert "flight_recorder_tutorial" in page_text
+
+
+async def _follow(client: Any, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Make every planned call that has all its inputs, as an agent would; return each result by tool."""
+    results = {}
+    for step in plan["steps"]:
+        if step["needs"]:
+            continue
+        result = await client.call_tool(step["tool"], step["arguments"])
+        assert result.is_error is False, (step, result.content[0].text)
+        results[step["tool"]] = result.structured_content
+    return results
+
+
+async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) -> None:
+    # A node of four healthy-looking GPUs at 40 % utilisation (NVML stand-in).
+    scenario = write_scenario(tmp_path / "gpus.json", [h100(util_gpu=40, bus_id=f"00000000:{18 + i:02X}:00.0")
+                                                       for i in range(4)])
+    env = with_fake_nvml(base_env(PATH="/usr/bin:/bin"), scenario)
+    hang_args = {"symptom": "8 卡训练在 step 1200 卡住",
+                 "logs": [str(DATA / "logs" / "lab" / "rank_conditional_allgather" / "rank*.log")],
+                 "stacks": [str(DATA / "stacks" / "rank_conditional_allgather" / "pyspy_text")],
+                 "fr_dir": str(DATA / "flight_recorder" / "rank_conditional_allgather")}
+    slow_args = {"symptom": "训练很慢，GPU 利用率只有 40%",
+                 "traces": [str(DATA / "traces" / "resnet50_num_workers_0")]}
+    async with stdio_client(env, "--root", str(REPO)) as client:
+        hang_plan = (await client.call_tool("triage_plan", hang_args)).structured_content
+        hang = await _follow(client, hang_plan)
+        slow_plan = (await client.call_tool("triage_plan", slow_args)).structured_content
+        slow = await _follow(client, slow_plan)
+    assert hang_plan["branch"] == "nccl_hang_or_slow" and hang_plan["confidence"] >= 0.5
+    assert [s["tool"] for s in hang_plan["steps"]] == ["health_check", "diagnose_logs", "dump_stacks",
+                                                        "analyze_flight_recorder"]
+    assert set(hang) == {"health_check", "diagnose_logs", "dump_stacks", "analyze_flight_recorder"}
+    assert [(s["rank"], s["function"]) for s in hang["dump_stacks"]["suspects"]] == [(0, "save_checkpoint")]
+    assert [(s["rank"], s["reason"]) for s in hang["analyze_flight_recorder"]["suspects"]] == [(0, "mismatched_op")]
+    assert hang["diagnose_logs"]["severity"] == "crit"  # the gloo timeouts of the same job
+    assert slow_plan["branch"] == "gpu_utilization_low"
+    assert {"health_check", "nvidia_smi_query", "summarize_trace"} <= set(slow)
+    assert slow["summarize_trace"]["causes"][0]["kind"] == "data_loading"
+    gpus = slow["nvidia_smi_query"]["summary"]
+    assert any("utilization" in row["field"] and row["median"] == 40 for row in gpus), gpus
+    # Steps without their input are kept in the plan and say what to ask for, not dropped silently.
+    assert {tuple(s["needs"]) for s in slow_plan["steps"] if s["needs"]} == {("logs/rank*.log",)}
+
+
+def test_no_keyword_means_the_entry_and_a_question() -> None:
+    import anyio
+
+    from tools.context import ToolContext
+    from tools.triage_plan import TriagePlanInput, triage_plan
+
+    plan = anyio.run(triage_plan, TriagePlanInput(symptom="something is off"), ToolContext(roots=()))
+    assert plan.branch == "triage" and plan.confidence == 0.0
+    assert [s.tool for s in plan.steps] == ["health_check", "diagnose_logs"]
+    assert plan.conclusion[0].startswith("No branch's keywords occur in the symptom")
+    english = anyio.run(triage_plan, TriagePlanInput(symptom="the 64-GPU job hangs at step 1200, NCCL watchdog "
+                                                             "timeout"), ToolContext(roots=()))
+    assert english.branch == "nccl_hang_or_slow"
+    straggler = anyio.run(triage_plan, TriagePlanInput(symptom="why is rank 3 slow? one rank is always last"),
+                          ToolContext(roots=()))
+    assert straggler.branch == "straggler"

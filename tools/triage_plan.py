@@ -1,0 +1,159 @@
+"""triage_plan: from the user's words (English or Chinese) to an SOP branch and the tool calls to make, in order.
+
+The SOP's branches (sop/branches/) carry keywords in both languages; the symptom is matched against them
+(case-insensitive substrings: Chinese has no spaces). The plan always starts with the entry's health check and
+log diagnosis (run them at once, do not wait), then the chosen branch's steps, with the artifact paths the caller
+gave put in place of the placeholders. A step whose input was not given is kept and says which input it needs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from sop import Branch, Step, branches
+from tools.context import ToolContext
+from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+
+__all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
+
+_PLACEHOLDER = re.compile(r"^<.*>$")
+
+
+class TriagePlanInput(InputModel):
+    symptom: str = Field(min_length=1, max_length=PLAN_MAX_SYMPTOM_CHARS,
+                         description="What the user said, in their words (English or Chinese).")
+    logs: list[str] = Field(default_factory=list, max_length=64,
+                            description="The job's logs (paths or globs), if known.")
+    traces: list[str] = Field(default_factory=list, max_length=64, description="Profiler traces (files or folders).")
+    stacks: list[str] = Field(default_factory=list, max_length=64,
+                              description="Stack dumps saved earlier (for a job this host cannot reach).")
+    fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
+                               description="Folder of flight-recorder dumps.")
+
+    cli_positional = "symptom"
+
+
+class PlannedStep(BaseModel):
+    branch: str
+    step: str = Field(description="The SOP step id (sop://<branch> lists them).")
+    tool: str
+    arguments: dict[str, Any]
+    decides: str
+    needs: list[str] = Field(default_factory=list, description="Inputs the caller still has to give for this call.")
+
+
+class BranchScore(BaseModel):
+    branch: str
+    score: int
+    matched: list[str]
+
+
+class TriagePlanResult(ToolResult):
+    branch: str = Field(description="The SOP branch the symptom belongs to (triage when nothing matched).")
+    confidence: float = Field(description="0-1: the chosen branch's share of all keyword matches (0 when none).")
+    steps: list[PlannedStep]
+    alternatives: list[BranchScore] = Field(description="Every branch that matched, best first.")
+
+    narrow_hint = "pass a shorter symptom"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Plan", ["#", "branch", "step", "call", "decides", "needs"],
+                  [[str(i + 1), s.branch, s.step, _call(s), s.decides, ", ".join(s.needs) or "-"]
+                   for i, s in enumerate(self.steps)], "steps"),
+            Table("Branches matched", ["branch", "score", "keywords"],
+                  [[a.branch, str(a.score), ", ".join(a.matched)] for a in self.alternatives], "alternatives"),
+        ]
+
+
+def _call(step: PlannedStep) -> str:
+    return f"{step.tool}({', '.join(f'{k}={v!r}' for k, v in step.arguments.items())})"
+
+
+def _scores(symptom: str) -> list[BranchScore]:
+    text = symptom.casefold()
+    found = []
+    for branch in branches().values():
+        if branch.id == "triage":
+            continue
+        matched = [k for k in (*branch.keywords_en, *branch.keywords_zh) if k.casefold() in text]
+        if matched:
+            # Longer keywords are more specific ("graph break" over "break"): they weigh more.
+            found.append(BranchScore(branch=branch.id, score=sum(1 + len(k) // 8 for k in matched), matched=matched))
+    return sorted(found, key=lambda s: -s.score)
+
+
+def _fill(step: Step, params: TriagePlanInput) -> tuple[dict[str, Any], list[str]]:
+    """The step's arguments with the caller's artifacts in place of placeholders, and what is still missing."""
+    arguments: dict[str, Any] = {}
+    needs: list[str] = []
+    for name, value in step.arguments.items():
+        placeholder = isinstance(value, str) and _PLACEHOLDER.match(value) or (
+            isinstance(value, list) and value and all(isinstance(v, str) and _PLACEHOLDER.match(v) for v in value))
+        if not placeholder:
+            arguments[name] = value
+            continue
+        text = " ".join(value) if isinstance(value, list) else str(value)
+        if "trace" in text and params.traces:
+            arguments[name] = params.traces if isinstance(value, list) else params.traces[0]
+        elif "flight" in text and params.fr_dir:
+            arguments[name] = params.fr_dir
+        elif ("log" in text or "server" in text) and params.logs:
+            arguments[name] = params.logs if isinstance(value, list) else params.logs[0]
+        elif name == "symptom":
+            arguments[name] = params.symptom
+        else:
+            arguments[name] = value
+            needs.append(text.strip("<>"))
+    return arguments, needs
+
+
+def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep:
+    arguments, needs = _fill(step, params)
+    if step.tool == "dump_stacks" and params.stacks:
+        arguments["from_files"] = params.stacks  # saved stacks instead of the live job
+    return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=step.decides,
+                       needs=needs)
+
+
+async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanResult:
+    """Turn the user's description of a GPU-job problem (English or Chinese: "training is slow, GPU util 40%",
+    "8 卡训练在 step 1200 卡住") into the SOP branch and the ordered tool calls to make, each with its arguments (the
+    logs / traces / flight-recorder folder you pass are filled in) and what it will decide. Always starts with
+    health_check and diagnose_logs (run them at once). Reads nothing; instant.
+    """
+    del ctx  # plans only: reads no file, starts nothing
+    sop = branches()
+    scores = _scores(params.symptom)
+    total = sum(s.score for s in scores)
+    chosen = sop[scores[0].branch] if scores else sop["triage"]
+    confidence = round(scores[0].score / total, 2) if scores else 0.0
+    entry = sop["triage"]
+    steps = [_planned(entry, s, params) for s in entry.steps if s.tool != "triage_plan"]
+    seen = {(s.tool, repr(sorted(s.arguments.items()))) for s in steps}
+    for step in chosen.steps if chosen.id != "triage" else ():
+        planned = _planned(chosen, step, params)
+        key = (planned.tool, repr(sorted(planned.arguments.items())))
+        if key not in seen:
+            steps.append(planned)
+            seen.add(key)
+    if scores:
+        runner_up = f"; next {scores[1].branch} ({scores[1].score})" if len(scores) > 1 else ""
+        conclusion = [f"Branch {chosen.id} ({chosen.title}), confidence {confidence:.2f}: matched "
+                      f"{', '.join(scores[0].matched)}{runner_up}.",
+                      f"Run the {len(steps)} calls in order; the first two at once, without waiting for details."]
+    else:
+        conclusion = ["No branch's keywords occur in the symptom: ask the user which of slow / hung / one rank slow / "
+                      "out of memory / NaN / inference latency / compile it is, and run the health checks meanwhile."]
+    missing = sorted({n for s in steps for n in s.needs})
+    if missing:
+        conclusion.append(f"Still needed from the user: {'; '.join(missing)}.")
+    return TriagePlanResult(
+        severity=Severity.ok, conclusion=conclusion[:3],
+        next_steps=[NextStep(branch=chosen.id, action=f"Read sop://{chosen.id}",
+                             why="The branch's triage table maps each finding to its cause, fix and verification.")],
+        branch=chosen.id, confidence=confidence, steps=steps, alternatives=scores)
