@@ -140,6 +140,14 @@ def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        from mcp_server.report_cli import report_main
+
+        try:
+            return report_main(argv[1:])
+        except TriageError as exc:
+            print(f"gpu-triage report: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     chosen = next((a for a in argv if not a.startswith("-")), None)
     known = {spec.cli_name for spec in TOOLS}
     args = build_parser(chosen if chosen in known else None).parse_args(argv)

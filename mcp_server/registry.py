@@ -67,6 +67,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
              "Straggler ranks"),
     ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
+    ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
 )
 
 

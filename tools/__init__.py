@@ -13,6 +13,7 @@ __all__ = [
     "nvidia_smi_query",
     "summarize_trace",
     "triage_plan",
+    "triage_report",
 ]
 
 
@@ -54,4 +55,8 @@ def __getattr__(name: str) -> object:
         from tools.triage_plan import triage_plan
 
         return triage_plan
+    if name == "triage_report":
+        from tools.report import triage_report
+
+        return triage_report
     raise AttributeError(name)

@@ -1,0 +1,84 @@
+"""`gpu-triage report`: the triage_report tool as the one command a CI job or a newcomer runs.
+
+Flags name the job's artifacts; `--demo` takes the sample artifacts bundled with the package (mcp_server/samples,
+real files with provenance) and adds their folder to the roots. The report goes to stdout (markdown, or JSON with
+`--json`) or to `--out FILE`; a line of progress goes to stderr; the exit code is the worst severity (0 ok, 1 warn,
+2 crit) or 3 when the report could not be made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcp_server.contract import execute
+from mcp_server.registry import tool_by_name
+from mcp_server.render import render_markdown, to_json
+from mcp_server.settings import add_settings_arguments, settings_from_args
+from tools.errors import BadInput
+
+__all__ = ["SAMPLES", "report_main"]
+
+SAMPLES = Path(str(resources.files("mcp_server").joinpath("samples")))
+REPORT_MAX_BYTES = 32 * 1024  # a report has several tables; the server's per-call default is 8 KiB
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-triage report", description=__doc__.split("\n")[0])
+    parser.add_argument("--logs", action="append", default=[], metavar="GLOB", help="The job's logs (repeatable).")
+    parser.add_argument("--traces", action="append", default=[], metavar="PATH", help="A trace file or folder.")
+    parser.add_argument("--stacks", action="append", default=[], metavar="PATH", help="Saved stack dumps.")
+    parser.add_argument("--fr-dir", metavar="DIR", help="Folder of flight-recorder dumps.")
+    parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
+    parser.add_argument("--job", choices=["auto"], help="auto: dump the stacks of the torchrun job on this host.")
+    parser.add_argument("--symptom", help="What the user reported (for the record).")
+    parser.add_argument("--no-health", action="store_true", help="Skip the GPU/host health check.")
+    parser.add_argument("--demo", action="store_true", help="Use the sample artifacts bundled with the package.")
+    parser.add_argument("--out", metavar="FILE", help="Write the report there instead of stdout.")
+    parser.add_argument("--json", action="store_true", help="The structured result as JSON.")
+    add_settings_arguments(parser)
+    return parser
+
+
+def report_main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    arguments: dict[str, Any] = {"logs": args.logs, "traces": args.traces, "stacks": args.stacks,
+                                 "health": not args.no_health}
+    if args.fr_dir:
+        arguments["fr_dir"] = args.fr_dir
+    if args.symptom:
+        arguments["symptom"] = args.symptom
+    if args.pids:
+        try:
+            arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
+        except ValueError as exc:
+            raise BadInput(f"--pids {args.pids!r} is not a comma-separated list of numbers.") from exc
+    if args.job:
+        arguments["job"] = True
+    if args.demo:
+        arguments.update(logs=[str(SAMPLES / "logs" / "rank*.log")], stacks=[str(SAMPLES / "stacks")],
+                         fr_dir=str(SAMPLES / "flight_recorder"), traces=[str(SAMPLES / "traces")])
+        args.root = [*(args.root or []), str(SAMPLES)] if args.root else [str(SAMPLES)]
+    if args.max_bytes is None:
+        args.max_bytes = REPORT_MAX_BYTES
+    settings = settings_from_args(args)
+    spec = tool_by_name("triage_report")
+    assert spec is not None
+    ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
+                                 ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
+                                                                   or args.job),
+                                 ("flight recorder", args.fr_dir or args.demo)) if on]
+    print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
+    result = anyio.run(execute, spec, arguments, settings)
+    text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"gpu-triage report: written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return result.severity.rank

@@ -1,0 +1,219 @@
+"""triage_report: every tool that has inputs, run once, merged into the SOP's answer.
+
+The health check always runs; the log diagnosis, straggler analysis, trace summary, stack grouping and
+flight-recorder analysis run when their inputs are given. Each tool's problems become rows of the SOP's table
+(symptom | root cause | evidence | fix | verification), worst first; the conclusion is three sentences; the
+references are those of the SOP branches the rows belong to. A tool that cannot run is a row saying why, and the
+others still report. This is what `gpu-triage report` prints for CI and for a newcomer (`--demo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from sop import branches
+from tools.context import ToolContext
+from tools.errors import TriageError
+from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.models import InputModel, NextStep, Severity, Table, ToolResult, worst
+
+__all__ = ["ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
+
+_RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
+_SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
+                 "summarize_trace": 4, "diagnose_logs": 5}
+
+
+class TriageReportInput(InputModel):
+    symptom: str | None = Field(default=None, max_length=PLAN_MAX_SYMPTOM_CHARS,
+                                description="What the user reported, for the plan (optional).")
+    logs: list[str] = Field(default_factory=list, max_length=64, description="The job's logs (paths or globs).")
+    traces: list[str] = Field(default_factory=list, max_length=64, description="Profiler traces (a file or a folder).")
+    stacks: list[str] = Field(default_factory=list, max_length=64, description="Stack dumps saved earlier.")
+    fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS, description="Flight-recorder dump folder.")
+    pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
+    job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
+    health: bool = Field(default=True, description="Run the GPU/host health check.")
+
+
+class ReportRow(BaseModel):
+    severity: Severity
+    symptom: str
+    root_cause: str
+    evidence: str
+    fix: str
+    verification: str
+    source: str = Field(description="The tool that found it.")
+    branch: str | None = None
+
+
+class ToolRun(BaseModel):
+    tool: str
+    severity: Severity | None = Field(description="None when it could not run.")
+    conclusion: str
+
+
+class TriageReportResult(ToolResult):
+    rows: list[ReportRow] = Field(description="The SOP's answer table, worst first.")
+    runs: list[ToolRun] = Field(description="Each tool run and its own first sentence.")
+    references: list[str] = Field(description="Official documentation for the branches involved: 'title: url'.")
+
+    narrow_hint = "pass fewer inputs"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Report", ["symptom", "root cause", "evidence", "fix", "verification"],
+                  [[r.symptom, r.root_cause, r.evidence, r.fix, r.verification] for r in self.rows], "rows"),
+            Table("Tools run", ["tool", "severity", "first sentence"],
+                  [[t.tool, t.severity.value if t.severity else "could not run", t.conclusion] for t in self.runs],
+                  "runs"),
+            Table("References", ["reference"], [[r] for r in self.references], "references"),
+        ]
+
+
+def _verify(branch: str | None, fallback: str) -> str:
+    table = branches().get(branch or "", None)
+    return table.table[0]["verify"] if table and table.table else fallback
+
+
+def _health_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f.check, root_cause=f.meaning,
+                      evidence=f"{f.value} (limit {f.threshold})", fix=f"See sop://{f.sop_branch or 'gpu_hardware'}",
+                      verification="health_check: the check is ok", source="health_check", branch=f.sop_branch)
+            for f in result.findings if f.severity is not Severity.ok]
+
+
+def _log_rows(result: Any) -> list[ReportRow]:
+    rows = []
+    for f in result.findings:
+        if f.severity == "info":
+            continue
+        ranks = ",".join(map(str, f.ranks[:8])) or "-"
+        rows.append(ReportRow(severity=Severity.crit if f.severity == "crit" else Severity.warn,
+                              symptom=f"{f.category} ({f.rule})", root_cause=f.cause,
+                              evidence=f"x{f.count} on rank(s) {ranks}, first at {f.first.file}:{f.first.line}",
+                              fix=f.fix, verification="diagnose_logs on the next run: no such finding",
+                              source="diagnose_logs", branch=f.sop_branch))
+    return rows
+
+
+def _trace_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=Severity.warn if c.share_pct >= 10 else Severity.ok,
+                      symptom=f"GPU idle: {c.kind}", root_cause=c.kind.replace("_", " "),
+                      evidence=f"{c.share_pct:.1f}% of step time; {c.evidence}", fix=c.fix,
+                      verification="summarize_trace on a new trace: this share near 0",
+                      source="summarize_trace", branch="gpu_utilization_low")
+            for c in result.causes if c.share_pct >= 10]
+
+
+def _straggler_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"rank {f.rank} slower than the median rank",
+                      root_cause=f.kind.replace("_", " "), evidence=f.evidence,
+                      fix=("check that rank's GPU (clocks, throttling, power, links) and its data"
+                           if f.kind != "wait_slow" else "check its network and data input (nccl-tests, ibstat)"),
+                      verification="find_stragglers: nothing flagged", source="find_stragglers", branch="straggler")
+            for f in result.flagged]
+
+
+def _stack_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=Severity.crit, symptom=f"rank {s.rank} not where the others are",
+                      root_cause=s.reason, evidence=f"{s.function} at {s.location}",
+                      fix="make every rank make the same collectives in the same order",
+                      verification="the job passes that step; dump_stacks shows one group", source="dump_stacks",
+                      branch="nccl_hang_or_slow")
+            for s in result.suspects[:8]]
+
+
+def _flight_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=Severity.crit if s.reason != "no_dump" else Severity.warn,
+                      symptom=f"rank {s.rank} {s.reason.replace('_', ' ')} at collective seq {s.seq} (pg {s.pg})",
+                      root_cause=s.detail, evidence=s.location or f"op {s.op}",
+                      fix="make every rank issue the same collective at that point",
+                      verification="analyze_flight_recorder on new dumps: no suspect",
+                      source="analyze_flight_recorder", branch="nccl_hang_or_slow")
+            for s in result.suspects[:8]]
+
+
+async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[[Any], list[ReportRow]],
+               rows: list[ReportRow], runs: list[ToolRun]) -> None:
+    try:
+        result = await call()
+    except TriageError as exc:
+        runs.append(ToolRun(tool=name, severity=None, conclusion=str(exc)))
+        return
+    runs.append(ToolRun(tool=name, severity=result.severity, conclusion=result.conclusion[0] if result.conclusion
+                        else ""))
+    rows.extend(rows_of(result))
+
+
+async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
+    """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
+    summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder) and merge what they
+    found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
+    three sentences, and the official references of the branches involved. A tool that cannot run is reported,
+    the others still are. The CLI `gpu-triage report` prints it (`--demo` on bundled sample artifacts).
+    """
+    from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
+    from tools.health import HealthCheckInput, health_check
+    from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
+    from tools.stacks import DumpStacksInput, dump_stacks
+    from tools.stragglers import FindStragglersInput, find_stragglers
+    from tools.trace_summary import SummarizeTraceInput, summarize_trace
+
+    rows: list[ReportRow] = []
+    runs: list[ToolRun] = []
+    if params.health:
+        await _run("health_check", lambda: health_check(HealthCheckInput(), ctx), _health_rows, rows, runs)
+    if params.logs:
+        await _run("diagnose_logs", lambda: diagnose_logs(DiagnoseLogsInput(paths=params.logs), ctx), _log_rows,
+                   rows, runs)
+    if params.logs or params.traces:
+        await _run("find_stragglers", lambda: find_stragglers(FindStragglersInput(logs=params.logs,
+                                                                                  traces=params.traces), ctx),
+                   _straggler_rows, rows, runs)
+    if params.traces:
+        first_trace = params.traces[0]
+        await _run("summarize_trace", lambda: summarize_trace(SummarizeTraceInput(path=first_trace), ctx),
+                   _trace_rows, rows, runs)
+    if params.stacks or params.pids or params.job:
+        stack_input = DumpStacksInput(from_files=params.stacks) if params.stacks else DumpStacksInput(pid=params.pids)
+        await _run("dump_stacks", lambda: dump_stacks(stack_input, ctx), _stack_rows, rows, runs)
+    if params.fr_dir:
+        fr_dir = params.fr_dir
+        await _run("analyze_flight_recorder",
+                   lambda: analyze_flight_recorder(AnalyzeFlightRecorderInput(path=fr_dir), ctx), _flight_rows,
+                   rows, runs)
+    # Worst first; within a severity, hardware first (nothing else can be trusted until it is fixed), then the
+    # tools that name a culprit, then the generic symptoms.
+    rows.sort(key=lambda r: (_RANK[r.severity], _SOURCE_ORDER.get(r.source, 9)))
+    involved = list(dict.fromkeys(r.branch for r in rows if r.branch))
+    references = list(dict.fromkeys(f"{ref['title']}: {ref['url']}" for b in involved for ref in
+                                    (branches()[b].references if b in branches() else ())))
+    severity = worst(r.severity for r in rows)
+    if all(run.severity is None for run in runs):
+        severity = Severity.warn
+    return TriageReportResult(severity=severity, conclusion=_conclude(rows, runs, involved),
+                              next_steps=[NextStep(branch=b, action=f"Follow sop://{b}", why="The rows point there.")
+                                          for b in involved[:3]] or
+                              [NextStep(branch="triage", action="triage_plan with the user's words",
+                                        why="No tool found a problem in these inputs.")],
+                              rows=rows, runs=runs, references=references[:12])
+
+
+def _conclude(rows: list[ReportRow], runs: list[ToolRun], involved: list[str]) -> list[str]:
+    failed = [r.tool for r in runs if r.severity is None]
+    tail = f"{len(failed)} tool(s) could not run: {', '.join(failed)}." if failed else ""
+    problems = [r for r in rows if r.severity is not Severity.ok]
+    if not problems:
+        return [f"No problem found by {len(runs) - len(failed)} tool(s).", tail or "Give more inputs (logs, traces, "
+                "flight-recorder dumps) for a deeper look."]
+    first = problems[0]
+    text = [f"{len(problems)} problem(s); worst: {first.symptom} ({first.source}): {first.root_cause.rstrip('.')}.",
+            f"Fix first: {first.fix.rstrip('.')}; then follow sop://{involved[0]}." if involved
+            else f"Fix first: {first.fix.rstrip('.')}."]
+    if tail:
+        text.append(tail)
+    return text[:3]
