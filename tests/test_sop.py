@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import sop
-from mcp_server.registry import tool_by_name
+from mcp_server.registry import TOOLS, tool_by_name
 from tests.helpers import DATA, REPO, base_env, h100, stdio_client, with_fake_nvml, write_scenario
 
 pytestmark = pytest.mark.anyio
@@ -132,3 +132,51 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
     straggler = anyio.run(triage_plan, TriagePlanInput(symptom="why is rank 3 slow? one rank is always last"),
                           ToolContext(roots=()))
     assert straggler.branch == "straggler"
+
+
+async def test_every_listed_tool_keeps_the_contract() -> None:
+    # The rules that a tool's contract can enforce, checked on whatever tools/list says (not a hand-made list):
+    # structured output, read-only annotations, and inputs bounded in the schema itself.
+    async with stdio_client(base_env()) as client:
+        tools = (await client.list_tools()).tools
+        plans = await client.call_tool("triage_plan", {"symptom": "x" * 2001})
+    assert len(tools) == len(TOOLS)
+    for tool in tools:
+        assert tool.output_schema and tool.output_schema["type"] == "object", tool.name
+        for key in ("severity", "conclusion", "next_steps"):
+            assert key in tool.output_schema["properties"], (tool.name, key)
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert tool.annotations.destructive_hint is False
+        for name, prop in tool.input_schema.get("properties", {}).items():
+            for kind in prop.get("anyOf", [prop]):
+                where = f"{tool.name}.{name}"
+                if kind.get("type") == "array":
+                    assert "maxItems" in kind, where
+                    item = kind.get("items", {})
+                    assert item.get("type") != "string" or "maxLength" in item or "enum" in item, where
+                if kind.get("type") == "string":
+                    assert "maxLength" in kind or "enum" in kind, where
+                if kind.get("type") in ("integer", "number"):
+                    assert "maximum" in kind, where
+    assert plans.is_error and "at most 2000 characters" in plans.content[0].text
+
+
+def test_next_steps_name_sop_steps() -> None:
+    import anyio
+
+    from tools.context import ToolContext
+    from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
+    from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
+    from tools.stacks import DumpStacksInput, dump_stacks
+
+    ctx = ToolContext(roots=(REPO,))
+    stacks = anyio.run(dump_stacks, DumpStacksInput(from_files=[str(DATA / "stacks" / "rank_conditional_allgather" /
+                                                                    "pyspy_text")]), ctx)
+    assert (stacks.next_steps[0].branch, stacks.next_steps[0].step) == ("nccl_hang_or_slow", "flight_recorder")
+    assert stacks.next_steps[0].action.startswith("analyze_flight_recorder(")
+    recorder = anyio.run(analyze_flight_recorder, AnalyzeFlightRecorderInput(
+        path=str(DATA / "flight_recorder" / "rank_conditional_allgather")), ctx)
+    assert any(s.step == "stacks" and s.action == "dump_stacks()" for s in recorder.next_steps)
+    logs = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[str(DATA / "logs" / "lab" / "rank_conditional_allgather"
+                                                                 / "rank*.log")]), ctx)
+    assert logs.next_steps[0].step == "stacks"

@@ -42,7 +42,7 @@ from tools.limits import (
     FR_PARALLEL_BYTES,
     FR_STACK_FRAMES,
 )
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.stacks import compact_ranks
 
 __all__ = ["AnalyzeFlightRecorderInput", "AnalyzeFlightRecorderResult", "analyze_flight_recorder"]
@@ -55,8 +55,8 @@ UNKNOWN = "?"  # sizes / dtypes not read (a finished entry)
 
 
 class AnalyzeFlightRecorderInput(InputModel):
-    path: str = Field(description="Folder of per-rank flight-recorder dumps (<prefix><rank>, pickle or .json) inside "
-                      "the roots.")
+    path: PathArg = Field(description="Folder of per-rank flight-recorder dumps (<prefix><rank>, pickle or .json) "
+                          "inside the roots.")
     pg: str | None = Field(default=None, max_length=256,
                            description="Only this process group (its name, e.g. '0', or its description).")
 
@@ -597,8 +597,7 @@ def _next_steps(suspects: list[FlightSuspect]) -> list[NextStep]:
     if located is not None:
         steps.append(NextStep(branch="nccl_hang_or_slow", action=f"Open {located.location} on rank {located.rank}",
                               why="That line issued the collective the other ranks do not make."))
-    steps.append(NextStep(branch="nccl_hang_or_slow", action="dump_stacks on the live job (or its stack files)",
-                          why="Shows where each rank's Python is now, including ranks that record nothing."))
+    steps.append(NextStep.from_sop("nccl_hang_or_slow", done={"analyze_flight_recorder"}))
     steps.append(NextStep(branch="nccl_hang_or_slow", action="diagnose_logs on every rank's log",
                           why="Timeout and watchdog texts give the timeout, the op and the ranks that died."))
     return steps

@@ -33,7 +33,7 @@ from tools.context import ToolContext
 from tools.errors import TriageError
 from tools.limits import LOG_MAX_PATTERNS
 from tools.log_grep import FileTotal
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.xid import xid_meaning
 
 __all__ = ["DiagnoseLogsInput", "DiagnoseLogsResult", "diagnose_logs", "load_rules"]
@@ -94,7 +94,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
 
 
 class DiagnoseLogsInput(InputModel):
-    paths: list[str] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
+    paths: list[PathArg] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
                              description="Log files or globs inside the roots (per-rank logs, torchrun output, "
                              "dmesg/syslog excerpts, inference server logs); .gz read transparently.")
 
@@ -404,14 +404,6 @@ def _culprit(findings: list[LogFinding]) -> str | None:
     return None
 
 
-# The tool call that takes a branch further, where this server has one.
-_BRANCH_ACTIONS = {
-    "nccl_hang_or_slow": ("dump_stacks on the hung job (no arguments: the job on this host; or from_files with saved "
-                          "stacks), then analyze_flight_recorder on its flight-recorder dumps",
-                          "Names the rank that is not in the collective the others wait in, with its file:line."),
-}
-
-
 def _conclude(findings: list[LogFinding], total_files: int) -> list[str]:
     problems = [f for f in findings if f.severity != "info"]
     if not problems:
@@ -444,9 +436,8 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
     severity = [Severity.ok, Severity.warn, Severity.crit][worst]
     branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity != "info"))
-    steps = [NextStep(branch=b, action=_BRANCH_ACTIONS.get(b, (f"Follow sop://{b} with the facts above",))[0],
-                      why=_BRANCH_ACTIONS.get(b, ("", "The findings point there."))[1])
-             for b in branches[:3]] or [NextStep(branch="triage", action="grep_logs preset=errors on the same paths",
-                                                 why="Lines the rules do not know may still explain the failure.")]
+    steps = [NextStep.from_sop(b, done={"diagnose_logs"}) for b in branches[:3]] or [
+        NextStep(branch="triage", action="grep_logs preset=errors on the same paths",
+                 why="Lines the rules do not know may still explain the failure.")]
     return DiagnoseLogsResult(severity=severity, conclusion=_conclude(findings, len(files)), next_steps=steps,
                               findings=findings, files=totals)

@@ -36,9 +36,10 @@ from tools.limits import (
     LOG_GROUPS_FACTOR,
     LOG_MAX_CONTEXT,
     LOG_MAX_MATCHES,
+    LOG_MAX_PATTERN_CHARS,
     LOG_MAX_PATTERNS,
 )
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["GrepLogsInput", "GrepLogsResult", "grep_logs"]
 
@@ -55,11 +56,12 @@ _MASK_DIGITS = bytes.maketrans(b"0123456789", b"##########")
 
 
 class GrepLogsInput(InputModel):
-    paths: list[str] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
+    paths: list[PathArg] = Field(min_length=1, max_length=LOG_MAX_PATTERNS,
                              description="Log files or globs inside the roots, e.g. ['logs/rank*.log', "
                              "'node*/stderr*']; .gz files are read transparently.")
-    pattern: str | None = Field(default=None, description="A regex (RE2 syntax, case-insensitive). "
-                                "Give either pattern or preset; neither means preset='errors'.")
+    pattern: str | None = Field(default=None, max_length=LOG_MAX_PATTERN_CHARS,
+                                description="A regex (RE2 syntax, case-insensitive). Give either pattern or preset; "
+                                "neither means preset='errors'.")
     preset: PresetName | None = Field(default=None, description="A named SOP pattern: " + "; ".join(
         f"{p.name}: {p.description}" for p in log_presets().values()))
     context: int = Field(default=0, ge=0, le=LOG_MAX_CONTEXT, description="Lines of context before and after.")

@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sop import branch_ids
+from sop import branch_ids, branches
+from tools.limits import MAX_PATH_CHARS
 
 __all__ = [
     "Finding",
+    "NameArg",
+    "PathArg",
     "InputModel",
     "NextStep",
     "Severity",
@@ -27,6 +30,12 @@ __all__ = [
     "Truncation",
     "worst",
 ]
+
+
+# A path or glob argument: bounded in the schema too (the roots check happens when it is opened).
+PathArg = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+# One short name (a field of nvidia-smi, a preset): bounded alike.
+NameArg = Annotated[str, Field(min_length=1, max_length=128)]
 
 
 class Severity(StrEnum):
@@ -89,11 +98,32 @@ class NextStep(BaseModel):
     branch: str = Field(description="SOP branch id (see the sop://index resource).")
     action: str = Field(description="The call or command to run next.")
     why: str = Field(description="What that step will decide.")
+    step: str | None = Field(default=None, description="The SOP step id within the branch (sop://<branch>).")
 
     @field_validator("branch")
     @classmethod
     def _check_branch(cls, value: str) -> str:
         return _known_branch(value)
+
+    @model_validator(mode="after")
+    def _check_step(self) -> NextStep:
+        if self.step is not None and branches()[self.branch].step(self.step) is None:
+            raise ValueError(f"branch {self.branch!r} has no step {self.step!r}")
+        return self
+
+    @classmethod
+    def from_sop(cls, branch: str, done: Iterable[str] = (), **arguments: Any) -> NextStep:
+        """The branch's first step whose tool is not in `done` (the tools that have answered), as a next step,
+        with `arguments` (values the answering tool knows, e.g. its paths) over the step's own; when every step
+        is done, the branch's triage table."""
+        made = set(done)
+        step = next((s for s in branches()[branch].steps if s.tool not in made), None)
+        if step is None:
+            return cls(branch=branch, action=f"Read sop://{branch}: match the findings to its triage table",
+                       why="Each row gives the cause, the fix and how to verify it.")
+        merged = {**step.arguments, **arguments}
+        call = f"{step.tool}({', '.join(f'{k}={v!r}' for k, v in merged.items())})"
+        return cls(branch=branch, action=call, why=step.decides, step=step.id)
 
 
 class Truncation(BaseModel):

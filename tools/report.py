@@ -18,7 +18,7 @@ from sop import branches
 from tools.context import ToolContext
 from tools.errors import TriageError
 from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult, worst
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
 
 __all__ = ["ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
@@ -30,9 +30,10 @@ _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder":
 class TriageReportInput(InputModel):
     symptom: str | None = Field(default=None, max_length=PLAN_MAX_SYMPTOM_CHARS,
                                 description="What the user reported, for the plan (optional).")
-    logs: list[str] = Field(default_factory=list, max_length=64, description="The job's logs (paths or globs).")
-    traces: list[str] = Field(default_factory=list, max_length=64, description="Profiler traces (a file or a folder).")
-    stacks: list[str] = Field(default_factory=list, max_length=64, description="Stack dumps saved earlier.")
+    logs: list[PathArg] = Field(default_factory=list, max_length=64, description="The job's logs (paths or globs).")
+    traces: list[PathArg] = Field(default_factory=list, max_length=64,
+                                  description="Profiler traces (a file or a folder).")
+    stacks: list[PathArg] = Field(default_factory=list, max_length=64, description="Stack dumps saved earlier.")
     fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS, description="Flight-recorder dump folder.")
     pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
     job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
@@ -196,8 +197,7 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     if all(run.severity is None for run in runs):
         severity = Severity.warn
     return TriageReportResult(severity=severity, conclusion=_conclude(rows, runs, involved),
-                              next_steps=[NextStep(branch=b, action=f"Follow sop://{b}", why="The rows point there.")
-                                          for b in involved[:3]] or
+                              next_steps=[NextStep.from_sop(b, done={r.tool for r in runs}) for b in involved[:3]] or
                               [NextStep(branch="triage", action="triage_plan with the user's words",
                                         why="No tool found a problem in these inputs.")],
                               rows=rows, runs=runs, references=references[:12])

@@ -34,7 +34,7 @@ from tools.limits import (
     SMI_MAX_SAMPLING_S,
     SMI_MIN_INTERVAL_S,
 )
-from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult, worst
+from tools.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
 from tools.smi_fields import (
     DEFAULT_APP_FIELDS,
     DEFAULT_GPU_FIELDS,
@@ -63,7 +63,7 @@ _VALUE_UNIT = re.compile(r"^(-?[0-9]+(?:\.[0-9]+)?)\s*(?:[A-Za-z%/]+)?$")
 class NvidiaSmiQueryInput(InputModel):
     query: QueryKind = Field(default="gpu", description="'gpu' (--query-gpu) or 'compute_apps' "
                              "(--query-compute-apps: processes using the GPUs).")
-    fields: list[str] = Field(
+    fields: list[NameArg] = Field(
         default_factory=list, max_length=SMI_MAX_FIELDS,
         description="Documented query field names, e.g. utilization.gpu, temperature.gpu, clocks.sm, "
         "clocks_throttle_reasons.active. Empty: a triage set (utilisation, memory, temperature, power, "
@@ -74,7 +74,7 @@ class NvidiaSmiQueryInput(InputModel):
     count: int = Field(default=1, ge=1, le=SMI_MAX_SAMPLES, description="Number of samples.")
     interval_s: float = Field(default=1.0, ge=SMI_MIN_INTERVAL_S, le=SMI_MAX_INTERVAL_S,
                               description="Seconds between samples.")
-    csv_path: str | None = Field(
+    csv_path: PathArg | None = Field(
         default=None,
         description="Parse this saved nvidia-smi CSV (inside the roots) instead of running nvidia-smi. "
         "With a header line the fields come from it; without one, pass `fields` in capture order.",

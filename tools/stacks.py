@@ -46,7 +46,7 @@ from tools.limits import (
     STACK_MIN_TIMEOUT_S,
     STACK_PARALLEL_DUMPS,
 )
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks"]
 
@@ -64,7 +64,7 @@ class DumpStacksInput(InputModel):
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
                               description="A regex (RE2) on the command line, e.g. 'train.py'; the launcher is "
                               "left out when its children carry RANK.")
-    from_files: list[str] = Field(default_factory=list, max_length=STACK_MAX_FILES,
+    from_files: list[PathArg] = Field(default_factory=list, max_length=STACK_MAX_FILES,
                                   description="Stacks captured earlier, inside the roots: files, globs or a folder "
                                   "of per-rank py-spy dump (text or --json), faulthandler or torch debug-server "
                                   "output; rank from the file name or content.")
@@ -464,10 +464,7 @@ def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[Rank
 def _next_steps(suspects: list[Suspect], groups: list[StackGroup], placed: list[_Placed]) -> list[NextStep]:
     steps = []
     if suspects:
-        steps.append(NextStep(branch="nccl_hang_or_slow",
-                              action=f"Open {suspects[0].location} and check the condition around the call; then "
-                              "analyze_flight_recorder on the job's dumps to confirm the sequence number.",
-                              why="The flight recorder shows the first collective where the ranks disagree."))
+        steps.append(NextStep.from_sop("nccl_hang_or_slow", done={"dump_stacks"}))
     if groups and not any(f.native for item in placed for f in item.frames):
         steps.append(NextStep(branch="nccl_hang_or_slow", action="dump_stacks native=true",
                               why="The C++ frames show the exact c10d/NCCL wait each rank is blocked in."))

@@ -40,7 +40,7 @@ from tools.limits import (
     STRAGGLER_PARALLEL_BYTES,
     STRAGGLER_WARN_PCT,
 )
-from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import Finding, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.stacks import compact_ranks
 
 __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers"]
@@ -55,16 +55,16 @@ _MIN_STEPS = 3
 
 
 class FindStragglersInput(InputModel):
-    logs: list[str] = Field(default_factory=list, max_length=64, description="Per-rank training logs (paths or "
+    logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Per-rank training logs (paths or "
                             "globs inside the roots) with per-step times: plain `step S time T ms`, step_time_ms=, "
                             "Megatron-LM, torchtitan, tqdm (HF Trainer, Lightning).")
-    traces: list[str] = Field(default_factory=list, max_length=STRAGGLER_MAX_TRACE_PATHS,
+    traces: list[PathArg] = Field(default_factory=list, max_length=STRAGGLER_MAX_TRACE_PATHS,
                               description="Per-rank torch.profiler traces: files or a folder of them.")
     step_regex: str | None = Field(default=None, max_length=512, description="Your own RE2 regex for the step lines, "
                                    "with named groups step_ms or step_s (and optionally step, compute_ms, rank).")
     warmup_steps: int | None = Field(default=None, ge=0, le=100_000, description="Leading steps of each rank left "
                                      "out (default: 10%, at least 1 and at most 50).")
-    gpu_csv: str | None = Field(default=None, description="An nvidia-smi --query-gpu CSV capture from the flagged "
+    gpu_csv: PathArg | None = Field(default=None, description="An nvidia-smi --query-gpu CSV capture from the flagged "
                                 "rank's node, to check its GPU (clocks, throttling, temperature, power, PCIe).")
     sample_gpus: bool = Field(default=False, description="Sample this host's GPUs now (nvidia-smi or NVML, 3 samples) "
                               "for the same checks.")
@@ -491,11 +491,11 @@ def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
             return [NextStep(branch="straggler", action="Run nccl-tests all_reduce_perf between this rank's node and a "
                              "healthy one; check ibstat / ethtool on its NICs",
                              why="A rank that waits with normal compute points at its network or its data input.")]
-        return [NextStep(branch="straggler", action=f"find_stragglers with gpu_csv (a capture from rank {rank}'s "
-                         "node) or sample_gpus=true on that node", why="Clocks, throttle reasons, temperature, power "
-                         "cap and PCIe link of its GPU explain slow compute."),
-                NextStep(branch="gpu_hardware", action=f"health_check on rank {rank}'s node",
-                         why="Xid/ECC events or a degraded link make one GPU slow.")]
+        gpu = NextStep(branch="straggler", step="gpu", action=f"find_stragglers with sample_gpus=true on rank "
+                       f"{rank}'s node (or gpu_csv with a capture from it)", why="Clocks, throttle reasons, "
+                       "temperature, power cap and PCIe link of its GPU explain slow compute.")
+        return [gpu, NextStep(branch="straggler", step="health", action=f"health_check on rank {rank}'s node",
+                              why="Xid/ECC events or a degraded link make one GPU slow.")]
     if verdict == "inconclusive":
         return [NextStep(branch="straggler", action="find_stragglers with traces=<folder of per-rank torch.profiler "
                          "traces>", why="The trace splits each step into compute and collective wait per rank.")]

@@ -32,7 +32,7 @@ from tools._intervals import Intervals, clip, intersect, merge, merge_indexed, s
 from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
 from tools.context import ToolContext
 from tools.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["SummarizeTraceInput", "SummarizeTraceResult", "summarize_trace"]
 
@@ -83,7 +83,7 @@ _FIX = {
 
 
 class SummarizeTraceInput(InputModel):
-    path: str = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz) or a folder of per-rank "
+    path: PathArg = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz) or a folder of per-rank "
                       "traces, inside the roots.")
     include_last_step: bool = Field(default=False, description="Analyse the last ProfilerStep too (HTA leaves it "
                                     "out by default, since it is often cut short).")

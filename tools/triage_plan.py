@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from sop import Branch, Step, branches
 from tools.context import ToolContext
 from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.models import InputModel, NextStep, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
 
@@ -26,10 +26,11 @@ _PLACEHOLDER = re.compile(r"^<.*>$")
 class TriagePlanInput(InputModel):
     symptom: str = Field(min_length=1, max_length=PLAN_MAX_SYMPTOM_CHARS,
                          description="What the user said, in their words (English or Chinese).")
-    logs: list[str] = Field(default_factory=list, max_length=64,
+    logs: list[PathArg] = Field(default_factory=list, max_length=64,
                             description="The job's logs (paths or globs), if known.")
-    traces: list[str] = Field(default_factory=list, max_length=64, description="Profiler traces (files or folders).")
-    stacks: list[str] = Field(default_factory=list, max_length=64,
+    traces: list[PathArg] = Field(default_factory=list, max_length=64,
+                                  description="Profiler traces (files or folders).")
+    stacks: list[PathArg] = Field(default_factory=list, max_length=64,
                               description="Stack dumps saved earlier (for a job this host cannot reach).")
     fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
                                description="Folder of flight-recorder dumps.")
