@@ -1,6 +1,7 @@
-"""The SOP as MCP prompts: `triage` (the user's symptom -> instructions with the plan to follow) and one prompt
-per branch (`sop_<branch id>`), plus the `sop://rules` resource. The text is built from sop/ and from
-triage_plan's own plan, so the prompts, the resources and the tool never disagree."""
+"""The SOP as MCP prompts: `triage` (the user's symptom -> instructions with the plan to follow),
+`triage_report` (the one-call report) and one prompt per branch (`sop_<branch id>`), plus the `sop://rules`
+resource. The text is built from sop/ and from triage_plan's own plan, so the prompts, the resources and the
+tool never disagree."""
 
 from __future__ import annotations
 
@@ -44,6 +45,17 @@ def add_prompts(server: MCPServer) -> None:
                                  stacks=_split(stacks), fr_dir=fr_dir or None)
         plan = await triage_plan(params, ToolContext(roots=()))
         return triage_instructions(plan, symptom)
+
+    @server.prompt(name="triage_report", title="One-call triage report",
+                   description="Ask for the triage_report tool on the job's artifacts (comma-separated paths) and "
+                   "for the answer in the SOP's format.")
+    def triage_report_prompt(logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "") -> str:
+        arguments = {k: v for k, v in (("logs", _split(logs)), ("traces", _split(traces)), ("stacks", _split(stacks)),
+                                       ("fr_dir", fr_dir or None)) if v}
+        call = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        return (f"Call `triage_report({call})`. It runs the health check and every tool that has inputs and returns "
+                "the SOP's table. Relay its table and conclusion; for each row, follow its branch's next step "
+                "(next_steps) before you call the cause confirmed.\n\n" + rules_markdown() + "\n" + _ANSWER)
 
     for branch in branches().values():
         _add_branch_prompt(server, branch.id, branch.title)

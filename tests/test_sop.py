@@ -56,9 +56,10 @@ async def test_prompts_and_resources_over_mcp() -> None:
         slow = await client.get_prompt("triage", {"symptom": "训练很慢，GPU 利用率只有 40%"})
         hang = await client.get_prompt("triage", {"symptom": "8 卡训练在 step 1200 卡住", "fr_dir": "fr/"})
         branch = await client.get_prompt("sop_straggler", {"context": "rank 3 is slow"})
+        report = await client.get_prompt("triage_report", {"logs": "logs/rank*.log", "fr_dir": "fr/"})
         rules = await client.read_resource("sop://rules")
         page = await client.read_resource("sop://nccl_hang_or_slow")
-    assert prompts == {"triage"} | {f"sop_{b}" for b in EXPECTED}
+    assert prompts == {"triage", "triage_report"} | {f"sop_{b}" for b in EXPECTED}
     slow_text = slow.messages[0].content.text  # type: ignore[union-attr]
     assert "SOP branch: `gpu_utilization_low`" in slow_text and "`summarize_trace(" in slow_text
     assert "symptom | root cause | evidence | fix | verification" in slow_text
@@ -67,6 +68,8 @@ async def test_prompts_and_resources_over_mcp() -> None:
     assert "`dump_stacks()`" in hang_text
     assert "The user reports: rank 3 is slow" in branch.messages[0].content.text  # type: ignore[union-attr]
     assert "Never open a GUI or TUI" in rules.contents[0].text  # type: ignore[union-attr]
+    report_text = report.messages[0].content.text  # type: ignore[union-attr]
+    assert "`triage_report(logs=['logs/rank*.log'], fr_dir='fr/')`" in report_text
     page_text = page.contents[0].text  # type: ignore[union-attr]
     assert "## Steps (in order)" in page_text and "TORCH_NCCL_DUMP_ON_TIMEOUT=1" in page_text
     assert "flight_recorder_tutorial" in page_text
