@@ -183,3 +183,21 @@ def test_next_steps_name_sop_steps() -> None:
     logs = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[str(DATA / "logs" / "lab" / "rank_conditional_allgather"
                                                                  / "rank*.log")]), ctx)
     assert logs.next_steps[0].step == "stacks"
+
+
+def test_tools_point_at_sop_steps_when_healthy_too() -> None:
+    import anyio
+
+    from tools.context import ToolContext
+    from tools.log_grep import GrepLogsInput, grep_logs
+    from tools.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
+    from tools.trace_summary import SummarizeTraceInput, summarize_trace
+
+    ctx = ToolContext(roots=(REPO,))
+    capture = DATA / "nvidia_smi" / "query_gpu_h200_allfields_idle_header_units.csv"
+    smi = anyio.run(nvidia_smi_query, NvidiaSmiQueryInput(csv_path=str(capture)), ctx)
+    trace = anyio.run(summarize_trace, SummarizeTraceInput(path=str(DATA / "traces" / "resnet50_num_workers_0")), ctx)
+    grep = anyio.run(grep_logs, GrepLogsInput(paths=[str(DATA / "logs" / "lab" / "nan_loss" / "*.log")]), ctx)
+    assert [(s.branch, s.step) for s in trace.next_steps] == [("gpu_utilization_low", "trace")]
+    assert [(s.branch, s.step) for s in grep.next_steps] == [("triage", "logs")]
+    assert all(s.step is not None for s in smi.next_steps), smi.next_steps

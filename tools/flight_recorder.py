@@ -598,7 +598,7 @@ def _next_steps(suspects: list[FlightSuspect]) -> list[NextStep]:
         steps.append(NextStep(branch="nccl_hang_or_slow", action=f"Open {located.location} on rank {located.rank}",
                               why="That line issued the collective the other ranks do not make."))
     steps.append(NextStep.from_sop("nccl_hang_or_slow", done={"analyze_flight_recorder"}))
-    steps.append(NextStep(branch="nccl_hang_or_slow", action="diagnose_logs on every rank's log",
+    steps.append(NextStep(branch="nccl_hang_or_slow", step="logs", action="diagnose_logs on every rank's log",
                           why="Timeout and watchdog texts give the timeout, the op and the ranks that died."))
     return steps
 

@@ -564,10 +564,14 @@ def _next_steps(findings: list[Finding]) -> list[NextStep]:
         branch = finding.sop_branch
         if finding.severity is Severity.ok or branch is None or any(s.branch == branch for s in steps):
             continue
-        action, why = _BRANCH_ACTIONS.get(branch, ("Follow the SOP branch", "Narrow down the cause."))
-        steps.append(NextStep(branch=branch, action=action, why=why))
+        if branch in _BRANCH_ACTIONS:
+            action, why = _BRANCH_ACTIONS[branch]
+            step = NextStep.from_sop(branch, done={"health_check"})
+            steps.append(NextStep(branch=branch, action=action, why=why, step=step.step))
+        else:
+            steps.append(NextStep.from_sop(branch, done={"health_check"}))
     if not steps:
-        steps.append(NextStep(branch="triage", action="Classify the symptom with the SOP (sop://index)",
+        steps.append(NextStep(branch="triage", step="plan", action="triage_plan(symptom=<the user's words>)",
                               why="A healthy node points at the job itself: data, launch overhead, sync, comms."))
     return steps[:3]
 

@@ -255,7 +255,7 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
     return GrepLogsResult(
         severity=Severity.ok,
         conclusion=conclusion[:3],
-        next_steps=[NextStep(branch="triage", action=f"diagnose_logs paths={params.paths}",
+        next_steps=[NextStep(branch="triage", step="logs", action=f"diagnose_logs(paths={params.paths!r})",
                              why="Names the failure, its facts and the rank to look at, instead of raw lines.")],
         pattern=pattern,
         preset=preset,

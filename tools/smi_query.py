@@ -492,13 +492,12 @@ def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source:
 
 def _next_steps(findings: list[Finding], samples: int, source: str) -> list[NextStep]:
     branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity is not Severity.ok and f.sop_branch))
-    steps = [NextStep(branch=b, action=f"Follow the {b} branch (sop://{b})",
-                      why="The flagged GPU values point there.") for b in branches[:3]]
+    steps = [NextStep.from_sop(b, done={"nvidia_smi_query"}) for b in branches[:3]]
     if not steps and samples < UTIL_MIN_SAMPLES and source != "file":
-        steps.append(NextStep(branch="gpu_utilization_low",
+        steps.append(NextStep(branch="gpu_utilization_low", step="sample",
                               action="nvidia_smi_query count=20 interval_s=0.5 fields=utilization.gpu,clocks.sm",
                               why="A sustained sample separates a low-utilisation job from a momentary dip."))
     if not steps:
-        steps.append(NextStep(branch="triage", action="Classify the symptom with the SOP (sop://index)",
+        steps.append(NextStep(branch="triage", step="plan", action="triage_plan(symptom=<the user's words>)",
                               why="The GPUs look healthy here, so the cause is likely in the job itself."))
     return steps

@@ -466,9 +466,9 @@ def _next_steps(suspects: list[Suspect], groups: list[StackGroup], placed: list[
     if suspects:
         steps.append(NextStep.from_sop("nccl_hang_or_slow", done={"dump_stacks"}))
     if groups and not any(f.native for item in placed for f in item.frames):
-        steps.append(NextStep(branch="nccl_hang_or_slow", action="dump_stacks native=true",
+        steps.append(NextStep(branch="nccl_hang_or_slow", step="stacks", action="dump_stacks(native=True)",
                               why="The C++ frames show the exact c10d/NCCL wait each rank is blocked in."))
-    steps.append(NextStep(branch="nccl_hang_or_slow",
+    steps.append(NextStep(branch="nccl_hang_or_slow", step="logs",
                           action="diagnose_logs on every rank's log (e.g. logs/rank*.log)",
                           why="Timeout and error texts name the op, the sequence number and ranks that died."))
     return steps[:3]

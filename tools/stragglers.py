@@ -497,9 +497,10 @@ def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
         return [gpu, NextStep(branch="straggler", step="health", action=f"health_check on rank {rank}'s node",
                               why="Xid/ECC events or a degraded link make one GPU slow.")]
     if verdict == "inconclusive":
-        return [NextStep(branch="straggler", action="find_stragglers with traces=<folder of per-rank torch.profiler "
-                         "traces>", why="The trace splits each step into compute and collective wait per rank.")]
-    return [NextStep(branch="gpu_utilization_low", action="summarize_trace on one rank's trace",
+        return [NextStep(branch="straggler", step="find", action="find_stragglers with traces=<folder of per-rank "
+                         "torch.profiler traces>", why="The trace splits each step into compute and collective wait "
+                         "per rank.")]
+    return [NextStep(branch="gpu_utilization_low", step="trace", action="summarize_trace on one rank's trace",
                      why="With no straggler, the time goes elsewhere: data loading, sync, launch overhead.")]
 
 

@@ -662,9 +662,11 @@ _BRANCH = {"straggler": "straggler", "exposed_comm": "nccl_hang_or_slow"}
 
 def _next_steps(causes: list[Cause]) -> list[NextStep]:
     if not causes:
-        return [NextStep(branch="gpu_utilization_low", action="Sample utilisation with nvidia_smi_query count=20",
+        return [NextStep(branch="gpu_utilization_low", step="sample",
+                         action="Sample utilisation with nvidia_smi_query count=20",
                          why="A busy GPU in the trace points at the model itself (kernel efficiency, batch size).")]
     lead = causes[0]
-    return [NextStep(branch=_BRANCH.get(lead.kind, "gpu_utilization_low"),
+    branch = _BRANCH.get(lead.kind, "gpu_utilization_low")
+    return [NextStep(branch=branch, step={"gpu_utilization_low": "trace", "straggler": "find"}.get(branch),
                      action=f"Fix {lead.kind} ({lead.fix.split(':')[0].split(',')[0]}), then profile again and compare",
                      why="The trace shows it is the largest share of step time.")]
