@@ -3,6 +3,8 @@
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
+import importlib
+
 __all__ = [
     "analyze_flight_recorder",
     "diagnose_logs",
@@ -16,47 +18,23 @@ __all__ = [
     "triage_report",
 ]
 
+# Tool name -> its module; imported on first use, so importing one tool does not import them all.
+_MODULES = {
+    "analyze_flight_recorder": "tools.flight_recorder",
+    "diagnose_logs": "tools.log_diagnose",
+    "dump_stacks": "tools.stacks",
+    "find_stragglers": "tools.stragglers",
+    "grep_logs": "tools.log_grep",
+    "health_check": "tools.health",
+    "nvidia_smi_query": "tools.smi_query",
+    "summarize_trace": "tools.trace_summary",
+    "triage_plan": "tools.triage_plan",
+    "triage_report": "tools.report",
+}
+
 
 def __getattr__(name: str) -> object:
-    # Lazy, so importing one tool does not import them all.
-    if name == "health_check":
-        from tools.health import health_check
-
-        return health_check
-    if name == "nvidia_smi_query":
-        from tools.smi_query import nvidia_smi_query
-
-        return nvidia_smi_query
-    if name == "diagnose_logs":
-        from tools.log_diagnose import diagnose_logs
-
-        return diagnose_logs
-    if name == "grep_logs":
-        from tools.log_grep import grep_logs
-
-        return grep_logs
-    if name == "summarize_trace":
-        from tools.trace_summary import summarize_trace
-
-        return summarize_trace
-    if name == "dump_stacks":
-        from tools.stacks import dump_stacks
-
-        return dump_stacks
-    if name == "analyze_flight_recorder":
-        from tools.flight_recorder import analyze_flight_recorder
-
-        return analyze_flight_recorder
-    if name == "find_stragglers":
-        from tools.stragglers import find_stragglers
-
-        return find_stragglers
-    if name == "triage_plan":
-        from tools.triage_plan import triage_plan
-
-        return triage_plan
-    if name == "triage_report":
-        from tools.report import triage_report
-
-        return triage_report
-    raise AttributeError(name)
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(module), name)
