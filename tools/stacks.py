@@ -387,8 +387,11 @@ def _analyse(rows: list[_Collected], notes: list[str]) -> DumpStacksResult:
                                  signature=first.signature, collective=first.where.collective,
                                  location=first.where.location, stack=shown))
     suspects: list[Suspect] = []
-    majority_tie = len(ordered) > 1 and len(ordered[0]) == len(ordered[1])
-    if len(ordered) > 1 and not majority_tie:
+    # Odd ones out exist only against a real majority: in a job that is merely busy, ranks stand at many places
+    # and none of them is a suspect.
+    placed_total = sum(len(members) for members in ordered)
+    has_majority = len(ordered) > 1 and 2 * len(ordered[0]) > placed_total
+    if has_majority:
         majority = ordered[0]
         majority_ranks = groups[0].ranks
         for members in ordered[1:]:
@@ -397,9 +400,10 @@ def _analyse(rows: list[_Collected], notes: list[str]) -> DumpStacksResult:
                 if member.row.rank is not None and member.where is not None:
                     suspects.append(Suspect(rank=member.row.rank, function=_function(member),
                                             location=member.where.location, reason=reason))
-    elif majority_tie:
-        notes.insert(0, f"no majority: groups {compact_ranks(groups[0].ranks)} and {compact_ranks(groups[1].ranks)} "
-                     "are the same size, so neither is named the odd one; compare their stacks.")
+    elif len(ordered) > 1:
+        notes.insert(0, f"no majority: the largest group (ranks {compact_ranks(groups[0].ranks)}) holds "
+                     f"{len(ordered[0])} of {placed_total} ranks, so no rank is named the odd one; compare the groups' "
+                     "stacks, or dump again to see which ranks move.")
     gone = [i for i in placed if i.row.status == "gone" and i.row.rank is not None]
     if ordered and any(g.collective for g in groups):
         for item in gone:

@@ -138,3 +138,15 @@ def test_a_symlink_out_of_the_roots_in_a_stack_folder_is_not_read(tmp_path: Path
     (folder / "rank1.txt").symlink_to("/etc/hostname")
     result = run(tmp_path, from_files=["s"])
     assert [r.source for r in result.ranks] == ["s/rank0.txt"]
+
+
+def test_no_majority_names_no_suspect(tmp_path: Path) -> None:
+    folder = tmp_path / "busy"
+    folder.mkdir()
+    for rank in range(4):  # a busy job: every rank at its own line of the step
+        (folder / f"rank{rank}.txt").write_text(
+            f'Thread 1 (active): "MainThread"\n    step_part{rank} (train.py:{10 + rank})\n    main (train.py:90)\n')
+    result = run(tmp_path, from_files=["busy"])
+    assert result.suspects == [] and len(result.groups) == 4 and result.severity == "warn"
+    assert result.notes[0].startswith("no majority: the largest group")
+    assert "no clear odd one out" in result.conclusion[0]
