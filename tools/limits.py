@@ -94,7 +94,6 @@ FR_MAX_WORKERS: Final = 4
 # Stragglers (find_stragglers): a rank this much slower than the median rank (same-model GPUs differ < 5%).
 STRAGGLER_WARN_PCT: Final = 5.0
 STRAGGLER_CRIT_PCT: Final = 15.0
-STRAGGLER_MAX_RANK_ROWS: Final = 16
 STRAGGLER_MAX_TRACE_PATHS: Final = 64
 STRAGGLER_MAX_LOG_FILES: Final = 4096  # one log per rank of a large job
 STRAGGLER_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # above this much log text, worker processes read it

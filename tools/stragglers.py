@@ -34,7 +34,6 @@ from tools.errors import BadInput, TriageError
 from tools.limits import (
     STRAGGLER_CRIT_PCT,
     STRAGGLER_MAX_LOG_FILES,
-    STRAGGLER_MAX_RANK_ROWS,
     STRAGGLER_MAX_TRACE_PATHS,
     STRAGGLER_MAX_WORKERS,
     STRAGGLER_PARALLEL_BYTES,
@@ -92,6 +91,16 @@ class FlaggedRank(BaseModel):
     evidence: str
 
 
+class Distribution(BaseModel):
+    metric: str
+    ranks: int
+    min: float
+    p10: float
+    median: float
+    p90: float
+    max: float
+
+
 class RankRow(BaseModel):
     rank: int
     steps: int
@@ -112,6 +121,8 @@ class FindStragglersResult(ToolResult):
     flagged: list[FlaggedRank]
     waited_on_rank: int | None = Field(description="The rank the others wait for, when one can be named.")
     hardware: list[Finding] = Field(description="Checks of the flagged ranks' GPUs (when a sample was given).")
+    distribution: list[Distribution] = Field(description="Per-rank medians over all ranks: min, p10, median, p90, "
+                                             "max (the summary of the ranks not listed one by one).")
     ranks: list[RankRow] = Field(description="Per rank, most deviating first (cut by the budget for big jobs).")
     notes: list[str]
 
@@ -126,6 +137,10 @@ class FindStragglersResult(ToolResult):
                   "flagged"),
             Table("GPU of the flagged ranks", ["check", "value", "threshold", "severity", "meaning"],
                   [[h.check, h.value, h.threshold, h.severity.value, h.meaning] for h in self.hardware], "hardware"),
+            Table("All ranks: distribution of the per-rank medians", ["metric", "ranks", "min", "p10", "median", "p90",
+                                                                       "max"],
+                  [[d.metric, str(d.ranks), _f(d.min), _f(d.p10), _f(d.median), _f(d.p90), _f(d.max)]
+                   for d in self.distribution], "distribution"),
             Table("Ranks (most deviating first)", ["rank", "steps", "median ms", "p90 ms", "dev %", "trend %",
                                                    "spikes", "every", "compute ms", "wait ms", "source"],
                   [[str(r.rank), str(r.steps), _f(r.median_step_ms), _f(r.p90_step_ms), _f(r.deviation_pct),
@@ -406,14 +421,14 @@ def _analyse(ranks: dict[int, _Figures], notes: list[str]) -> FindStragglersResu
                            unit=next((f.unit for f in ranks.values() if f.step), "ms"),
                            median_compute_ms=compute.median, median_wait_ms=wait.median,
                            source=_sources(ranks))
-    if len(rows) > STRAGGLER_MAX_RANK_ROWS:
-        notes.insert(0, _distribution(step))
+    distribution = [d for d in (_distribution("step ms", step), _distribution("compute ms", compute),
+                                _distribution("collective wait ms", wait)) if d is not None]
     return FindStragglersResult(
         severity=max((f.severity for f in flagged), key=lambda s: s.rank, default=Severity.ok),
         conclusion=_conclude(verdict, flagged, waited_on, step, compute, len(ranks)),
         next_steps=_next_steps(verdict, flagged),
         verdict=verdict, ranks_summary=summary, flagged=flagged, waited_on_rank=waited_on, hardware=[],
-        ranks=rows, notes=notes)
+        distribution=distribution, ranks=rows, notes=notes)
 
 
 def _sources(ranks: dict[int, _Figures]) -> str:
@@ -448,14 +463,14 @@ def _waited_on(flagged: list[FlaggedRank], wait: _Metric) -> int | None:
     return None
 
 
-def _distribution(step: _Metric) -> str:
-    values = sorted(s.median for s in step.by_rank.values())
-    if not values:
-        return "no step times."
-    def at(q: float) -> float:
-        return values[min(len(values) - 1, int(q * len(values)))]
-    return (f"{len(values)} ranks, median step ms: min {values[0]:.1f}, p10 {at(0.1):.1f}, median "
-            f"{statistics.median(values):.1f}, p90 {at(0.9):.1f}, max {values[-1]:.1f}.")
+def _distribution(name: str, metric: _Metric) -> Distribution | None:
+    """The spread of the per-rank medians: how the ranks that are not listed one by one compare."""
+    values = np.array(sorted(s.median for s in metric.by_rank.values()))
+    if values.size == 0:
+        return None
+    p10, median, p90 = (float(v) for v in np.percentile(values, [10, 50, 90]))
+    return Distribution(metric=name, ranks=int(values.size), min=float(values[0]), p10=p10, median=median, p90=p90,
+                        max=float(values[-1]))
 
 
 def _conclude(verdict: Verdict, flagged: list[FlaggedRank], waited_on: int | None, step: _Metric,

@@ -186,3 +186,14 @@ def test_a_rank_slow_with_normal_compute_waits(tmp_path: Path) -> None:
     assert result.waited_on_rank is None
     assert "its compute is normal" in result.flagged[0].evidence
     assert result.next_steps[0].action.startswith("Run nccl-tests all_reduce_perf")
+
+
+def test_a_thousand_ranks_stay_within_the_budget(tmp_path: Path) -> None:
+    medians = dict.fromkeys(range(1000), 100.0) | {517: 130.0}
+    _write_logs(tmp_path / "big", medians, steps=40, noise=0.01)
+    done = run_cli(["find-stragglers", "--logs", "big/*.log", "--root", str(tmp_path)], base_env())
+    assert done.returncode == 2, done.stderr
+    text = done.stdout
+    assert len(text.encode()) <= 8192 and "| 517 | unknown | crit |" in text
+    assert "All ranks: distribution of the per-rank medians" in text and "| step ms | 1000 |" in text
+    assert "rows of `ranks` not shown" in text
