@@ -10,6 +10,8 @@ the groups that differ from the majority are the suspects. SOP: nccl_hang_or_slo
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from tools._ranks import RankProcess, discover_job, processes_by_match, processe
 from tools._stacks import (
     Frame,
     ProcessDump,
+    ThreadStack,
     Whereabouts,
     collective_family,
     locate,
@@ -48,10 +51,10 @@ from tools.limits import (
 )
 from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
-__all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks"]
+__all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks", "merge_nodes", "node_name"]
 
 RankStatus = Literal["ok", "gone", "not_python", "unsupported_python", "permission_denied", "timeout", "no_stack",
-                     "error"]
+                     "error", "node_unreachable"]
 
 _PTRACE_FIX = ("py-spy needs ptrace rights on the process: run this server as the job's user or root; in a "
                "container add --cap-add SYS_PTRACE; or set kernel.yama.ptrace_scope=0 "
@@ -76,9 +79,19 @@ class DumpStacksInput(InputModel):
                                description="At most this many processes are dumped.")
     per_process_timeout_s: float = Field(default=STACK_DEFAULT_TIMEOUT_S, ge=STACK_MIN_TIMEOUT_S,
                                          le=STACK_MAX_TIMEOUT_S, description="Limit for one py-spy dump.")
+    local: bool = Field(default=False, description="Collector mode (one node of a multi-node job): also return each "
+                        "rank's main-thread frames and this node's name, for a job-level call to merge.")
+
+
+class WireFrame(BaseModel):
+    function: str
+    file: str
+    line: int | None
+    native: bool = False
 
 
 class RankStack(BaseModel):
+    node: str | None = Field(default=None, description="The node the rank runs on (multi-node and collector mode).")
     rank: int | None
     pid: int | None
     status: RankStatus
@@ -88,6 +101,8 @@ class RankStack(BaseModel):
     state: str | None = Field(default=None, description="idle (blocked) or active, as py-spy saw the thread.")
     source: str = Field(description="`pid N` or the file it was read from.")
     detail: str = Field(default="", description="Why there is no stack, and what to do.")
+    frames: list[WireFrame] | None = Field(default=None, description="The main thread, innermost first (collector "
+                                           "mode only).")
 
 
 class StackGroup(BaseModel):
@@ -158,6 +173,7 @@ class _Collected:
     status: RankStatus = "ok"
     detail: str = ""
     world_size: int | None = None
+    node: str | None = None
 
 
 def _pyspy_failure(stderr: str) -> tuple[RankStatus, str]:
@@ -371,7 +387,7 @@ def _suspect_reason(odd: _Placed, majority: _Placed, majority_ranks: list[int]) 
             "a slow job rather than a hang: dump again and compare.")
 
 
-def _analyse(rows: list[_Collected], notes: list[str]) -> DumpStacksResult:
+def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = False) -> DumpStacksResult:
     placed = _place(rows)
     by_signature: dict[str, list[_Placed]] = {}
     for item in placed:
@@ -419,11 +435,13 @@ def _analyse(rows: list[_Collected], notes: list[str]) -> DumpStacksResult:
                      "other nodes (dump them there) or have exited.")
     group_of = {id(m): g.group for g, members in zip(groups, ordered, strict=True) for m in members}
     suspect_ranks = {s.rank for s in suspects}
-    rank_rows = [RankStack(rank=i.row.rank, pid=i.row.pid, status=i.row.status,
+    rank_rows = [RankStack(node=i.row.node, rank=i.row.rank, pid=i.row.pid, status=i.row.status,
                            innermost_user_frame=i.where.user_frame.display() if i.where and i.where.user_frame
                            else None,
                            collective=i.where.collective if i.where else None, group=group_of.get(id(i)),
-                           state=i.state, source=i.row.source, detail=i.row.detail)
+                           state=i.state, source=i.row.source, detail=i.row.detail,
+                           frames=[WireFrame(function=f.function, file=f.file, line=f.line, native=f.native)
+                                   for f in i.frames] if with_frames else None)
                  for i in placed]
     rank_rows.sort(key=lambda r: (r.status == "ok" and r.rank not in suspect_ranks, r.rank if r.rank is not None
                                   else -1))
@@ -494,4 +512,37 @@ async def dump_stacks(params: DumpStacksInput, ctx: ToolContext) -> DumpStacksRe
         rows, notes = await anyio.to_thread.run_sync(_read_files, params.from_files, ctx)
     else:
         rows, notes = await _collect_live(params, ctx)
+    if params.local:
+        node = node_name()
+        for row in rows:
+            row.node = node
+    return _analyse(rows, notes, with_frames=params.local)
+
+
+def node_name() -> str:
+    """This node's name as the job knows it: Slurm's node name (emulated nodes share one hostname), else the host's."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def merge_nodes(per_node: dict[str, DumpStacksResult | str]) -> DumpStacksResult:
+    """One verdict for a multi-node job from each node's collector result (`dump_stacks` with local=true), or the
+    reason a node gave none; the ranks of every node are grouped together, so the odd rank is found across nodes."""
+    rows: list[_Collected] = []
+    notes: list[str] = []
+    for node, result in per_node.items():
+        if isinstance(result, str):
+            rows.append(_Collected(None, None, f"node {node}", status="node_unreachable", detail=result, node=node))
+            continue
+        for row in result.ranks:
+            dump = None
+            if row.frames is not None:
+                frames = [Frame(f.function, f.file, f.line, f.native) for f in row.frames]
+                dump = ProcessDump([ThreadStack("MainThread", "", frames, idle=row.state == "idle")], pid=row.pid)
+            rows.append(_Collected(row.rank, row.pid, f"{node}: {row.source}", dump, row.status, row.detail,
+                                   result.world_size, node))
+        notes += [f"{node}: {note}" for note in result.notes]
+    unreachable = [r.node for r in rows if r.status == "node_unreachable"]
+    if unreachable:
+        notes.insert(0, f"no answer from {len(unreachable)} node(s): {', '.join(n or '?' for n in unreachable)}; "
+                     "their ranks are missing from the verdict.")
     return _analyse(rows, notes)

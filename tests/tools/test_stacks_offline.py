@@ -150,3 +150,27 @@ def test_no_majority_names_no_suspect(tmp_path: Path) -> None:
     assert result.suspects == [] and len(result.groups) == 4 and result.severity == "warn"
     assert result.notes[0].startswith("no majority: the largest group")
     assert "no clear odd one out" in result.conclusion[0]
+
+
+def test_collectors_of_two_nodes_merge_into_one_verdict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The multi-node layer's core: each node's collector (local=true) returns its ranks with their frames and the
+    # node's name; merge_nodes groups all ranks together, so the odd rank is found across nodes. Node A holds
+    # ranks 0-1, node B ranks 2-3 (the recorded hang); node C did not answer.
+    from tools.stacks import DumpStacksResult, merge_nodes
+
+    results: dict[str, DumpStacksResult | str] = {}
+    for node, ranks in (("nodeA", (0, 1)), ("nodeB", (2, 3))):
+        monkeypatch.setenv("SLURMD_NODENAME", node)
+        local = run(REPO, from_files=[str(STACKS / "pyspy_json" / f"rank{r}.json") for r in ranks], local=True)
+        assert {r.node for r in local.ranks} == {node} and all(r.frames for r in local.ranks)
+        # What the collector prints with --json is what the job level reads back.
+        results[node] = DumpStacksResult.model_validate_json(local.model_dump_json())
+    results["nodeC"] = "the collector did not answer within 30 s"
+    merged = merge_nodes(results)
+    assert [(s.rank, s.function) for s in merged.suspects] == [(0, "save_checkpoint")]
+    assert "rank-conditional" in merged.suspects[0].reason
+    rows = {(r.node, r.rank): r for r in merged.ranks}
+    assert rows[("nodeA", 0)].collective == "all_gather" and rows[("nodeB", 3)].group == 0
+    assert rows[("nodeC", None)].status == "node_unreachable"
+    assert merged.notes[0].startswith("no answer from 1 node(s): nodeC")
+    assert all(r.frames is None for r in merged.ranks)  # the job-level answer does not repeat the frames
