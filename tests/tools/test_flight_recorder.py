@@ -8,10 +8,12 @@ started/scheduled), that is said; gloo never leaves "scheduled".
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,17 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, base_env, stdio_client
+from tools._workers import run_in_shares
 from tools.context import ToolContext
 from tools.errors import BadInput
-from tools.flight_recorder import AnalyzeFlightRecorderInput, AnalyzeFlightRecorderResult, analyze_flight_recorder
+from tools.flight_recorder import (
+    AnalyzeFlightRecorderInput,
+    AnalyzeFlightRecorderResult,
+    _analyse,
+    _merge,
+    _read_chunk,
+    analyze_flight_recorder,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -177,31 +187,31 @@ def test_unknown_pg_filter(tmp_path: Path) -> None:
     assert analyse(FR, DATA, pg="default_pg").process_groups[0].pg == "0"
 
 
-def test_worker_processes_give_the_same_result_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Large jobs (> FR_PARALLEL_BYTES of dumps) are read by spawned worker processes; forced here on the real
-    # dumps plus a variant folder, so both paths are compared on the same input.
+def _share_pid(share: list[int]) -> tuple[int, list[int]]:
+    """Run in a share's process: which process read which items (module level, so a spawned worker imports it)."""
+    return os.getpid(), share
+
+
+def test_worker_processes_give_the_same_result_as_one(tmp_path: Path) -> None:
+    # Large jobs (> FR_PARALLEL_BYTES of dumps) are read in shares by spawned worker processes. Here the real reader
+    # runs both ways on the same real dumps (twelve ranks), in this process and in two shares, and the merged
+    # shares must analyse exactly like the single read.
     dumps = real_dumps()
-    for rank in range(4, 12):  # twelve ranks: three per worker share
+    for rank in range(4, 12):
         dumps[rank] = copy.deepcopy(dumps[1 + rank % 3])
     for dump in dumps.values():
         dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(12)))}}
     folder = write(tmp_path / "d", dumps)
-    inline = analyse(folder, tmp_path)
-    import tools._workers as workers
-    import tools.flight_recorder as module
-
-    pools: list[int] = []
-
-    class CountingPool(workers.ProcessPoolExecutor):  # type: ignore[misc]
-        def __init__(self, count: int, **kwargs: Any) -> None:
-            pools.append(count)
-            super().__init__(count, **kwargs)
-
-    monkeypatch.setattr(module, "FR_PARALLEL_BYTES", 0)
-    monkeypatch.setattr(workers.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(workers, "ProcessPoolExecutor", CountingPool)
-    parallel = analyse(folder, tmp_path)
-    assert pools == [1]  # two shares: one read by this process, one by a spawned worker
-    assert parallel.model_dump() == inline.model_dump()
-    assert [(s.rank, s.reason) for s in parallel.suspects] == [(0, "mismatched_op")]
-    assert [r.rank for r in parallel.ranks] == list(range(12))
+    files = [(folder / f"rank_{r}", f"rank_{r}", r) for r in range(12)]
+    deadline = time.monotonic() + 60
+    single = _read_chunk(files, deadline)[0]
+    chunks = run_in_shares(_read_chunk, files, 2, deadline)
+    assert [len(dumps) for dumps, _ in chunks] == [6, 6]
+    merged = sorted(_merge(chunks), key=lambda d: d.rank)
+    one, two = _analyse(single, None, []), _analyse(merged, None, [])
+    assert two.model_dump() == one.model_dump()
+    assert [(s.rank, s.reason) for s in two.suspects] == [(0, "mismatched_op")]
+    assert [r.rank for r in two.ranks] == list(range(12))
+    # The second share really ran in another process.
+    (pid_a, share_a), (pid_b, share_b) = run_in_shares(_share_pid, list(range(6)), 2)
+    assert pid_a == os.getpid() and pid_b != pid_a and (share_a, share_b) == ([0, 2, 4], [1, 3, 5])

@@ -152,19 +152,22 @@ def test_no_majority_names_no_suspect(tmp_path: Path) -> None:
     assert "no clear odd one out" in result.conclusion[0]
 
 
-def test_collectors_of_two_nodes_merge_into_one_verdict(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # The multi-node layer's core: each node's collector (local=true) returns its ranks with their frames and the
-    # node's name; merge_nodes groups all ranks together, so the odd rank is found across nodes. Node A holds
-    # ranks 0-1, node B ranks 2-3 (the recorded hang); node C did not answer.
+def test_collectors_of_two_nodes_merge_into_one_verdict() -> None:
+    # The multi-node layer's core: each node's collector (`gpu-triage dump-stacks --local --json`, a real process
+    # with the node name Slurm gives it) returns its ranks with their frames; merge_nodes groups all ranks together,
+    # so the odd rank is found across nodes. Node A holds ranks 0-1, node B ranks 2-3 (the recorded hang); node C
+    # did not answer.
     from tools.stacks import DumpStacksResult, merge_nodes
 
     results: dict[str, DumpStacksResult | str] = {}
     for node, ranks in (("nodeA", (0, 1)), ("nodeB", (2, 3))):
-        monkeypatch.setenv("SLURMD_NODENAME", node)
-        local = run(REPO, from_files=[str(STACKS / "pyspy_json" / f"rank{r}.json") for r in ranks], local=True)
-        assert {r.node for r in local.ranks} == {node} and all(r.frames for r in local.ranks)
-        # What the collector prints with --json is what the job level reads back.
-        results[node] = DumpStacksResult.model_validate_json(local.model_dump_json())
+        files = [str(STACKS / "pyspy_json" / f"rank{r}.json") for r in ranks]
+        done = run_cli(["dump-stacks", "--local", "--json", "--max-bytes", "262144", "--from-files", *files],
+                       base_env(SLURMD_NODENAME=node))
+        local = DumpStacksResult.model_validate_json(done.stdout)
+        assert [r.rank for r in local.ranks] == list(ranks) and {r.node for r in local.ranks} == {node}
+        assert all(r.frames and r.frames[0].function for r in local.ranks)
+        results[node] = local
     results["nodeC"] = "the collector did not answer within 30 s"
     merged = merge_nodes(results)
     assert [(s.rank, s.function) for s in merged.suspects] == [(0, "save_checkpoint")]
