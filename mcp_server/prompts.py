@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mcp.server import MCPServer
 
-from sop import branch_markdown, branches, rules_markdown
+from sop import branch_markdown, branches, rules_markdown, tool_call
 from tools.context import ToolContext
 from tools.triage_plan import TriagePlanInput, TriagePlanResult, triage_plan
 
@@ -27,9 +27,8 @@ def triage_instructions(plan: TriagePlanResult, symptom: str) -> str:
              f"SOP branch: `{plan.branch}` (confidence {plan.confidence:.2f}); read sop://{plan.branch} for its "
              "triage table.", "", "Make these calls in order (the first two at once, without waiting for details):"]
     for number, step in enumerate(plan.steps, 1):
-        args = ", ".join(f"{k}={v!r}" for k, v in step.arguments.items())
         need = f" (first ask the user for: {', '.join(step.needs)})" if step.needs else ""
-        lines.append(f"{number}. `{step.tool}({args})`: {step.decides}{need}")
+        lines.append(f"{number}. `{tool_call(step.tool, step.arguments)}`: {step.decides}{need}")
     lines += ["", "After each call, follow its next_steps; stay on the branch until it is confirmed or ruled out. A "
               "gpu_hardware finding goes first.", "", rules_markdown(), _ANSWER]
     return "\n".join(lines)
@@ -52,10 +51,9 @@ def add_prompts(server: MCPServer) -> None:
     def triage_report_prompt(logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "") -> str:
         arguments = {k: v for k, v in (("logs", _split(logs)), ("traces", _split(traces)), ("stacks", _split(stacks)),
                                        ("fr_dir", fr_dir or None)) if v}
-        call = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
-        return (f"Call `triage_report({call})`. It runs the health check and every tool that has inputs and returns "
-                "the SOP's table. Relay its table and conclusion; for each row, follow its branch's next step "
-                "(next_steps) before you call the cause confirmed.\n\n" + rules_markdown() + "\n" + _ANSWER)
+        return (f"Call `{tool_call('triage_report', arguments)}`. It runs the health check and every tool that has "
+                "inputs and returns the SOP's table. Relay its table and conclusion; for each row, follow its branch's "
+                "next step (next_steps) before you call the cause confirmed.\n\n" + rules_markdown() + "\n" + _ANSWER)
 
     for branch in branches().values():
         _add_branch_prompt(server, branch.id, branch.title)

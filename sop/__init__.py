@@ -25,6 +25,7 @@ __all__ = [
     "log_presets",
     "load_branch_files",
     "rules_markdown",
+    "tool_call",
 ]
 
 
@@ -98,9 +99,9 @@ def index_markdown() -> str:
     return "\n".join(lines) + "\n\n" + rules_markdown()
 
 
-def _call(step: Step) -> str:
-    args = ", ".join(f"{k}={v!r}" for k, v in step.arguments.items())
-    return f"{step.tool}({args})"
+def tool_call(tool: str, arguments: dict[str, Any]) -> str:
+    """A tool call as the SOP pages, prompts, plans and next steps all write it: `tool(name='value', ...)`."""
+    return f"{tool}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
 
 
 def branch_markdown(branch_id: str) -> str | None:
@@ -111,7 +112,7 @@ def branch_markdown(branch_id: str) -> str | None:
     out = [f"# {branch.title} (`{branch.id}`)", "", branch.summary, "", "## Symptoms", ""]
     out += [f"- {s}" for s in branch.symptoms]
     out += ["", "## Steps (in order)", "", "| step | call | decides |", "|---|---|---|"]
-    out += [f"| {s.id} | `{_call(s)}` | {s.decides} |" for s in branch.steps]
+    out += [f"| {s.id} | `{tool_call(s.tool, s.arguments)}` | {s.decides} |" for s in branch.steps]
     if branch.table:
         out += ["", "## Triage table", "", "| signal | cause | fix | verify |", "|---|---|---|---|"]
         out += [f"| {r['signal']} | {r['cause']} | {r['fix']} | {r['verify']} |" for r in branch.table]

@@ -42,7 +42,7 @@ from tools.limits import (
     FR_PARALLEL_BYTES,
     FR_STACK_FRAMES,
 )
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.stacks import compact_ranks
 
 __all__ = ["AnalyzeFlightRecorderInput", "AnalyzeFlightRecorderResult", "analyze_flight_recorder"]
@@ -107,21 +107,18 @@ class AnalyzeFlightRecorderResult(ToolResult):
     def tables(self) -> list[Table]:
         return [
             Table("Suspects", ["rank", "pg", "seq", "reason", "op", "detail", "issued at"],
-                  [[str(s.rank), s.pg, _s(s.seq), s.reason, s.op or "-", s.detail, s.location or "-"]
+                  [[str(s.rank), s.pg, cell(s.seq), s.reason, s.op or "-", s.detail, s.location or "-"]
                    for s in self.suspects], "suspects"),
             Table("Process groups", ["pg", "desc", "ranks", "last common seq", "first mismatch seq", "expected op",
                                      "in flight"],
-                  [[g.pg, g.desc, g.ranks, _s(g.last_common_seq), _s(g.first_mismatch_seq), g.expected_op or "-",
+                  [[g.pg, g.desc, g.ranks, cell(g.last_common_seq), cell(g.first_mismatch_seq), g.expected_op or "-",
                     g.in_flight] for g in self.process_groups], "process_groups"),
             Table("Dumps", ["rank", "file", "format", "entries", "last enqueued", "last completed", "in flight",
                             "error"],
-                  [[str(r.rank), r.file, r.format, str(r.entries), _s(r.last_enqueued), _s(r.last_completed),
+                  [[str(r.rank), r.file, r.format, str(r.entries), cell(r.last_enqueued), cell(r.last_completed),
                     r.in_flight_op or "-", r.error or ""] for r in self.ranks], "ranks"),
         ]
 
-
-def _s(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -453,7 +450,7 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
         for rank in missing:
             last = holders[rank].last_enqueued
             found.append(FlightSuspect(rank=rank, pg=name, seq=seq, reason="missing",
-                                       detail=f"never entered it (last enqueued {_s(last)}) while ranks "
+                                       detail=f"never entered it (last enqueued {cell(last)}) while ranks "
                                        f"{compact_ranks(list(present))} did"))
         for rank, entry in present.items():
             if entry.op != expected_op:
@@ -577,7 +574,7 @@ def _conclude(reports: list[ProcessGroupReport], suspects: list[FlightSuspect], 
                 "mismatched_dtypes": f"calls {first.op} with other dtypes than the others",
                 "not_started": "has not started it while the others have"}.get(first.reason, first.reason)
         where = f" (issued at {first.location})" if first.location else ""
-        text.append(f"Process group {first.pg}: the ranks agree up to seq {_s(report.last_common_seq)}; at seq "
+        text.append(f"Process group {first.pg}: the ranks agree up to seq {cell(report.last_common_seq)}; at seq "
                     f"{first.seq} rank {compact_ranks(same)} {what}{where}.")
         text.append("That rank is the culprit: a collective called by only some ranks, or in another order — "
                     "fix the call so every rank makes the same collectives in the same order.")

@@ -8,6 +8,7 @@ the JSON always show the same rows. Tools therefore put the most important rows 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -15,7 +16,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sop import branch_ids, branches
+from sop import branch_ids, branches, tool_call
 from tools.limits import MAX_PATH_CHARS
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "NextStep",
     "Severity",
     "Table",
+    "cell",
     "ToolResult",
     "Truncation",
     "worst",
@@ -122,8 +124,7 @@ class NextStep(BaseModel):
             return cls(branch=branch, action=f"Read sop://{branch}: match the findings to its triage table",
                        why="Each row gives the cause, the fix and how to verify it.")
         merged = {**step.arguments, **arguments}
-        call = f"{step.tool}({', '.join(f'{k}={v!r}' for k, v in merged.items())})"
-        return cls(branch=branch, action=call, why=step.decides, step=step.id)
+        return cls(branch=branch, action=tool_call(step.tool, merged), why=step.decides, step=step.id)
 
 
 class Truncation(BaseModel):
@@ -143,6 +144,13 @@ class Table:
     rows: list[list[str]]
     source_field: str | None = None
     note: str = field(default="")
+
+
+def cell(value: float | None) -> str:
+    """A table cell for a number that may be unknown: '-' for None or NaN, one decimal for a float."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
 class ToolResult(BaseModel):

@@ -49,7 +49,7 @@ from tools.limits import (
     STACK_MIN_TIMEOUT_S,
     STACK_PARALLEL_DUMPS,
 )
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 
 __all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks", "merge_nodes", "node_name"]
 
@@ -138,13 +138,10 @@ class DumpStacksResult(ToolResult):
                   [[str(g.group), compact_ranks(g.ranks), g.collective or "-", g.location] for g in self.groups],
                   "groups"),
             Table("Ranks", ["rank", "pid", "status", "group", "collective / wait", "user frame", "detail"],
-                  [[_s(r.rank), _s(r.pid), r.status, _s(r.group), r.collective or "-",
+                  [[cell(r.rank), cell(r.pid), r.status, cell(r.group), r.collective or "-",
                     r.innermost_user_frame or "-", r.detail or r.state or ""] for r in self.ranks], "ranks"),
         ]
 
-
-def _s(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 def compact_ranks(ranks: Sequence[int]) -> str:

@@ -39,7 +39,7 @@ from tools.limits import (
     STRAGGLER_PARALLEL_BYTES,
     STRAGGLER_WARN_PCT,
 )
-from tools.models import Finding, InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.models import Finding, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.stacks import compact_ranks
 
 __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers"]
@@ -132,29 +132,25 @@ class FindStragglersResult(ToolResult):
         return [
             Table("Flagged ranks", ["rank", "kind", "severity", "step ms", "step dev %", "compute ms", "compute dev %",
                                     "wait ms", "evidence"],
-                  [[str(f.rank), f.kind, f.severity.value, _f(f.median_step_ms), _f(f.deviation_pct),
-                    _f(f.compute_ms), _f(f.compute_deviation_pct), _f(f.wait_ms), f.evidence] for f in self.flagged],
+                  [[str(f.rank), f.kind, f.severity.value, cell(f.median_step_ms), cell(f.deviation_pct),
+                    cell(f.compute_ms), cell(f.compute_deviation_pct), cell(f.wait_ms), f.evidence]
+                   for f in self.flagged],
                   "flagged"),
             Table("GPU of the flagged ranks", ["check", "value", "threshold", "severity", "meaning"],
                   [[h.check, h.value, h.threshold, h.severity.value, h.meaning] for h in self.hardware], "hardware"),
             Table("All ranks: distribution of the per-rank medians", ["metric", "ranks", "min", "p10", "median", "p90",
                                                                        "max"],
-                  [[d.metric, str(d.ranks), _f(d.min), _f(d.p10), _f(d.median), _f(d.p90), _f(d.max)]
+                  [[d.metric, str(d.ranks), cell(d.min), cell(d.p10), cell(d.median), cell(d.p90), cell(d.max)]
                    for d in self.distribution], "distribution"),
             Table("Ranks (most deviating first)", ["rank", "steps", "median ms", "p90 ms", "dev %", "trend %",
                                                    "spikes", "every", "compute ms", "wait ms", "source"],
-                  [[str(r.rank), str(r.steps), _f(r.median_step_ms), _f(r.p90_step_ms), _f(r.deviation_pct),
-                    _f(r.trend_pct), str(r.spikes), _s(r.spike_period), _f(r.compute_ms), _f(r.wait_ms), r.source]
+                  [[str(r.rank), str(r.steps), cell(r.median_step_ms), cell(r.p90_step_ms), cell(r.deviation_pct),
+                    cell(r.trend_pct), str(r.spikes), cell(r.spike_period), cell(r.compute_ms), cell(r.wait_ms),
+                    r.source]
                    for r in self.ranks], "ranks"),
         ]
 
 
-def _f(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.1f}"
-
-
-def _s(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 # ------------------------------------------------------------------------------------------------- statistics

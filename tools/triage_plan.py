@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from sop import Branch, Step, branches
+from sop import Branch, Step, branches, tool_call
 from tools.context import ToolContext
 from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
 from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
@@ -64,15 +64,11 @@ class TriagePlanResult(ToolResult):
     def tables(self) -> list[Table]:
         return [
             Table("Plan", ["#", "branch", "step", "call", "decides", "needs"],
-                  [[str(i + 1), s.branch, s.step, _call(s), s.decides, ", ".join(s.needs) or "-"]
+                  [[str(i + 1), s.branch, s.step, tool_call(s.tool, s.arguments), s.decides, ", ".join(s.needs) or "-"]
                    for i, s in enumerate(self.steps)], "steps"),
             Table("Branches matched", ["branch", "score", "keywords"],
                   [[a.branch, str(a.score), ", ".join(a.matched)] for a in self.alternatives], "alternatives"),
         ]
-
-
-def _call(step: PlannedStep) -> str:
-    return f"{step.tool}({', '.join(f'{k}={v!r}' for k, v in step.arguments.items())})"
 
 
 def _scores(symptom: str) -> list[BranchScore]:
