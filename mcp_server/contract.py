@@ -52,7 +52,8 @@ def validate_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> InputModel:
 async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings) -> ToolResult:
     """Run one tool call under the contract; raises TriageError for every expected failure."""
     params = validate_arguments(spec, arguments)
-    ctx = ToolContext(roots=settings.roots, timeout_s=settings.timeout_s)
+    ctx = ToolContext(roots=settings.roots, timeout_s=settings.timeout_s, remote_python=settings.remote_python,
+                      ssh_config=settings.ssh_config)
     try:
         with anyio.fail_after(settings.timeout_s):
             result = await spec.function(params, ctx)

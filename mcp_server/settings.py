@@ -1,13 +1,17 @@
 """Server and CLI settings: roots, byte budget, wall-clock limit. One parser for both entry points.
 
 Each flag has an environment variable, because MCP clients launch servers with `env` blocks:
-GPU_TRIAGE_ROOTS (os.pathsep-separated), GPU_TRIAGE_MAX_BYTES, GPU_TRIAGE_TIMEOUT_S.
+GPU_TRIAGE_ROOTS (os.pathsep-separated), GPU_TRIAGE_MAX_BYTES, GPU_TRIAGE_TIMEOUT_S, and for multi-node calls
+GPU_TRIAGE_REMOTE_PYTHON (the interpreter with gpu-triage-mcp installed on the job's nodes; default this one, which
+suits a shared filesystem) and GPU_TRIAGE_SSH_CONFIG (an ssh_config file for the SSH backend). These two are the
+operator's, never a caller's: a tool call cannot choose what runs on the nodes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +34,8 @@ class Settings:
     roots: tuple[Path, ...]
     max_bytes: int = DEFAULT_MAX_BYTES
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    remote_python: str = sys.executable
+    ssh_config: Path | None = None
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +49,12 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
                        help=f"Wall-clock limit of one call, children included ({MIN_CALL_TIMEOUT_S:g}-"
                        f"{MAX_CALL_TIMEOUT_S:g}; default {DEFAULT_CALL_TIMEOUT_S:g}).")
+    nodes = parser.add_argument_group("multi-node calls (--slurm-job, --hosts)")
+    nodes.add_argument("--remote-python", metavar="PATH", default=None,
+                       help="Interpreter with gpu-triage-mcp installed on the job's nodes (default: "
+                       "$GPU_TRIAGE_REMOTE_PYTHON, else this one, as on a shared filesystem).")
+    nodes.add_argument("--ssh-config", metavar="FILE", default=None,
+                       help="ssh_config file for the SSH backend (default: $GPU_TRIAGE_SSH_CONFIG, else ssh's own).")
 
 
 def _from_env(name: str, cast: type[int] | type[float]) -> int | float | None:
@@ -69,4 +81,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if not MIN_CALL_TIMEOUT_S <= timeout <= MAX_CALL_TIMEOUT_S:
         raise BadInput(f"--timeout {timeout:g} is out of range.",
                        f"Use {MIN_CALL_TIMEOUT_S:g} to {MAX_CALL_TIMEOUT_S:g} seconds.")
-    return Settings(roots=normalise_roots(roots_raw), max_bytes=max_bytes, timeout_s=timeout)
+    remote_python = args.remote_python or os.environ.get("GPU_TRIAGE_REMOTE_PYTHON") or sys.executable
+    if not os.path.isabs(remote_python):
+        raise BadInput(f"--remote-python {remote_python!r} is not an absolute path.",
+                       "Give the interpreter's full path as it exists on the nodes.")
+    ssh_config_raw = args.ssh_config or os.environ.get("GPU_TRIAGE_SSH_CONFIG")
+    ssh_config = Path(ssh_config_raw).resolve() if ssh_config_raw else None
+    if ssh_config is not None and not ssh_config.is_file():
+        raise BadInput(f"--ssh-config {ssh_config_raw!r} is not a file.", "Give an existing ssh_config file.")
+    return Settings(roots=normalise_roots(roots_raw), max_bytes=max_bytes, timeout_s=timeout,
+                    remote_python=remote_python, ssh_config=ssh_config)

@@ -20,12 +20,14 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process
 
 from tools.errors import BadInput, LimitExceeded, Unavailable
-from tools.limits import CHILD_REAP_TIMEOUT_S, MAX_PROGRAM_OUTPUT_BYTES
+from tools.limits import CHILD_REAP_TIMEOUT_S, CHILD_TERM_GRACE_S, MAX_PROGRAM_OUTPUT_BYTES
 
 __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 
 # Read-only diagnostics only. Adding a program here is a security decision: it must not change state.
-ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg"})
+# scontrol is run only with `show job` / `listpids`; srun and ssh only to start our own collector with fixed
+# arguments on a job's nodes (tools/_nodes.py), never with caller text.
+ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh"})
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class ProgramOutput:
     stdout: bytes
     stderr: bytes
     stdout_cut_bytes: int
+    timed_out: bool = False
 
 
 def find_program(program: str) -> str:
@@ -62,11 +65,11 @@ async def _read_capped(stream: ByteReceiveStream | None, cap: int, sink: list[by
     return dropped
 
 
-def _kill_group(process: Process) -> None:
+def _signal_group(process: Process, signum: signal.Signals) -> None:
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signum)
     except (ProcessLookupError, PermissionError):
-        process.kill()
+        process.send_signal(signum)
 
 
 async def run_program(
@@ -75,8 +78,11 @@ async def run_program(
     *,
     timeout_s: float,
     max_output_bytes: int = MAX_PROGRAM_OUTPUT_BYTES,
+    partial_on_timeout: bool = False,
 ) -> ProgramOutput:
-    """Run an allow-listed program with `args` and a hard wall-clock limit."""
+    """Run an allow-listed program with `args` and a hard wall-clock limit. With `partial_on_timeout`, a program
+    still running at the limit is killed and what it wrote so far is returned (`timed_out`), instead of an error:
+    a fan-out keeps the nodes that answered when one does not."""
     argv = [find_program(program), *args]
     out: list[bytes] = []
     err: list[bytes] = []
@@ -86,6 +92,8 @@ async def run_program(
     except OSError as exc:
         raise Unavailable(f"{program} could not be started: {exc.strerror or exc}.") from exc
     cut = 0
+    returncode = -9
+    timed_out = False
     try:
         with anyio.fail_after(timeout_s):
             async with anyio.create_task_group() as group:
@@ -98,17 +106,25 @@ async def run_program(
                 group.start_soon(_read_capped, process.stderr, 64 * 1024, err)
             returncode = await process.wait()
     except TimeoutError as exc:
-        raise LimitExceeded(
-            f"{program} did not finish within {timeout_s:g} s and was killed.",
-            "Retry with fewer GPUs or samples, or raise the server's --timeout.",
-        ) from exc
+        if partial_on_timeout:
+            timed_out = True
+        else:
+            raise LimitExceeded(
+                f"{program} did not finish within {timeout_s:g} s and was killed.",
+                "Retry with fewer GPUs or samples, or raise the server's --timeout.",
+            ) from exc
     finally:
         # Timeout, client cancellation or any failure: never leave the child (or its children) running.
         with anyio.CancelScope(shield=True):
             if process.returncode is None:
-                _kill_group(process)
+                # TERM first: srun then cancels its job step on every node (a KILLed srun leaves it running).
+                _signal_group(process, signal.SIGTERM)
+                with anyio.move_on_after(CHILD_TERM_GRACE_S):
+                    await process.wait()
+            if process.returncode is None:
+                _signal_group(process, signal.SIGKILL)
                 with anyio.move_on_after(CHILD_REAP_TIMEOUT_S):
                     await process.wait()
             await process.aclose()
-    return ProgramOutput(returncode, b"".join(out), b"".join(err), cut)
+    return ProgramOutput(returncode, b"".join(out), b"".join(err), cut, timed_out)
 

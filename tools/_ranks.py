@@ -177,14 +177,17 @@ def _topmost_ranks(found: list[RankProcess]) -> list[RankProcess]:
     return kept
 
 
-def discover_job(limit: int) -> tuple[list[RankProcess], list[str]]:
+def discover_job(limit: int, within: set[int] | None = None) -> tuple[list[RankProcess], list[str]]:
     """The ranks of the torchrun-style job on this host (processes with RANK and WORLD_SIZE in their
-    environment). With several jobs, the largest is taken and the others are named in the notes."""
+    environment), among the pids `within` when given (a Slurm job's processes on this node). With several jobs,
+    the largest is taken and the others are named in the notes."""
     ours = _ours()
     candidates: list[RankProcess] = []
     unreadable = 0
     for process in psutil.process_iter(["pid", "name"]):
         if process.info["pid"] in ours or process.info.get("name") == "py-spy":
+            continue
+        if within is not None and process.info["pid"] not in within:
             continue
         env = _rank_environment(process)
         if env is None:
@@ -195,7 +198,8 @@ def discover_job(limit: int) -> tuple[list[RankProcess], list[str]]:
     ranks = [p for p in _topmost_ranks(candidates) if p.rank is not None]
     if not ranks:
         hint = (f" ({unreadable} processes could not be read: run as their user or root)" if unreadable else "")
-        return [], [f"no process on this host has RANK and WORLD_SIZE in its environment{hint}."]
+        scope = "of this Slurm job on this node" if within is not None else "on this host"
+        return [], [f"no process {scope} has RANK and WORLD_SIZE in its environment{hint}."]
     chosen, notes = _one_job(ranks)
     chosen.sort(key=lambda p: (p.rank or 0, p.pid))
     if len(chosen) > limit:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ __all__ = ["ToolContext"]
 class ToolContext:
     roots: tuple[Path, ...]
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    # Multi-node calls: what runs our collector on the nodes (operator settings, not tool arguments).
+    remote_python: str = sys.executable
+    ssh_config: Path | None = None
     started: float = field(default_factory=time.monotonic)
 
     def path(self, raw: str, *, must_exist: bool = True) -> Path:

@@ -19,9 +19,11 @@ import anyio.to_thread
 from pydantic import BaseModel, Field
 
 from tools import _nvml
+from tools._health_nodes import NodeHealthRow, NodeSpreadRow, merge_health_findings, node_measures
+from tools._nodes import collect_from_nodes, job_backend, node_name
 from tools._proc import run_program
 from tools.context import ToolContext
-from tools.errors import TriageError
+from tools.errors import BadInput, TriageError
 from tools.limits import (
     CMDLINE_MAX_CHARS,
     HEALTH_DEFAULT_SAMPLE_S,
@@ -33,7 +35,7 @@ from tools.limits import (
     HEALTH_MAX_TOTAL_S,
     HEALTH_MIN_SAMPLE_S,
 )
-from tools.models import Finding, InputModel, NextStep, Severity, Table, ToolResult, worst
+from tools.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
 from tools.thresholds import (
     CORE_SATURATED_PCT,
     GpuValues,
@@ -57,7 +59,7 @@ _DMESG_TIMEOUT_S = 1.5
 _XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<code>\d+)")
 
 
-class HealthCheckInput(InputModel):
+class HealthCheckInput(NodesInput):
     sample_s: float = Field(
         default=HEALTH_DEFAULT_SAMPLE_S, ge=HEALTH_MIN_SAMPLE_S, le=HEALTH_MAX_SAMPLE_S,
         description="Seconds over which CPU, disk and process rates are sampled.",
@@ -147,8 +149,13 @@ class HealthCheckResult(ToolResult):
     gpu_processes: list[GpuProcess]
     kernel_log: str = Field(description="'scanned', 'skipped', or why it could not be read.")
     kernel_events: list[KernelEvent]
-    host: HostHealth
+    host: HostHealth | None = Field(description="This host (none for a job-level call: see nodes).")
     top_processes: list[ProcessRow]
+    node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
+    nodes: list[NodeHealthRow] = Field(default_factory=list, description="Job-level calls: the nodes that failed "
+                                       "a check, stand out from the others or gave no answer; the rest in one row.")
+    node_spread: list[NodeSpreadRow] = Field(default_factory=list, description="Job-level calls: each measure's "
+                                             "min/median/max over the nodes, with the worst node.")
 
     narrow_hint = "lower top_processes, or pass job_pids so only the job's GPUs' processes matter"
 
@@ -165,9 +172,14 @@ class HealthCheckResult(ToolResult):
                     f"Gen{_s(g.pcie_gen_current)} x{_s(g.pcie_width_current)}",
                     ",".join(g.throttle_reasons) if g.throttle_reasons else _s(g.throttle_reasons and "none")]
                    for g in self.gpus], "gpus"),
+            Table("Nodes", ["node", "status", "GPUs", "why"],
+                  [[n.node, n.status, _s(n.gpus), n.why] for n in self.nodes], "nodes"),
+            Table("Across nodes", ["measure", "nodes", "min", "median", "max", "worst node"],
+                  [[r.measure, str(r.nodes), f"{r.min:g}", f"{r.median:g}", f"{r.max:g}", r.worst_node]
+                   for r in self.node_spread], "node_spread"),
             Table("Host", ["cores", "load 1/5/15 min", "per-core busy % (min/median/max)", "iowait %",
                            "memory available MiB", "swap used MiB", "disk read/write MiB/s"],
-                  [_host_row(self.host)]),
+                  [_host_row(self.host)] if self.host else []),
             Table("GPU processes", ["gpu", "pid", "name", "memory MiB", "foreign"],
                   [[str(p.gpu_index), str(p.pid), p.name, _s(p.used_memory_mib), "yes" if p.foreign else "no"]
                    for p in self.gpu_processes], "gpu_processes"),
@@ -450,6 +462,15 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
     GPU, a foreign process on a GPU, and host CPU/memory/swap/iowait pressure. Without an NVIDIA
     driver the GPU part is one 'NVML unavailable' row and the host part still runs. Read-only.
     """
+    backend = job_backend(params, ctx)
+    if backend is not None:
+        if params.job_pids:
+            raise BadInput("job_pids are pids of one node; a job-level call cannot use them.",
+                           "Drop job_pids, or call health_check on that node alone.")
+        extra = ["--sample-s", f"{params.sample_s:g}", "--top-processes", str(params.top_processes),
+                 "--include-kernel-log" if params.include_kernel_log else "--no-include-kernel-log"]
+        answers = await collect_from_nodes(backend, "health-check", ctx, params.node_timeout_s, extra)
+        return _merge_nodes(backend.label, {a.node: a.document or (a.failure or "no answer") for a in answers})
     sampled_at = datetime.now(UTC).isoformat(timespec="seconds")
     nvml_snapshot = _NvmlSnapshot()
     host = _HostSample()
@@ -516,6 +537,57 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         kernel_events=events,
         host=host.host,
         top_processes=host.top,
+        node=node_name() if params.local else None,
+    )
+
+
+def _merge_nodes(label: str, documents: dict[str, dict[str, Any] | str]) -> HealthCheckResult:
+    """One health result for a job from each node's collector answer (or the reason there is none)."""
+    per_node: dict[str, tuple[list[Finding], dict[str, float], int | None] | str] = {}
+    drivers: set[str] = set()
+    for node, document in documents.items():
+        if isinstance(document, str):
+            per_node[node] = document
+            continue
+        try:
+            result = HealthCheckResult.model_validate(document)
+        except ValueError as exc:
+            per_node[node] = (f"the collector's answer does not fit this version of gpu-triage-mcp "
+                              f"({str(exc).splitlines()[0]}): install the same version on the nodes")
+            continue
+        if result.driver_version:
+            drivers.add(result.driver_version)
+        gpus = [g.model_dump() for g in result.gpus]
+        host = None
+        if result.host is not None:
+            host = {"load_1m": result.host.load_avg[0] if result.host.load_avg else None,
+                    "cpu_count": float(result.host.cpu_count), "memory_total_mib": result.host.memory_total_mib,
+                    "memory_available_mib": result.host.memory_available_mib}
+        per_node[node] = (result.findings, node_measures(gpus, host), len(result.gpus) if result.nvml == "ok"
+                          else None)
+    findings, rows, spread = merge_health_findings(per_node)
+    if len(drivers) > 1:
+        findings.append(Finding(check="driver versions across nodes", value=", ".join(sorted(drivers)),
+                                threshold="one version", severity=Severity.warn, sop_branch="gpu_hardware",
+                                meaning="nodes run different NVIDIA drivers: NCCL and CUDA behaviour can differ"))
+        findings = by_severity(findings)
+    answered = sum(1 for v in per_node.values() if not isinstance(v, str))
+    severity = worst(f.severity for f in findings)
+    odd = [r for r in rows if r.status in ("crit", "warn", "stands_out", "no_answer")]
+    conclusion = [f"{label}: {answered} of {len(per_node)} nodes answered."]
+    if odd:
+        lead = odd[0]
+        conclusion.append(f"{len(odd)} node(s) need a look; first {lead.node} ({lead.status}): {lead.why}.")
+        crit = [f for f in findings if f.severity is Severity.crit] or findings
+        conclusion.append(f"It means: {crit[0].meaning}.")
+    else:
+        conclusion.append("Every node passes every check and none stands out from the others.")
+    return HealthCheckResult(
+        severity=severity, conclusion=conclusion[:3], next_steps=_next_steps(findings),
+        sampled_at=datetime.now(UTC).isoformat(timespec="seconds"), nvml=f"per node ({label})",
+        driver_version=next(iter(drivers)) if len(drivers) == 1 else None, findings=findings, gpus=[],
+        gpu_processes=[], kernel_log="per node", kernel_events=[], host=None, top_processes=[], nodes=rows,
+        node_spread=spread,
     )
 
 

@@ -22,7 +22,8 @@ MAX_CALL_TIMEOUT_S: Final = 600.0
 
 # Output read from one external program; the rest is discarded and reported as cut.
 MAX_PROGRAM_OUTPUT_BYTES: Final = 4 * 1024 * 1024
-# Grace period between SIGTERM-less kill and giving up on reaping a child.
+# A child still running at its limit gets SIGTERM, this long to exit, then SIGKILL; then this long to be reaped.
+CHILD_TERM_GRACE_S: Final = 1.0
 CHILD_REAP_TIMEOUT_S: Final = 5.0
 
 # health_check: one bounded snapshot.
@@ -81,6 +82,22 @@ STACK_MAX_FILES: Final = 1024
 STACK_MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 STACK_MAX_MATCH_CHARS: Final = 256
 STACK_FRAMES_SHOWN: Final = 12
+
+# Multi-node fan-out (tools/_nodes.py): one collector per node through Slurm or SSH.
+NODES_MAX: Final = 1024
+NODES_MAX_HOST_CHARS: Final = 253
+# Time a collector gets on its node; the fan-out waits this plus NODES_FANOUT_MARGIN_S for the launcher.
+NODES_DEFAULT_TIMEOUT_S: Final = 20.0
+NODES_MIN_TIMEOUT_S: Final = 2.0
+NODES_MAX_TIMEOUT_S: Final = 120.0
+NODES_FANOUT_MARGIN_S: Final = 3.0
+# One node's collector output (its JSON document); a larger one is that node's error, not the call's.
+NODES_MAX_OUTPUT_BYTES_PER_NODE: Final = 512 * 1024
+# SSH connections open at once.
+NODES_SSH_PARALLEL: Final = 32
+NODES_SSH_CONNECT_TIMEOUT_S: Final = 5
+# Unhealthy nodes listed one per row in a job-level health check; the healthy rest is one distribution row.
+NODES_MAX_ROWS: Final = 16
 
 # Flight-recorder dumps (analyze_flight_recorder).
 FR_MAX_FILES: Final = 4096

@@ -17,11 +17,19 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sop import branch_ids, branches, tool_call
-from tools.limits import MAX_PATH_CHARS
+from tools.limits import (
+    MAX_PATH_CHARS,
+    NODES_DEFAULT_TIMEOUT_S,
+    NODES_MAX,
+    NODES_MAX_HOST_CHARS,
+    NODES_MAX_TIMEOUT_S,
+    NODES_MIN_TIMEOUT_S,
+)
 
 __all__ = [
     "Finding",
     "NameArg",
+    "NodesInput",
     "PathArg",
     "InputModel",
     "NextStep",
@@ -76,6 +84,25 @@ class InputModel(BaseModel):
     # that takes the option's number).
     cli_positional: ClassVar[str | None] = None
     cli_shortcuts: ClassVar[dict[str, tuple[str, dict[str, Any], str]]] = {}
+
+
+class NodesInput(InputModel):
+    """Job-level arguments shared by the tools that can run on every node of a job (tools/_nodes.py): a Slurm job
+    id, or hosts reached over SSH. Without them the tool looks at this node only."""
+
+    slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
+                                  description="Slurm job id (digits): collect from every node of this running job "
+                                  "(srun --overlap, one collector per node) and give one verdict for the job.")
+    hosts: list[Annotated[str, Field(min_length=1, max_length=NODES_MAX_HOST_CHARS + 70)]] = Field(
+        default_factory=list, max_length=NODES_MAX,
+        description="Hosts to collect from over SSH, as [user@]host[:port] (key or agent only, never a password).")
+    hostfile: PathArg | None = Field(default=None, description="A file naming the SSH hosts, one per line "
+                                     "(MPI-style 'host slots=N' lines work).")
+    node_timeout_s: float = Field(default=NODES_DEFAULT_TIMEOUT_S, ge=NODES_MIN_TIMEOUT_S, le=NODES_MAX_TIMEOUT_S,
+                                  description="Time each node's collector gets; a node silent past it is reported "
+                                  "as such and the others are still used.")
+    local: bool = Field(default=False, description="Collector mode, used on each node by a job-level call: return "
+                        "only this node's evidence, labelled with its name, for the caller to merge.")
 
 
 class Finding(BaseModel):

@@ -10,8 +10,6 @@ the groups that differ from the majority are the suspects. SOP: nccl_hang_or_slo
 
 from __future__ import annotations
 
-import os
-import socket
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from tools._logfiles import expand_inputs, natural_key, rank_of_path
+from tools._nodes import NodeAnswer, collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
 from tools._proc import find_program, run_program
 from tools._ranks import RankProcess, discover_job, processes_by_match, processes_by_pid
 from tools._stacks import (
@@ -49,7 +48,7 @@ from tools.limits import (
     STACK_MIN_TIMEOUT_S,
     STACK_PARALLEL_DUMPS,
 )
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, cell
 
 __all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks", "merge_nodes", "node_name"]
 
@@ -61,7 +60,7 @@ _PTRACE_FIX = ("py-spy needs ptrace rights on the process: run this server as th
                "(sysctl -w kernel.yama.ptrace_scope=0).")
 
 
-class DumpStacksInput(InputModel):
+class DumpStacksInput(NodesInput):
     pid: list[int] = Field(default_factory=list, max_length=STACK_MAX_PROCESSES,
                            description="The job's worker pids (rank from their RANK variable, else in this order).")
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
@@ -79,8 +78,6 @@ class DumpStacksInput(InputModel):
                                description="At most this many processes are dumped.")
     per_process_timeout_s: float = Field(default=STACK_DEFAULT_TIMEOUT_S, ge=STACK_MIN_TIMEOUT_S,
                                          le=STACK_MAX_TIMEOUT_S, description="Limit for one py-spy dump.")
-    local: bool = Field(default=False, description="Collector mode (one node of a multi-node job): also return each "
-                        "rank's main-thread frames and this node's name, for a job-level call to merge.")
 
 
 class WireFrame(BaseModel):
@@ -116,6 +113,7 @@ class StackGroup(BaseModel):
 
 class Suspect(BaseModel):
     rank: int
+    node: str | None = Field(default=None, description="The node it runs on (job-level calls).")
     function: str
     location: str
     reason: str
@@ -126,19 +124,24 @@ class DumpStacksResult(ToolResult):
     groups: list[StackGroup] = Field(description="Largest group first.")
     suspects: list[Suspect]
     world_size: int | None = Field(default=None, description="WORLD_SIZE of the job, when the ranks say it.")
+    node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
+    nodes_answered: int | None = Field(default=None, description="Job-level calls: nodes whose collector answered.")
+    nodes_failed: int | None = Field(default=None, description="Job-level calls: nodes with no answer (see the "
+                                     "node_unreachable rows).")
     notes: list[str]
 
     narrow_hint = "pass fewer pids or files, or lower max_processes"
 
     def tables(self) -> list[Table]:
         return [
-            Table("Suspects", ["rank", "function", "location", "reason"],
-                  [[str(s.rank), s.function, s.location, s.reason] for s in self.suspects], "suspects"),
+            Table("Suspects", ["rank", "node", "function", "location", "reason"],
+                  [[str(s.rank), s.node or "-", s.function, s.location, s.reason] for s in self.suspects],
+                  "suspects"),
             Table("Groups of ranks at the same place", ["group", "ranks", "collective / wait", "user frame"],
                   [[str(g.group), compact_ranks(g.ranks), g.collective or "-", g.location] for g in self.groups],
                   "groups"),
-            Table("Ranks", ["rank", "pid", "status", "group", "collective / wait", "user frame", "detail"],
-                  [[cell(r.rank), cell(r.pid), r.status, cell(r.group), r.collective or "-",
+            Table("Ranks", ["rank", "node", "pid", "status", "group", "collective / wait", "user frame", "detail"],
+                  [[cell(r.rank), r.node or "-", cell(r.pid), r.status, cell(r.group), r.collective or "-",
                     r.innermost_user_frame or "-", r.detail or r.state or ""] for r in self.ranks], "ranks"),
         ]
 
@@ -232,7 +235,10 @@ async def _collect_live(params: DumpStacksInput, ctx: ToolContext) -> tuple[list
         if matched > len(processes):
             notes.append(f"{matched} processes match; the first {len(processes)} were dumped (raise max_processes).")
     else:
-        processes, found_notes = discover_job(params.max_processes)
+        # Inside a Slurm job step (the collector under srun): only this job's processes on this node, which also
+        # keeps other jobs sharing the node (and other emulated nodes sharing one machine) out.
+        within = await slurm_pids_on_this_node() if params.local else None
+        processes, found_notes = discover_job(params.max_processes, within=within)
         notes += found_notes
         if not processes:
             raise BadInput("no distributed job found on this host: " + found_notes[0],
@@ -411,9 +417,9 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
             reason = _suspect_reason(members[0], majority[0], majority_ranks)
             for member in members:
                 if member.row.rank is not None and member.where is not None:
-                    suspects.append(Suspect(rank=member.row.rank, function=_function(member),
+                    suspects.append(Suspect(rank=member.row.rank, node=member.row.node, function=_function(member),
                                             location=member.where.location, reason=reason))
-    elif len(ordered) > 1:
+    elif len(ordered) > 1 and not with_frames:  # a collector's part of a job: the job-level merge judges
         notes.insert(0, f"no majority: the largest group (ranks {compact_ranks(groups[0].ranks)}) holds "
                      f"{len(ordered[0])} of {placed_total} ranks, so no rank is named the odd one; compare the groups' "
                      "stacks, or dump again to see which ranks move.")
@@ -421,15 +427,17 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
     if ordered and any(g.collective for g in groups):
         for item in gone:
             assert item.row.rank is not None
-            suspects.append(Suspect(rank=item.row.rank, function="-", location="-",
+            suspects.append(Suspect(rank=item.row.rank, node=item.row.node, function="-", location="-",
                                     reason="the process has exited while the others wait: the collective can never "
                                     "complete; read its log for the error (diagnose_logs)."))
     world = next((r.world_size for r in rows if r.world_size), None)
     seen = {r.rank for r in rows if r.rank is not None}
-    if world and len(seen) < world:
-        missing = sorted(set(range(world)) - seen)
-        notes.append(f"WORLD_SIZE is {world} but ranks {compact_ranks(missing)} were not found here: they run on "
-                     "other nodes (dump them there) or have exited.")
+    unreachable = sorted({r.node for r in rows if r.status == "node_unreachable" and r.node})
+    missing = sorted(set(range(world)) - seen) if world else []
+    if missing and not with_frames:
+        where = (f"on the nodes that answered: they run on {', '.join(unreachable)} (no answer) or have exited"
+                 if unreachable else "here: they run on other nodes (dump them there) or have exited")
+        notes.append(f"WORLD_SIZE is {world} but ranks {compact_ranks(missing)} were not found {where}.")
     group_of = {id(m): g.group for g, members in zip(groups, ordered, strict=True) for m in members}
     suspect_ranks = {s.rank for s in suspects}
     rank_rows = [RankStack(node=i.row.node, rank=i.row.rank, pid=i.row.pid, status=i.row.status,
@@ -444,7 +452,14 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
                                   else -1))
     severity = Severity.crit if suspects else (Severity.warn if len(groups) > 1 or any(
         r.status != "ok" for r in rank_rows) else Severity.ok)
-    return DumpStacksResult(severity=severity, conclusion=_conclude(groups, suspects, rank_rows, placed),
+    conclusion = _conclude(groups, suspects, [r for r in rank_rows if r.status != "node_unreachable"], placed)
+    if unreachable:
+        silent = [r for r in rank_rows if r.status == "node_unreachable"]
+        lost = f": ranks {compact_ranks(missing)} are not in this verdict" if missing else ""
+        conclusion = [f"{len(silent)} node(s) gave no answer ({', '.join(unreachable[:4])}"
+                      f"{' ...' if len(unreachable) > 4 else ''}: {silent[0].detail}){lost}.", *conclusion][:3]
+        severity = max(severity, Severity.warn, key=lambda s: s.rank)
+    return DumpStacksResult(severity=severity, conclusion=conclusion,
                             next_steps=_next_steps(suspects, groups, placed), ranks=rank_rows, groups=groups,
                             suspects=suspects, world_size=world, notes=notes)
 
@@ -460,7 +475,9 @@ def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[Rank
     if suspects:
         first = suspects[0]
         odd = sorted({s.rank for s in suspects if s.reason == first.reason})
-        head = f"Rank {compact_ranks(odd)} is at {first.location}, {first.reason}"
+        nodes = sorted({s.node for s in suspects if s.reason == first.reason and s.node})
+        on = f" on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}" if nodes else ""
+        head = f"Rank {compact_ranks(odd)}{on} is at {first.location}, {first.reason}"
         return [head, failed_text] if failed_text else [head]
     if len(groups) == 1:
         g = groups[0]
@@ -505,20 +522,48 @@ async def dump_stacks(params: DumpStacksInput, ctx: ToolContext) -> DumpStacksRe
     selectors = sum(bool(x) for x in (params.pid, params.match is not None, params.from_files))
     if selectors > 1:
         raise BadInput("give one of pid, match or from_files.", "Live processes or captured files, not both.")
+    backend = job_backend(params, ctx)
+    if backend is not None:
+        if selectors:
+            raise BadInput("with slurm_job or hosts, each node finds the job's ranks itself; pid, match and "
+                           "from_files are for one node.", "Drop them, or call without slurm_job/hosts.")
+        extra = ["--max-processes", str(params.max_processes),
+                 "--per-process-timeout-s", f"{params.per_process_timeout_s:g}"]
+        extra += ["--native"] if params.native else []
+        extra += ["--nonblocking"] if params.nonblocking else []
+        answers = await collect_from_nodes(backend, "dump-stacks", ctx, params.node_timeout_s, extra)
+        result = merge_nodes(_node_results(answers))
+        result.notes.insert(0, f"{backend.label}: {result.nodes_answered} of {len(answers)} nodes answered.")
+        logs = [p for p in backend.log_paths() if p]
+        if logs:
+            result.next_steps = [*result.next_steps[:2], NextStep(
+                branch="nccl_hang_or_slow", step="logs", action=f"diagnose_logs(paths={sorted(set(logs))!r})",
+                why="The job's own output (from scontrol) holds the timeout and error texts of every rank.")]
+        return result
     if params.from_files:
         rows, notes = await anyio.to_thread.run_sync(_read_files, params.from_files, ctx)
     else:
         rows, notes = await _collect_live(params, ctx)
-    if params.local:
-        node = node_name()
-        for row in rows:
-            row.node = node
-    return _analyse(rows, notes, with_frames=params.local)
+    node = node_name() if params.local else None
+    for row in rows:
+        row.node = node
+    result = _analyse(rows, notes, with_frames=params.local)
+    result.node = node
+    return result
 
 
-def node_name() -> str:
-    """This node's name as the job knows it: Slurm's node name (emulated nodes share one hostname), else the host's."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+def _node_results(answers: list[NodeAnswer]) -> dict[str, DumpStacksResult | str]:
+    per_node: dict[str, DumpStacksResult | str] = {}
+    for answer in answers:
+        if answer.document is None:
+            per_node[answer.node] = answer.failure or "no answer"
+            continue
+        try:
+            per_node[answer.node] = DumpStacksResult.model_validate(answer.document)
+        except ValueError as exc:
+            per_node[answer.node] = (f"the collector's answer does not fit this version of gpu-triage-mcp "
+                                     f"({str(exc).splitlines()[0]}): install the same version on the nodes")
+    return per_node
 
 
 def merge_nodes(per_node: dict[str, DumpStacksResult | str]) -> DumpStacksResult:
@@ -542,4 +587,7 @@ def merge_nodes(per_node: dict[str, DumpStacksResult | str]) -> DumpStacksResult
     if unreachable:
         notes.insert(0, f"no answer from {len(unreachable)} node(s): {', '.join(n or '?' for n in unreachable)}; "
                      "their ranks are missing from the verdict.")
-    return _analyse(rows, notes)
+    result = _analyse(rows, notes)
+    result.nodes_answered = len(per_node) - len(unreachable)
+    result.nodes_failed = len(unreachable)
+    return result

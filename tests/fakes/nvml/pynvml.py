@@ -73,6 +73,9 @@ def nvmlInit():
     path = os.environ.get("GPU_TRIAGE_FAKE_NVML")
     if not path:
         raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+    # Emulated multi-node tests run every "node" on one machine with one environment: "{node}" in the path
+    # gives each node its own GPUs (SLURMD_NODENAME is set by slurmd in each node's job step).
+    path = path.replace("{node}", os.environ.get("SLURMD_NODENAME", "localhost"))
     with open(path, encoding="utf-8") as f:
         _state["scenario"] = json.load(f)
 
