@@ -11,6 +11,20 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   }
 fi
+# The multi-node tests start a real Slurm cluster (munged, slurmctld, slurmd) and a real sshd on loopback.
+need=()
+for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen; do
+  command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || need+=("$program")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "installing Debian's Slurm, munge and OpenSSH (missing: ${need[*]})" >&2
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    slurmctld slurmd slurm-client munge openssh-server openssh-client >/dev/null
+fi
+export PATH="$PATH:/usr/sbin"
+
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
 

@@ -214,7 +214,8 @@ class SshTarget:
 
     @property
     def name(self) -> str:
-        return self.host if self.port is None else f"{self.host}:{self.port}"
+        where = self.host if self.port is None else f"{self.host}:{self.port}"
+        return where if self.user is None else f"{self.user}@{where}"
 
 
 def parse_host(raw: str) -> SshTarget:

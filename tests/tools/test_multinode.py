@@ -1,0 +1,245 @@
+"""Job-level calls on a real Slurm cluster and over real SSH (tests/cluster.py starts both on loopback).
+
+The job: the fault lab's rank-conditional all_gather (tests/lab/rank_conditional_allgather.py) as a 4-rank
+gloo job submitted with sbatch over two emulated nodes, two ranks each (RANK from SLURM_PROCID). Rank 0 hangs in
+all_gather inside save_checkpoint() while ranks 1-3 wait in the DDP all-reduce. One MCP call with its job id must
+name rank 0, its node and its function; with one node's slurmd stopped (SIGSTOP: the node hangs), the call must
+still end in bounded time, name that node as silent and diagnose the ranks of the other. health_check over the
+job compares the nodes' GPUs; NVML is the allowed stand-in (tests/fakes/nvml), one recorded-format scenario per
+node. The SSH backend runs against a real key-only sshd on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster import SlurmCluster, Sshd, free_port, slurm_cluster, sshd
+from tests.helpers import REPO, base_env, h100, run_cli, stdio_client, with_fake_nvml, write_scenario
+
+pytestmark = pytest.mark.anyio
+
+LAB = REPO / "tests" / "lab" / "rank_conditional_allgather.py"
+SCRIPT_LINES = LAB.read_text().splitlines()
+ALL_GATHER_LINE = next(i for i, line in enumerate(SCRIPT_LINES, 1) if "dist.all_gather(gathered" in line)
+BACKWARD_LINE = next(i for i, line in enumerate(SCRIPT_LINES, 1) if line.strip() == "loss.backward()")
+
+
+@dataclass
+class SlurmHang:
+    cluster: SlurmCluster
+    job: str
+    dir: Path
+    output: Path
+    node_of_rank: dict[int, str]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+def _node_of_rank(cluster: SlurmCluster, job: str) -> dict[int, str]:
+    """Slurm's own placement of the job's tasks (GLOBALID = the rank), read from each node's slurmd."""
+    placed: dict[int, str] = {}
+    for node in cluster.nodes:
+        for line in cluster.run("scontrol", "listpids", f"{job}.0", node).stdout.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) == 5 and parts[4].isdigit():
+                placed[int(parts[4])] = node
+    return placed
+
+
+@pytest.fixture(scope="module")
+def slurm_hang(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> SlurmHang:
+    work = tmp_path_factory.mktemp("slurm_job")
+    logs = work / "logs"
+    script = work / "job.sh"
+    # The user's job script (not our code): gloo rendezvous from Slurm's task ids.
+    script.write_text(f"""#!/bin/bash
+export MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()} LAB_TIMEOUT_S=600 LAB_RANK_LOG_DIR={logs} OMP_NUM_THREADS=1
+exec srun --kill-on-bad-exit=0 bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID \\
+  exec {sys.executable} {LAB}'
+""")
+    output = work / "job.out"
+    job = cluster.submit(script, "-N", "2", "--ntasks-per-node=2", output=output)
+    cluster.wait_running(job)
+    deadline = time.monotonic() + 120
+
+    def log(rank: int) -> str:
+        path = logs / f"rank{rank}.log"
+        return path.read_text() if path.exists() else ""
+
+    while not ("saving checkpoint" in log(0) and all("step 5 loss" in log(r) for r in (1, 2, 3))):
+        assert cluster.state(job) == "RUNNING", output.read_text()[-3000:] if output.exists() else "no output"
+        assert time.monotonic() < deadline, "the Slurm lab job did not reach its hang within 120 s"
+        time.sleep(0.2)
+    time.sleep(1.0)  # ranks 1-3 enter step 6's all-reduce within milliseconds of logging step 5
+    placed = _node_of_rank(cluster, job)
+    assert sorted(placed) == [0, 1, 2, 3] and len(set(placed.values())) == 2, placed
+    return SlurmHang(cluster, job, work, output, placed)
+
+
+def _structured(result: Any) -> dict[str, Any]:
+    assert result.is_error is False, result.content[0].text
+    data: dict[str, Any] = result.structured_content
+    return data
+
+
+def _error(result: Any) -> str:
+    assert result.is_error is True, result.structured_content
+    text: str = result.content[0].text
+    assert "Traceback" not in text
+    return text
+
+
+async def test_slurm_job_hang_is_diagnosed_from_one_mcp_call(slurm_hang: SlurmHang) -> None:
+    env = base_env(**slurm_hang.cluster.env)
+    async with stdio_client(env, "--root", str(slurm_hang.dir)) as client:
+        data = _structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job}))
+    node0 = slurm_hang.node_of_rank[0]
+    assert [(s["rank"], s["node"], s["function"]) for s in data["suspects"]] == [(0, node0, "save_checkpoint")]
+    assert data["suspects"][0]["location"].endswith(f"rank_conditional_allgather.py:{ALL_GATHER_LINE} "
+                                                   "save_checkpoint")
+    assert "rank-conditional" in data["suspects"][0]["reason"]
+    groups = {tuple(g["ranks"]): g for g in data["groups"]}
+    assert set(groups) == {(1, 2, 3), (0,)}
+    assert groups[(1, 2, 3)]["collective"].startswith("all_reduce (DDP backward")
+    assert groups[(1, 2, 3)]["location"].endswith(f":{BACKWARD_LINE} train_step")
+    # Every rank once, on the node Slurm placed it on: no rank seen twice although the nodes share one machine.
+    assert {r["rank"]: r["node"] for r in data["ranks"]} == slurm_hang.node_of_rank
+    assert (data["nodes_answered"], data["nodes_failed"], data["world_size"]) == (2, 0, 4)
+    assert data["severity"] == "crit"
+    assert data["conclusion"][0].startswith(f"Rank 0 on {node0} is at ")
+    # The job's output file, from scontrol, is the next thing to read.
+    assert any(str(slurm_hang.output) in step["action"] and step["action"].startswith("diagnose_logs")
+               for step in data["next_steps"])
+
+
+async def test_a_node_that_does_not_answer_is_a_row_and_the_rest_is_diagnosed(slurm_hang: SlurmHang) -> None:
+    cluster = slurm_hang.cluster
+    silent = slurm_hang.node_of_rank[0]
+    other_ranks = sorted(r for r, n in slurm_hang.node_of_rank.items() if n != silent)
+    env = base_env(**cluster.env)
+    pid = cluster.slurmd_pid(silent)
+    os.kill(pid, signal.SIGSTOP)  # the node hangs: its slurmd accepts connections and never answers
+    try:
+        async with stdio_client(env, "--root", str(slurm_hang.dir)) as client:
+            started = time.monotonic()
+            data = _structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job,
+                                                                      "node_timeout_s": 2}))
+            elapsed = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Bounded: the node timeout, the launcher margin (3 s) and srun's own exit, not srun's 10-20 s message timeout.
+    assert elapsed < 9, elapsed
+    unreachable = [r for r in data["ranks"] if r["status"] == "node_unreachable"]
+    assert [(r["node"], r["detail"]) for r in unreachable] == [
+        (silent, "no answer within 5 s (node hung, overloaded or unreachable)")]
+    assert (data["nodes_answered"], data["nodes_failed"]) == (1, 1)
+    assert [g["ranks"] for g in data["groups"]] == [other_ranks]
+    assert data["groups"][0]["collective"].startswith("all_reduce (DDP backward")
+    assert data["suspects"] == []
+    assert data["severity"] == "warn"
+    assert data["conclusion"][0] == (f"1 node(s) gave no answer ({silent}: no answer within 5 s (node hung, "
+                                     "overloaded or unreachable)): ranks 0-1 are not in this verdict.")
+
+
+def test_job_health_names_the_node_that_stands_out(slurm_hang: SlurmHang, tmp_path: Path) -> None:
+    cluster = slurm_hang.cluster
+    hot = cluster.nodes[1]
+    for node in cluster.nodes:
+        gpus = [h100(), h100(bus_id="00000000:2A:00.0")]
+        if node == hot:  # GPU 1 of this node hot and thermally throttled (NVML's clocks-event bits 0x20, 0x40)
+            gpus[1] = h100(bus_id="00000000:2A:00.0", temperature=89, sm_clock=1250, throttle_mask=0x60,
+                           power_w=380.0)
+        write_scenario(tmp_path / f"nvml_{node}.json", gpus)
+    env = with_fake_nvml(base_env(**cluster.env), tmp_path / "nvml_{node}.json")
+    done = run_cli(["health-check", "--slurm-job", slurm_hang.job, "--top-processes", "2", "--json",
+                    "--root", str(tmp_path)], env)
+    assert done.returncode == 2, done.stderr
+    data = json.loads(done.stdout)
+    rows = {r["node"]: r for r in data["nodes"]}
+    cool = cluster.nodes[0]
+    # The host part is real (psutil on this shared machine, the same for both emulated nodes): a busy CI box can
+    # give both nodes a CPU-load row, so only the GPUs, which differ, are asserted on.
+    assert set(rows) in ({hot, "1 other node(s)"}, {hot, cool})
+    assert "GPU" not in rows.get(cool, {"why": ""})["why"]
+    assert rows[hot]["status"] == "crit" and rows[hot]["gpus"] == 2
+    assert "GPU SM clock, median % of max 82% vs 100% on the others" in rows[hot]["why"]
+    assert "GPU temperature, max 89C vs 62C on the others" in rows[hot]["why"]
+    checks = [f["check"] for f in data["findings"]]
+    assert checks[0] == f"{hot}: GPU 1 clock throttle"
+    assert f"{hot}: GPU SM clock, median % of max vs the other nodes" in checks
+    assert not any(c.startswith(f"{cool}: GPU") for c in checks)
+    spread = {r["measure"]: r for r in data["node_spread"]}
+    assert spread["GPU temperature, max (C)"] == {"measure": "GPU temperature, max (C)", "nodes": 2, "min": 62.0,
+                                                  "median": 75.5, "max": 89.0, "worst_node": hot}
+    assert data["conclusion"][0] == f"Slurm job {slurm_hang.job}: 2 of 2 nodes answered."
+    assert data["host"] is None and data["gpus"] == []
+
+
+async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
+        slurm_hang: SlurmHang, tmp_path: Path) -> None:
+    cluster = slurm_hang.cluster
+    (tmp_path / "true.sh").write_text("#!/bin/bash\ntrue\n")
+    finished = cluster.submit(tmp_path / "true.sh", output=tmp_path / "true.out")
+    deadline = time.monotonic() + 30
+    while cluster.state(finished) != "COMPLETED":
+        assert time.monotonic() < deadline, cluster.state(finished)
+        time.sleep(0.2)
+    marker = tmp_path / "injected"
+    async with stdio_client(base_env(**cluster.env), "--root", str(tmp_path)) as client:
+        missing = _error(await client.call_tool("dump_stacks", {"slurm_job": "999999"}))
+        ended = _error(await client.call_tool("dump_stacks", {"slurm_job": finished}))
+        shell = _error(await client.call_tool("dump_stacks", {"slurm_job": "1;reboot"}))
+        option = _error(await client.call_tool("dump_stacks", {"hosts": [f"-oProxyCommand=touch {marker}"]}))
+        both = _error(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job, "pid": [1]}))
+        pids = _error(await client.call_tool("health_check", {"slurm_job": slurm_hang.job, "job_pids": [1]}))
+        still = await client.call_tool("triage_plan", {"symptom": "job hangs"})
+    assert "Slurm has no job 999999" in missing and "squeue" in missing
+    assert f"Slurm job {finished} is COMPLETED, not RUNNING" in ended and "diagnose_logs" in ended
+    assert "slurm_job" in shell and "pattern" in shell.lower()
+    assert "is not a host name" in option
+    assert "each node finds the job's ranks itself" in both
+    assert "job_pids are pids of one node" in pids
+    assert not marker.exists()
+    assert still.is_error is False
+
+
+@pytest.fixture(scope="module")
+def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    with sshd(tmp_path_factory.mktemp("sshd")) as running:
+        yield running
+
+
+async def test_ssh_backend_against_a_real_sshd(slurm_hang: SlurmHang, ssh_server: Sshd, tmp_path: Path) -> None:
+    # The hung job's ranks run on this machine, so the host 127.0.0.1 holds all four of them.
+    closed = free_port()
+    env = base_env(GPU_TRIAGE_SSH_CONFIG=str(ssh_server.config))
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"# MPI-style hostfile\n127.0.0.1:{ssh_server.port} slots=4\nnobody@127.0.0.1:"
+                        f"{ssh_server.port} slots=4\n127.0.0.1:{closed}\n")
+    async with stdio_client(env, "--root", str(tmp_path)) as client:
+        data = _structured(await client.call_tool("dump_stacks", {"hostfile": str(hostfile),
+                                                                  "node_timeout_s": 10}))
+    here = f"127.0.0.1:{ssh_server.port}"
+    assert [(s["rank"], s["node"], s["function"]) for s in data["suspects"]] == [(0, here, "save_checkpoint")]
+    assert sorted(r["rank"] for r in data["ranks"] if r["status"] == "ok") == [0, 1, 2, 3]
+    failed = {r["node"]: r["detail"] for r in data["ranks"] if r["status"] == "node_unreachable"}
+    assert set(failed) == {f"127.0.0.1:{closed}", f"nobody@{here}"}
+    assert failed[f"127.0.0.1:{closed}"].startswith("ssh could not connect (") and "refused" in failed[
+        f"127.0.0.1:{closed}"]
+    assert failed[f"nobody@{here}"].startswith("ssh refused the login (") and "install a key" in failed[
+        f"nobody@{here}"]
+    assert (data["nodes_answered"], data["nodes_failed"]) == (1, 2)
