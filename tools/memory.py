@@ -121,8 +121,8 @@ class AnalyzeMemoryResult(ToolResult):
 
     def tables(self) -> list[Table]:
         return [
-            Table("Verdict", ["verdict", "evidence", "fix"],
-                  [[self.verdict, " ".join(self.evidence), "; ".join(self.fix)]]),
+            Table(f"Verdict: {self.verdict}", ["", "what"],
+                  [["evidence", e] for e in self.evidence] + [["fix", f] for f in self.fix]),
             Table("OOM", ["device", "requested", "free on device", "live at OOM", "reserved at OOM", "site", "from"],
                   [[cell(self.oom.device), _size(self.oom.requested_bytes), _size(self.oom.free_bytes),
                     _size(self.oom.live_bytes), _size(self.oom.reserved_bytes), self.oom.site or "-",
@@ -137,7 +137,8 @@ class AnalyzeMemoryResult(ToolResult):
                   [[s.site, _size(s.bytes), str(s.blocks)] for s in self.top_sites], "top_sites"),
             Table("Sites at the peak", ["site", "bytes", "blocks"],
                   [[s.site, _size(s.bytes), str(s.blocks)] for s in self.peak_sites], "peak_sites"),
-            Table("Allocator settings", ["setting", "value"], [[k, v] for k, v in self.allocator_settings.items()]),
+            Table("Allocator settings", ["setting", "value"],
+                  [[k, v or "(empty)"] for k, v in self.allocator_settings.items()]),
         ]
 
 
