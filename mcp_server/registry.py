@@ -66,6 +66,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
     ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
              "Straggler ranks"),
+    ToolSpec("analyze_memory", "tools.memory", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
+             "GPU memory / OOM analysis"),
     ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
 )

@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--traces", action="append", default=[], metavar="PATH", help="A trace file or folder.")
     parser.add_argument("--stacks", action="append", default=[], metavar="PATH", help="Saved stack dumps.")
     parser.add_argument("--fr-dir", metavar="DIR", help="Folder of flight-recorder dumps.")
+    parser.add_argument("--memory", metavar="PATH", help="An allocator snapshot, memory_summary text, memory_stats "
+                        "dump or OOM log.")
     parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
     parser.add_argument("--job", choices=["auto"], help="auto: dump the stacks of the torchrun job on this host.")
     parser.add_argument("--symptom", help="What the user reported (for the record).")
@@ -51,6 +53,8 @@ def report_main(argv: list[str]) -> int:
                                  "health": not args.no_health}
     if args.fr_dir:
         arguments["fr_dir"] = args.fr_dir
+    if args.memory:
+        arguments["memory"] = args.memory
     if args.symptom:
         arguments["symptom"] = args.symptom
     if args.pids:
@@ -72,7 +76,7 @@ def report_main(argv: list[str]) -> int:
     ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
                                  ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
                                                                    or args.job),
-                                 ("flight recorder", args.fr_dir or args.demo)) if on]
+                                 ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)

@@ -118,3 +118,25 @@ STRAGGLER_MAX_WORKERS: Final = 4
 
 # triage_plan.
 PLAN_MAX_SYMPTOM_CHARS: Final = 2000
+
+# GPU memory (analyze_memory): allocator snapshots, memory_summary() text, memory_stats() JSON, OOM logs.
+MEM_MAX_FILE_BYTES: Final = 512 * 1024 * 1024  # a snapshot with max_entries=100000 and stacks is ~100-300 MiB
+MEM_MAX_TEXT_BYTES: Final = 16 * 1024 * 1024  # memory_stats() JSON is a few KiB; logs go through the log reader
+MEM_MAX_SEGMENTS: Final = 200_000
+MEM_MAX_BLOCKS: Final = 2_000_000
+MEM_MAX_TRACE_ENTRIES: Final = 5_000_000
+MEM_FRAMES_READ: Final = 64  # frames looked at per block or trace entry (innermost first)
+MEM_DEFAULT_SITES: Final = 10
+MEM_MAX_SITES: Final = 50
+MEM_MAX_OOM_LINES: Final = 1000
+# analyze_memory's verdict: cached-but-free bytes this large a share of reserved (and at least this many bytes) are
+# fragmentation; an OOM demand this many times the earlier steps' peak is a transient peak; live bytes whose
+# trough rises by this share of the peak across the trace are growth; devices whose peaks differ this much are
+# unbalanced.
+MEM_FRAGMENTED_PCT: Final = 30.0
+MEM_FRAGMENTED_MIN_BYTES: Final = 512 * 1024 * 1024
+MEM_TRANSIENT_RATIO: Final = 1.25
+MEM_GROWTH_PCT: Final = 10.0
+MEM_GROWTH_MIN_EVENTS: Final = 40
+MEM_UNBALANCED_RATIO: Final = 1.5
+MEM_UNBALANCED_MIN_BYTES: Final = 1024 * 1024 * 1024

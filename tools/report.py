@@ -5,6 +5,7 @@ flight-recorder analysis run when their inputs are given. Each tool's problems b
 (symptom | root cause | evidence | fix | verification), worst first; the conclusion is three sentences; the
 references are those of the SOP branches the rows belong to. A tool that cannot run is a row saying why, and the
 others still report. This is what `gpu-triage report` prints for CI and for a newcomer (`--demo`).
+A memory file (snapshot, summary, stats or OOM log) adds analyze_memory.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = ["ReportRow", "TriageReportInput", "TriageReportResult", "triage_repor
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "summarize_trace": 4, "diagnose_logs": 5}
+                 "summarize_trace": 4, "analyze_memory": 4, "diagnose_logs": 5}
 
 
 class TriageReportInput(InputModel):
@@ -35,6 +36,9 @@ class TriageReportInput(InputModel):
                                   description="Profiler traces (a file or a folder).")
     stacks: list[PathArg] = Field(default_factory=list, max_length=64, description="Stack dumps saved earlier.")
     fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS, description="Flight-recorder dump folder.")
+    memory: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
+                               description="An allocator snapshot, memory_summary() text, memory_stats() dump or OOM "
+                               "log (analyze_memory).")
     pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
     job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
     health: bool = Field(default=True, description="Run the GPU/host health check.")
@@ -138,6 +142,17 @@ def _flight_rows(result: Any) -> list[ReportRow]:
             for s in result.suspects[:8]]
 
 
+def _memory_rows(result: Any) -> list[ReportRow]:
+    if result.verdict == "none":
+        return []
+    return [ReportRow(severity=result.severity, symptom=f"GPU memory: {result.verdict.replace('_', ' ')}"
+                      + (" (CUDA OOM)" if result.oom else ""), root_cause=result.evidence[-1] if len(
+                          result.evidence) > 1 else result.evidence[0],
+                      evidence=result.evidence[0], fix="; ".join(result.fix[:2]),
+                      verification=_verify("oom", "analyze_memory on a new snapshot: verdict none"),
+                      source="analyze_memory", branch="oom")]
+
+
 async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[[Any], list[ReportRow]],
                rows: list[ReportRow], runs: list[ToolRun]) -> None:
     try:
@@ -155,11 +170,13 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
-    the others still are. The CLI `gpu-triage report` prints it (`--demo` on bundled sample artifacts).
+    the others still are; memory -> analyze_memory. The CLI `gpu-triage report` prints it (`--demo` on bundled
+    sample artifacts).
     """
     from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
     from tools.health import HealthCheckInput, health_check
     from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
+    from tools.memory import AnalyzeMemoryInput, analyze_memory
     from tools.stacks import DumpStacksInput, dump_stacks
     from tools.stragglers import FindStragglersInput, find_stragglers
     from tools.trace_summary import SummarizeTraceInput, summarize_trace
@@ -186,6 +203,10 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         fr_dir = params.fr_dir
         await _run("analyze_flight_recorder",
                    lambda: analyze_flight_recorder(AnalyzeFlightRecorderInput(path=fr_dir), ctx), _flight_rows,
+                   rows, runs)
+    if params.memory:
+        memory_path = params.memory
+        await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
                    rows, runs)
     # Worst first; within a severity, hardware first (nothing else can be trusted until it is fixed), then the
     # tools that name a culprit, then the generic symptoms.

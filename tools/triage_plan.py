@@ -34,6 +34,8 @@ class TriagePlanInput(InputModel):
                               description="Stack dumps saved earlier (for a job this host cannot reach).")
     fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
                                description="Folder of flight-recorder dumps.")
+    memory: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
+                               description="An allocator snapshot, memory_summary() text or memory_stats() dump.")
 
     cli_positional = "symptom"
 
@@ -99,6 +101,8 @@ def _fill(step: Step, params: TriagePlanInput) -> tuple[dict[str, Any], list[str
             arguments[name] = params.traces if isinstance(value, list) else params.traces[0]
         elif "flight" in text and params.fr_dir:
             arguments[name] = params.fr_dir
+        elif "memory" in text and params.memory:
+            arguments[name] = params.memory
         elif ("log" in text or "server" in text) and params.logs:
             arguments[name] = params.logs if isinstance(value, list) else params.logs[0]
         elif name == "symptom":
