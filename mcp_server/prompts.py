@@ -9,7 +9,7 @@ from mcp.server import MCPServer
 
 from sop import branch_markdown, branches, rules_markdown, tool_call
 from tools.context import ToolContext
-from tools.triage_plan import TriagePlanInput, TriagePlanResult, triage_plan
+from tools.plan import TriagePlanInput, TriagePlanResult, triage_plan
 
 __all__ = ["add_prompts", "triage_instructions"]
 

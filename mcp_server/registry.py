@@ -68,7 +68,7 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Straggler ranks"),
     ToolSpec("analyze_memory", "tools.memory", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
              "GPU memory / OOM analysis"),
-    ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
+    ToolSpec("triage_plan", "tools.plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
 )
 

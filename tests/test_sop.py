@@ -123,7 +123,7 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
     import anyio
 
     from tools.context import ToolContext
-    from tools.triage_plan import TriagePlanInput, triage_plan
+    from tools.plan import TriagePlanInput, triage_plan
 
     plan = anyio.run(triage_plan, TriagePlanInput(symptom="something is off"), ToolContext(roots=()))
     assert plan.branch == "triage" and plan.confidence == 0.0

@@ -19,7 +19,8 @@ __all__ = [
     "triage_report",
 ]
 
-# Tool name -> its module; imported on first use, so importing one tool does not import them all.
+# Tool name -> its module; imported on first use, so importing one tool does not import them all. A module never
+# bears its tool's name: importing the submodule tools.X would replace the attribute tools.X (the function).
 _MODULES = {
     "analyze_flight_recorder": "tools.flight_recorder",
     "analyze_memory": "tools.memory",
@@ -30,7 +31,7 @@ _MODULES = {
     "health_check": "tools.health",
     "nvidia_smi_query": "tools.smi_query",
     "summarize_trace": "tools.trace_summary",
-    "triage_plan": "tools.triage_plan",
+    "triage_plan": "tools.plan",
     "triage_report": "tools.report",
 }
 

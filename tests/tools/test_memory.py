@@ -466,7 +466,7 @@ def test_cli_and_report(tmp_path: Path) -> None:
 
 
 def test_triage_plan_routes_oom_to_analyze_memory() -> None:
-    from tools.triage_plan import TriagePlanInput, triage_plan
+    from tools.plan import TriagePlanInput, triage_plan
 
     ctx = ToolContext(roots=())
     for symptom in ("torch.OutOfMemoryError: CUDA out of memory at step 200", "显存不够 OOM"):
