@@ -84,6 +84,7 @@ class SlurmCluster:
 @contextlib.contextmanager
 def slurm_cluster(work: Path, nodes: int = 2, cpus_per_node: int = 8) -> Iterator[SlurmCluster]:
     """munged + slurmctld + `nodes` slurmd on loopback; every daemon stopped by pid on exit."""
+    work.mkdir(parents=True, exist_ok=True)
     # munged refuses a socket whose folders others cannot search, and pytest's tmp folders are 0700.
     munge = Path(tempfile.mkdtemp(prefix="gpu-triage-munge-"))
     munge.chmod(0o755)

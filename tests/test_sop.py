@@ -135,6 +135,10 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
     straggler = anyio.run(triage_plan, TriagePlanInput(symptom="why is rank 3 slow? one rank is always last"),
                           ToolContext(roots=()))
     assert straggler.branch == "straggler"
+    slurm = anyio.run(triage_plan, TriagePlanInput(symptom="the 64-GPU job hangs at step 1200", slurm_job="4242"),
+                      ToolContext(roots=()))
+    assert {s.tool: s.arguments.get("slurm_job") for s in slurm.steps if s.tool in ("health_check", "dump_stacks")} \
+        == {"health_check": "4242", "dump_stacks": "4242"}
 
 
 async def test_every_listed_tool_keeps_the_contract() -> None:

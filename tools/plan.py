@@ -36,6 +36,9 @@ class TriagePlanInput(InputModel):
                                description="Folder of flight-recorder dumps.")
     memory: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
                                description="An allocator snapshot, memory_summary() text or memory_stats() dump.")
+    slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
+                                  description="The job's Slurm id: the live calls (dump_stacks, health_check) then "
+                                  "cover every node of the job.")
 
     cli_positional = "symptom"
 
@@ -117,6 +120,8 @@ def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep
     arguments, needs = _fill(step, params)
     if step.tool == "dump_stacks" and params.stacks:
         arguments["from_files"] = params.stacks  # saved stacks instead of the live job
+    elif step.tool in ("dump_stacks", "health_check") and params.slurm_job:
+        arguments["slurm_job"] = params.slurm_job  # every node of the job, one verdict
     return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=step.decides,
                        needs=needs)
 
