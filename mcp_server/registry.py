@@ -68,6 +68,7 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Straggler ranks"),
     ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
+    ToolSpec("compare_runs", "tools.compare_runs", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 
 

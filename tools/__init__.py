@@ -7,6 +7,7 @@ import importlib
 
 __all__ = [
     "analyze_flight_recorder",
+    "compare_runs",
     "diagnose_logs",
     "dump_stacks",
     "find_stragglers",
@@ -21,6 +22,7 @@ __all__ = [
 # Tool name -> its module; imported on first use, so importing one tool does not import them all.
 _MODULES = {
     "analyze_flight_recorder": "tools.flight_recorder",
+    "compare_runs": "tools.compare_runs",
     "diagnose_logs": "tools.log_diagnose",
     "dump_stacks": "tools.stacks",
     "find_stragglers": "tools.stragglers",
