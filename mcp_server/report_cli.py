@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-triage report", description=__doc__.split("\n")[0])
     parser.add_argument("--logs", action="append", default=[], metavar="GLOB", help="The job's logs (repeatable).")
     parser.add_argument("--traces", action="append", default=[], metavar="PATH", help="A trace file or folder.")
+    parser.add_argument("--baseline", metavar="PATH", help="The run before the fix (a trace or step-time logs): "
+                        "the report compares it with --traces (else --logs).")
     parser.add_argument("--stacks", action="append", default=[], metavar="PATH", help="Saved stack dumps.")
     parser.add_argument("--fr-dir", metavar="DIR", help="Folder of flight-recorder dumps.")
     parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
@@ -53,6 +55,8 @@ def report_main(argv: list[str]) -> int:
         arguments["fr_dir"] = args.fr_dir
     if args.symptom:
         arguments["symptom"] = args.symptom
+    if args.baseline:
+        arguments["baseline"] = args.baseline
     if args.pids:
         try:
             arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
@@ -72,7 +76,8 @@ def report_main(argv: list[str]) -> int:
     ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
                                  ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
                                                                    or args.job),
-                                 ("flight recorder", args.fr_dir or args.demo)) if on]
+                                 ("flight recorder", args.fr_dir or args.demo),
+                                 ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)
