@@ -133,6 +133,8 @@ class RankSpread(BaseModel):
     run: Side
     ranks: int
     spread_pct: float | None = Field(description="(slowest - fastest rank median) / median rank, in %.")
+    basis: Literal["compute", "step"] = Field(description="Which per-rank median the spread is of: compute time where "
+                                              "the logs carry it (step times of synchronous ranks are all alike).")
     slowest_rank: int | None
     straggler: str = Field(description="find_stragglers' verdict: straggler, none or inconclusive.")
     flagged: list[int]
@@ -175,8 +177,8 @@ class CompareRunsResult(ToolResult):
             Table("Causes (ms per step)", ["cause", "status", "before %", "after %", "before ms", "after ms"],
                   [[c.kind, c.status, cell(c.before_pct), cell(c.after_pct), cell(c.before_ms), cell(c.after_ms)]
                    for c in self.causes], "causes"),
-            Table("Per-rank spread", ["run", "ranks", "spread %", "slowest rank", "straggler", "flagged"],
-                  [[s.run, str(s.ranks), cell(s.spread_pct), cell(s.slowest_rank), s.straggler,
+            Table("Per-rank spread", ["run", "ranks", "spread %", "of", "slowest rank", "straggler", "flagged"],
+                  [[s.run, str(s.ranks), cell(s.spread_pct), s.basis, cell(s.slowest_rank), s.straggler,
                     ",".join(map(str, s.flagged)) or "-"] for s in self.rank_spread], "rank_spread"),
             Table("Kernels that changed most (ms per step)", ["kernel", "kind", "before", "after", "change"],
                   [[k.name, k.kind, f"{k.before_ms:.2f}", f"{k.after_ms:.2f}", f"{k.change_ms:+.2f}"]
@@ -469,16 +471,25 @@ def _log_run(files: list[Path], names: list[str], source: str, step_regex: str |
 
 
 def _spread(run: Side, result: FindStragglersResult) -> RankSpread:
+    computed = [r for r in result.ranks if r.compute_ms is not None]
+    if len(computed) > 1:
+        slowest = max(computed, key=lambda r: r.compute_ms or 0.0)
+        values = [r.compute_ms or 0.0 for r in computed]
+        median = statistics.median(values)
+        spread = 100.0 * (max(values) - min(values)) / median if median > 0 else None
+        return RankSpread(run=run, ranks=result.ranks_summary.count, spread_pct=_round(spread), basis="compute",
+                          slowest_rank=slowest.rank, straggler=result.verdict, flagged=[f.rank for f in result.flagged])
     timed = [r for r in result.ranks if r.median_step_ms is not None]
-    slowest = max(timed, key=lambda r: r.median_step_ms or 0.0).rank if len(timed) > 1 else None
-    return RankSpread(run=run, ranks=result.ranks_summary.count, spread_pct=result.ranks_summary.spread_pct,
-                      slowest_rank=slowest, straggler=result.verdict, flagged=[f.rank for f in result.flagged])
+    slowest_rank = max(timed, key=lambda r: r.median_step_ms or 0.0).rank if len(timed) > 1 else None
+    return RankSpread(run=run, ranks=result.ranks_summary.count, spread_pct=_round(result.ranks_summary.spread_pct),
+                      basis="step", slowest_rank=slowest_rank, straggler=result.verdict,
+                      flagged=[f.rank for f in result.flagged])
 
 
 def _straggler_sentence(before: RankSpread, after: RankSpread) -> str | None:
     if before.ranks < 2 and after.ranks < 2:
         return None
-    spread = f"per-rank spread {cell(before.spread_pct)}% -> {cell(after.spread_pct)}%"
+    spread = f"per-rank {after.basis} spread {cell(before.spread_pct)}% -> {cell(after.spread_pct)}%"
     if before.flagged and not after.flagged:
         return f"The straggler is gone: rank(s) {', '.join(map(str, before.flagged))} no longer flagged ({spread})."
     if after.flagged:
