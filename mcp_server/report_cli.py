@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fr-dir", metavar="DIR", help="Folder of flight-recorder dumps.")
     parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
     parser.add_argument("--job", choices=["auto"], help="auto: dump the stacks of the torchrun job on this host.")
+    parser.add_argument("--metrics", metavar="URL_OR_FILE", help="An inference server's /metrics (vLLM, SGLang).")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
+                        help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
     parser.add_argument("--symptom", help="What the user reported (for the record).")
     parser.add_argument("--no-health", action="store_true", help="Skip the GPU/host health check.")
     parser.add_argument("--demo", action="store_true", help="Use the sample artifacts bundled with the package.")
@@ -57,6 +60,8 @@ def report_main(argv: list[str]) -> int:
         arguments["symptom"] = args.symptom
     if args.baseline:
         arguments["baseline"] = args.baseline
+    if args.metrics:
+        arguments.update(metrics=args.metrics, allow_host=args.allow_host)
     if args.pids:
         try:
             arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
@@ -76,7 +81,7 @@ def report_main(argv: list[str]) -> int:
     ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
                                  ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
                                                                    or args.job),
-                                 ("flight recorder", args.fr_dir or args.demo),
+                                 ("flight recorder", args.fr_dir or args.demo), ("metrics", args.metrics),
                                  ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)

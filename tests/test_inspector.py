@@ -27,12 +27,12 @@ def test_inspector_lists_every_tool_with_output_schema_and_read_only_hint() -> N
     tools = _inspect("--method", "tools/list", "--strict")["tools"]
     assert {t["name"] for t in tools} == {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs",
                                           "summarize_trace", "dump_stacks", "analyze_flight_recorder",
-                                          "find_stragglers", "triage_plan", "triage_report",
+                                          "find_stragglers", "triage_plan", "triage_report", "inference_metrics",
                                           "compare_runs"}
     for tool in tools:
         assert tool["outputSchema"]["type"] == "object"
         assert tool["annotations"] == {"title": tool["title"], "readOnlyHint": True, "destructiveHint": False,
-                                       "idempotentHint": True, "openWorldHint": False}
+                                       "idempotentHint": True, "openWorldHint": tool["name"] == "inference_metrics"}
 
 
 def test_inspector_calls_health_check() -> None:

@@ -118,3 +118,12 @@ COMPARE_SNIFF_BYTES: Final = 4096
 
 # triage_plan.
 PLAN_MAX_SYMPTOM_CHARS: Final = 2000
+
+# inference_metrics: a vLLM / SGLang /metrics page, from a file or scraped over HTTP.
+INFER_MAX_BYTES: Final = 16 * 1024 * 1024  # a V1 server with many engines and LoRAs is ~1 MB
+INFER_SCRAPE_TIMEOUT_S: Final = 10.0
+INFER_MIN_INTERVAL_S: Final = 1.0
+INFER_MAX_INTERVAL_S: Final = 60.0
+INFER_MAX_ALLOWED_HOSTS: Final = 16
+INFER_MIN_TARGET_S: Final = 0.001
+INFER_MAX_TARGET_S: Final = 3600.0

@@ -17,14 +17,14 @@ from pydantic import BaseModel, Field
 from sop import branches
 from tools.context import ToolContext
 from tools.errors import TriageError
-from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
 
 __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "summarize_trace": 4, "diagnose_logs": 5, "compare_runs": 6}
+                 "summarize_trace": 4, "inference_metrics": 4, "diagnose_logs": 5, "compare_runs": 6}
 
 
 class TriageReportInput(InputModel):
@@ -38,6 +38,10 @@ class TriageReportInput(InputModel):
     pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
     job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
     health: bool = Field(default=True, description="Run the GPU/host health check.")
+    metrics: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
+                                description="An inference server's /metrics URL or saved page (inference_metrics).")
+    allow_host: list[NameArg] = Field(default_factory=list, max_length=INFER_MAX_ALLOWED_HOSTS,
+                                      description="Hosts besides loopback whose /metrics may be scraped.")
     baseline: PathArg | None = Field(default=None, description="The run before the fix (a trace, or step-time logs): "
                                      "compared with the first of traces (else of logs) by compare_runs.")
 
@@ -151,6 +155,13 @@ def _flight_rows(result: Any) -> list[ReportRow]:
             for s in result.suspects[:8]]
 
 
+def _inference_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"inference server: {f.kind.replace('_', ' ')}", root_cause=f.cause,
+                      evidence=f.evidence, fix=f.fix, verification=f.verify, source="inference_metrics",
+                      branch=f.sop_branch)
+            for f in result.findings]
+
+
 def _compare_rows(result: Any) -> list[ReportRow]:
     dominant = result.now_dominant
     regressed = result.verdict == "regressed"
@@ -201,7 +212,8 @@ async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[
 
 async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
     """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
-    summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder) and merge what they
+    summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder, metrics ->
+    inference_metrics) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are. With a baseline (the run before the fix), compare_runs compares it with the first of
@@ -239,6 +251,11 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         await _run("analyze_flight_recorder",
                    lambda: analyze_flight_recorder(AnalyzeFlightRecorderInput(path=fr_dir), ctx), _flight_rows,
                    rows, runs)
+    if params.metrics:
+        from tools.inference_metrics import InferenceMetricsInput, inference_metrics
+
+        metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
+        await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
     baseline: list[BaselineRow] = []
     if params.baseline:
         newer = params.traces or params.logs
