@@ -72,7 +72,7 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Inference server metrics (vLLM / SGLang)", open_world=True),
     ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
-    ToolSpec("compare_runs", "tools.compare_runs", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
+    ToolSpec("compare_runs", "tools.run_compare", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 
 

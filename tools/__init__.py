@@ -23,7 +23,7 @@ __all__ = [
 # Tool name -> its module; imported on first use, so importing one tool does not import them all.
 _MODULES = {
     "analyze_flight_recorder": "tools.flight_recorder",
-    "compare_runs": "tools.compare_runs",
+    "compare_runs": "tools.run_compare",
     "diagnose_logs": "tools.log_diagnose",
     "dump_stacks": "tools.stacks",
     "find_stragglers": "tools.stragglers",

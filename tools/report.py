@@ -220,10 +220,10 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     traces (else logs): a section with step time, throughput, each cause before/after and what dominates now.
     The CLI `gpu-triage report` prints it (`--demo` on bundled sample artifacts).
     """
-    from tools.compare_runs import CompareRunsInput, compare_runs
     from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
     from tools.health import HealthCheckInput, health_check
     from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
+    from tools.run_compare import CompareRunsInput, compare_runs
     from tools.stacks import DumpStacksInput, dump_stacks
     from tools.stragglers import FindStragglersInput, find_stragglers
     from tools.trace_summary import SummarizeTraceInput, summarize_trace

@@ -2,7 +2,7 @@
 --baseline`, with the expected numbers computed here from the traces' ProfilerStep events; generated Kineto traces
 with known per-step causes for every status, a regression and a noise-only pair; step-time logs (a straggler that
 goes away, tokens/s, a shift hidden in noise, a shift too small to matter); the U test against a brute-force
-enumeration; and the refusals."""
+enumeration; two /metrics pages (a fix, and noise); and the refusals."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, base_env, run_cli, stdio_client
-from tools.compare_runs import CompareRunsInput, CompareRunsResult, compare_runs, mann_whitney_p
 from tools.context import ToolContext
+from tools.run_compare import CompareRunsInput, CompareRunsResult, compare_runs, mann_whitney_p
 
 pytestmark = pytest.mark.anyio
 
@@ -295,7 +295,57 @@ async def test_refusals_over_mcp(tmp_path: Path) -> None:
         outside = await client.call_tool("compare_runs", {"before": "/etc/passwd", "after": "r.log"})
         alive = await client.call_tool("compare_runs", {"before": "r.log", "after": "r.log"})
     assert mixed.is_error and "before is traces and after is logs: compare like with like" in mixed.content[0].text
-    assert metrics.is_error and "comparing /metrics dumps needs inference_metrics' reader" in metrics.content[0].text
+    assert metrics.is_error and "holds no vLLM or SGLang serving metric" in metrics.content[0].text
     assert no_steps.is_error and "no step-time line recognised in empty.log" in no_steps.content[0].text
     assert outside.is_error and "outside the allowed roots" in outside.content[0].text
     assert alive.is_error is False and alive.structured_content["verdict"] == "no_significant_change"
+
+
+# ---- inference /metrics pages ---------------------------------------------------------------------------------
+
+BOUNDS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+LABEL = 'model_name="m"'
+
+
+def histogram(name: str, per_bucket: dict[float, int], mean: float) -> str:
+    """A Prometheus histogram with `per_bucket` observations in the bucket of each upper bound."""
+    lines, running = [f"# TYPE {name} histogram"], 0
+    for bound in (*BOUNDS, float("inf")):
+        running += per_bucket.get(bound, 0)
+        le = "+Inf" if bound == float("inf") else str(bound)
+        lines.append(f'{name}_bucket{{le="{le}",{LABEL}}} {running}.0')
+    lines += [f"{name}_count{{{LABEL}}} {running}.0", f"{name}_sum{{{LABEL}}} {running * mean}"]
+    return "\n".join(lines) + "\n"
+
+
+def page(e2e: dict[float, int], ttft: dict[float, int], waiting: int, kv: float, preempted: int) -> str:
+    return (histogram("vllm:e2e_request_latency_seconds", e2e, 3.0)
+            + histogram("vllm:time_to_first_token_seconds", ttft, 0.5)
+            + histogram("vllm:inter_token_latency_seconds", {0.3: sum(e2e.values())}, 0.05)
+            + f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{LABEL}}} 64.0\n"
+            + f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{{LABEL}}} {waiting}.0\n"
+            + f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{LABEL}}} {kv}\n"
+            + f"# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{{{LABEL}}} {preempted}.0\n")
+
+
+def test_two_metrics_pages(tmp_path: Path) -> None:
+    # Before: KV cache full, requests preempted, e2e mostly 2.5-5 s; after: e2e mostly 1-1.5 s.
+    (tmp_path / "before.txt").write_text(page({2.5: 100, 5.0: 800, 10.0: 100}, {1.0: 600, 2.0: 400}, 30, 0.99, 40))
+    (tmp_path / "after.txt").write_text(page({1.0: 100, 1.5: 800, 2.0: 100}, {0.3: 900, 0.5: 100}, 0, 0.4, 0))
+    # Noise: the same server twice, a few requests moved between neighbouring buckets.
+    (tmp_path / "again.txt").write_text(page({2.5: 104, 5.0: 793, 10.0: 103}, {1.0: 590, 2.0: 410}, 30, 0.99, 40))
+    fixed = compare("before.txt", "after.txt", tmp_path)
+    noise = compare("before.txt", "again.txt", tmp_path)
+    assert fixed.kind == "inference" and fixed.verdict == "improved"
+    # p50 by histogram_quantile: 500th of 1000 in (2.5, 5] holding 100..900 -> 2.5 + 2.5 * 400/800 = 3.75 s;
+    # after, in (1, 1.5] -> 1 + 0.5 * 400/800 = 1.25 s.
+    p50 = {(q.metric, q.quantile): (q.before_s, q.after_s) for q in fixed.latency}
+    assert p50[("e2e", "p50")] == (3.75, 1.25) and fixed.speedup == 3.0
+    assert p50[("ttft", "p50")] == (pytest.approx(0.8 + 0.2 * 500 / 600, abs=1e-3), pytest.approx(0.3 * 500 / 900,
+                                                                                                  abs=1e-3))
+    assert [r.steps for r in fixed.runs] == [1000, 1000]
+    assert fixed.inference_verdicts[0] == "kv_cache_pressure" and fixed.inference_verdicts[1] != "kv_cache_pressure"
+    assert f"inference_metrics' verdict: kv_cache_pressure -> {fixed.inference_verdicts[1]}." == fixed.conclusion[1]
+    assert noise.verdict == "no_significant_change" and noise.speedup is None
+    assert noise.p_value is not None and noise.p_value > 0.05
+    assert noise.inference_verdicts == ["kv_cache_pressure", "kv_cache_pressure"]

@@ -3,15 +3,16 @@
 The SOP ends every branch the same way: fix the cause, measure again, compare like with like. BEFORE and AFTER
 are the same kind of input, told from the files themselves: two profiler traces (files or folders of per-rank
 traces, measured by summarize_trace's own breakdown) or two sets of step-time logs (read by the one step-line
-reader, tools/_steps.py; the straggler verdict is find_stragglers' own). Inference /metrics dumps are a third
-kind, which needs inference_metrics' reader.
+reader, tools/_steps.py; the straggler verdict is find_stragglers' own) or two inference-server /metrics pages
+(the one Prometheus reader, tools/_prometheus.py, and inference_metrics' own verdict on each).
 
 Honest statistics: the steps compared are steady-state steps (warm-up left out; for traces also the last
 ProfilerStep, as HTA does), per step the median over ranks; each side says how many it has. A change counts only
 when the two sets of step times differ beyond their step-to-step noise (two-sided Mann-Whitney U test, exact for
-small samples) AND by at least COMPARE_MIN_CHANGE_PCT; otherwise the answer is "no significant change", not a
-factor. Causes are compared in milliseconds per step (a share of a shorter step grows even when nothing changed)
-and labelled resolved / reduced / unchanged / increased / new. SOP: the last step (verification) of a branch.
+small samples; for /metrics, on the end-to-end latency histogram with each bucket a group of ties) AND by at least
+COMPARE_MIN_CHANGE_PCT; otherwise the answer is "no significant change", not a factor. Causes are compared in
+milliseconds per step (a share of a shorter step grows even when nothing changed) and labelled resolved / reduced /
+unchanged / increased / new. SOP: the last step (verification) of a branch.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio.to_thread
 import numpy as np
@@ -33,7 +34,7 @@ from tools._logfiles import _open, expand_inputs
 from tools._steps import RankSteps, StepReader, compile_user_format
 from tools._traces import trace_files
 from tools.context import ToolContext
-from tools.errors import BadInput, Unavailable
+from tools.errors import BadInput
 from tools.limits import (
     COMPARE_CAUSE_ABS_PCT,
     COMPARE_CAUSE_REL,
@@ -52,7 +53,7 @@ from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolRes
 from tools.stragglers import FindStragglersResult, stragglers_in_steps
 from tools.trace_summary import TraceBreakdown, branch_of_cause, breakdown, short_name
 
-__all__ = ["CompareRunsInput", "CompareRunsResult", "compare_runs", "mann_whitney_p"]
+__all__ = ["CompareRunsInput", "CompareRunsResult", "compare_runs", "mann_whitney_binned_p", "mann_whitney_p"]
 
 InputKind = Literal["traces", "logs", "inference"]
 Verdict = Literal["improved", "regressed", "no_significant_change"]
@@ -62,7 +63,6 @@ Side = Literal["before", "after"]
 _GLOB_CHARS = frozenset("*?[")
 _TRACE_NAMES = (".json", ".json.gz")
 _METRICS_LINE = re.compile(rb"^(?:# (?:HELP|TYPE) \S+|(?:vllm|sglang)[:_][A-Za-z_:]+[{ ])", re.MULTILINE)
-_INFERENCE_MISSING = "comparing /metrics dumps needs inference_metrics' reader"
 # What a log's step value is per unit (tools/_steps.py StepFormat.unit) -> (throughput unit, value per ms^-1).
 _THROUGHPUT = {"ms": ("steps/s", 1e3), "ms (tqdm rate)": ("steps/s", 1e3), "ms per 1k tokens": ("tokens/s", 1e6),
                "ms per 1k samples": ("samples/s", 1e6)}
@@ -140,6 +140,14 @@ class RankSpread(BaseModel):
     flagged: list[int]
 
 
+class LatencyChange(BaseModel):
+    metric: Literal["ttft", "itl", "e2e"]
+    quantile: Literal["p50", "p90", "p99"]
+    before_s: float | None
+    after_s: float | None
+    at_least: bool = Field(description="A side's quantile fell past the last bucket: it is at least the value shown.")
+
+
 class NowDominant(BaseModel):
     kind: str = Field(description="The cause that takes most of the step now (or compute when none stands out).")
     share_pct: float | None
@@ -149,7 +157,7 @@ class NowDominant(BaseModel):
 
 
 class CompareRunsResult(ToolResult):
-    kind: Literal["traces", "logs"]
+    kind: Literal["traces", "logs", "inference"]
     verdict: Verdict
     speedup: float | None = Field(description="after/before throughput factor (before step / after step); null when "
                                   "the difference is within the run-to-run spread.")
@@ -161,6 +169,10 @@ class CompareRunsResult(ToolResult):
     causes: list[CauseChange] = Field(description="Traces: each cause of GPU idle before and after.")
     rank_spread: list[RankSpread] = Field(description="Logs: per-rank spread and straggler, before and after.")
     kernels: list[KernelChange] = Field(description="Traces: the kernels whose time changed most.")
+    latency: list[LatencyChange] = Field(default_factory=list, description="Inference: TTFT / ITL / e2e quantiles "
+                                         "before and after, seconds.")
+    inference_verdicts: list[str] = Field(default_factory=list, description="Inference: inference_metrics' verdict "
+                                          "before and after.")
     now_dominant: NowDominant | None
     notes: list[str]
 
@@ -180,10 +192,17 @@ class CompareRunsResult(ToolResult):
             Table("Per-rank spread", ["run", "ranks", "spread %", "of", "slowest rank", "straggler", "flagged"],
                   [[s.run, str(s.ranks), cell(s.spread_pct), s.basis, cell(s.slowest_rank), s.straggler,
                     ",".join(map(str, s.flagged)) or "-"] for s in self.rank_spread], "rank_spread"),
+            Table("Latency (s)", ["metric", "quantile", "before", "after"],
+                  [[q.metric, q.quantile, _seconds(q.before_s, q.at_least), _seconds(q.after_s, q.at_least)]
+                   for q in self.latency], "latency"),
             Table("Kernels that changed most (ms per step)", ["kernel", "kind", "before", "after", "change"],
                   [[k.name, k.kind, f"{k.before_ms:.2f}", f"{k.after_ms:.2f}", f"{k.change_ms:+.2f}"]
                    for k in self.kernels], "kernels"),
         ]
+
+
+def _seconds(value: float | None, at_least: bool) -> str:
+    return "-" if value is None else (">= " if at_least else "") + f"{value:.3g}"
 
 
 def _fmt(value: float | None) -> str:
@@ -230,12 +249,29 @@ def mann_whitney_p(before: np.ndarray, after: np.ndarray) -> float:
         u = int(round(min(u1, n1 * n2 - u1)))
         tail = sum(_u_counts(n1, n2)[: u + 1])
         return min(1.0, 2.0 * tail / math.comb(n1 + n2, n1))
+    return _normal_p(u1, n1, n2, float((ties**3 - ties).sum()))
+
+
+def _normal_p(u1: float, n1: float, n2: float, tie_term: float) -> float:
+    """Two-sided p of U under the normal approximation, with tie and continuity corrections."""
     n = n1 + n2
-    variance = n1 * n2 / 12.0 * ((n + 1) - float((ties**3 - ties).sum()) / (n * (n - 1)))
+    if n1 <= 0 or n2 <= 0 or n < 2:
+        return 1.0
+    variance = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
     if variance <= 0:
         return 1.0
     z = max(abs(u1 - n1 * n2 / 2.0) - 0.5, 0.0) / math.sqrt(variance)
     return min(1.0, math.erfc(z / math.sqrt(2.0)))
+
+
+def mann_whitney_binned_p(before: np.ndarray, after: np.ndarray) -> float:
+    """The same test on two histograms with the same buckets (counts per bucket): the observations of a bucket are
+    ties, which makes the test conservative (it cannot see differences inside a bucket)."""
+    pooled = before + after
+    below = np.concatenate([[0.0], np.cumsum(pooled)[:-1]])
+    n1, n2 = float(before.sum()), float(after.sum())
+    u1 = float((before * (below + (pooled + 1) / 2.0)).sum()) - n1 * (n1 + 1) / 2.0
+    return _normal_p(u1, n1, n2, float((pooled**3 - pooled).sum()))
 
 
 def _warmup(count: int, given: int | None) -> int:
@@ -302,8 +338,8 @@ def _significance(before: _Run, after: _Run, unit: str, per: float) -> _Outcome:
     if p < COMPARE_P_VALUE and change_pct >= COMPARE_MIN_CHANGE_PCT:
         verdict: Verdict = "improved" if ratio > 1 else "regressed"
         return _Outcome(verdict, ratio, p, f"{verdict.capitalize()}: throughput x{ratio:.2f} ({throughput}; median "
-                        f"step {b:.1f} -> {a:.1f} ms over {counts}, Mann-Whitney p={p:.2g}).")
-    why = (f"p={p:.2g}" if p >= COMPARE_P_VALUE else f"a {change_pct:.1f}% shift, below {COMPARE_MIN_CHANGE_PCT:g}%")
+                        f"step {b:.1f} -> {a:.1f} ms over {counts}, Mann-Whitney {_p_text(p)}).")
+    why = (_p_text(p) if p >= COMPARE_P_VALUE else f"a {change_pct:.1f}% shift, below {COMPARE_MIN_CHANGE_PCT:g}%")
     return _Outcome("no_significant_change", ratio, p, f"No significant change: median step {b:.1f} -> {a:.1f} ms is "
                     f"within the run-to-run spread ({why}; {counts}).")
 
@@ -521,7 +557,7 @@ async def compare_runs(params: CompareRunsInput, ctx: ToolContext) -> CompareRun
         raise BadInput(f"before is {before_in.kind} and after is {after_in.kind}: compare like with like.",
                        "Pass two traces, or two sets of step-time logs, of the same job.")
     if before_in.kind == "inference":
-        raise Unavailable(_INFERENCE_MISSING + ".", "Compare two traces or two sets of step-time logs for now.")
+        return await _inference_result(params, ctx)
     deadline = time.monotonic() + ctx.remaining_s()
     if before_in.kind == "traces":
         before = await anyio.to_thread.run_sync(_trace_run, before_in.files, params.before, ctx.roots,
@@ -549,6 +585,10 @@ def _sides(before: _Run, after: _Run, unit: str, per: float) -> list[RunSide]:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _p_text(value: float) -> str:
+    return f"p={value:.2g}" if value >= 1e-15 else "p<1e-15"
 
 
 def _p(value: float | None) -> float | None:
@@ -628,4 +668,86 @@ def _logs_result(before: _Run, after: _Run) -> CompareRunsResult:
         speedup=round(outcome.ratio, 3) if outcome.ratio and outcome.verdict != "no_significant_change" else None,
         measured_ratio=_round(outcome.ratio), p_value=_p(outcome.p_value), step_time_ms=_times(before, after),
         runs=_sides(before, after, unit, per), breakdown=[], causes=[], rank_spread=spreads, kernels=[],
+        now_dominant=dominant, notes=notes)
+
+
+# -------------------------------------------------------------------------------------------------- inference
+
+_LATENCIES: tuple[Literal["ttft", "itl", "e2e"], ...] = ("ttft", "itl", "e2e")
+_QUANTILES: tuple[tuple[Literal["p50", "p90", "p99"], float], ...] = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> CompareRunsResult:
+    from tools._prometheus import parse_exposition
+    from tools.inference_metrics import InferenceMetricsInput, fetch_exposition, inference_metrics
+
+    expositions = [parse_exposition(await fetch_exposition(raw, ctx)) for raw in (params.before, params.after)]
+    # inference_metrics' own verdict on each page (what the SOP branch acts on): did it change?
+    verdicts = [await inference_metrics(InferenceMetricsInput(source=raw), ctx) for raw in (params.before,
+                                                                                             params.after)]
+    before, after = expositions
+    rows = []
+    for metric in _LATENCIES:
+        first, second = before.histograms.get(metric), after.histograms.get(metric)
+        if first is None and second is None:
+            continue
+        for name, q in _QUANTILES:
+            b = first.quantile(q) if first else None
+            a = second.quantile(q) if second else None
+            rows.append(LatencyChange(metric=metric, quantile=name, before_s=_round(b.value if b else None),
+                                      after_s=_round(a.value if a else None),
+                                      at_least=bool(b and b.lower_bound) or bool(a and a.lower_bound)))
+    # The request latency is compared: end to end where both pages have it, else the time to first token.
+    compared: str = next((m for m in ("e2e", "ttft") if m in before.histograms and m in after.histograms), "")
+    notes = ["Single pages: each quantile covers the server's whole life up to the scrape; save two pages per run "
+             "and compare the intervals for a cleaner comparison."]
+    outcome = _Outcome("no_significant_change", None, None, "Neither page has an end-to-end or TTFT histogram in "
+                       "common: nothing to compare.")
+    sides: list[RunSide] = []
+    if compared:
+        hb, ha = before.histograms[compared], after.histograms[compared]
+        b50, a50 = hb.quantile(0.5), ha.quantile(0.5)
+        label = {"e2e": "end-to-end latency", "ttft": "time to first token"}[compared]
+        pages: tuple[tuple[Side, str, Any, Any], ...] = (("before", params.before, hb, b50),
+                                                          ("after", params.after, ha, a50))
+        sides = [RunSide(run=side, source=raw, ranks=1, steps=int(h.count), warmup_dropped=0,
+                         median_ms=_round(m.value * 1000 if m else None),
+                         p90_ms=_round(q90.value * 1000 if (q90 := h.quantile(0.9)) else None), throughput=None,
+                         throughput_unit="")
+                 for side, raw, h, m in pages]
+        if hb.bounds != ha.bounds:
+            notes.append(f"The two {compared} histograms have different buckets: no test is made.")
+            p = None
+        else:
+            p = mann_whitney_binned_p(np.diff(np.array(hb.cumulative), prepend=0.0),
+                                      np.diff(np.array(ha.cumulative), prepend=0.0))
+        ratio = b50.value / a50.value if b50 and a50 and a50.value > 0 else None
+        counts = f"{hb.count:.0f} vs {ha.count:.0f} requests"
+        median = f"{label} p50 {b50.value if b50 else 0:.3g} -> {a50.value if a50 else 0:.3g} s"
+        if (ratio is not None and p is not None and p < COMPARE_P_VALUE
+                and abs(ratio - 1) * 100 >= COMPARE_MIN_CHANGE_PCT):
+            verdict: Verdict = "improved" if ratio > 1 else "regressed"
+            outcome = _Outcome(verdict, ratio, p, f"{verdict.capitalize()}: {median} (x{ratio:.2f} faster; "
+                               f"{counts}, Mann-Whitney {_p_text(p)})." if ratio > 1 else
+                               f"Regressed: {median} (x{ratio:.2f}; {counts}, Mann-Whitney {_p_text(p)}).")
+        else:
+            tested = _p_text(p) if p is not None else "no test"
+            outcome = _Outcome("no_significant_change", ratio, p, f"No significant change: {median} is within the "
+                               f"spread of the two histograms ({tested}; {counts}).")
+    first_verdict, second_verdict = verdicts[0].verdict, verdicts[1].verdict
+    text = [outcome.change, f"inference_metrics' verdict: {first_verdict} -> {second_verdict}."]
+    dominant: NowDominant | None = None
+    if verdicts[1].findings:
+        lead = verdicts[1].findings[0]
+        dominant = NowDominant(kind=lead.kind, share_pct=None, evidence=lead.evidence, fix=lead.fix,
+                               branch=lead.sop_branch)
+        text.append(f"Now dominant: {lead.kind}: {lead.evidence.rstrip('.')}.")
+    next_steps = [NextStep.from_sop("inference_latency", done={"compare_runs"}, source=params.after)]
+    return CompareRunsResult(
+        severity=Severity.warn if outcome.verdict == "regressed" else Severity.ok, conclusion=text[:3],
+        next_steps=next_steps, kind="inference", verdict=outcome.verdict,
+        speedup=round(outcome.ratio, 3) if outcome.ratio and outcome.verdict != "no_significant_change" else None,
+        measured_ratio=_round(outcome.ratio), p_value=_p(outcome.p_value),
+        step_time_ms=StepTimes(before=None, after=None, before_p90=None, after_p90=None), runs=sides, breakdown=[],
+        causes=[], rank_spread=[], kernels=[], latency=rows, inference_verdicts=[first_verdict, second_verdict],
         now_dominant=dominant, notes=notes)
