@@ -58,12 +58,18 @@ class _ExtendFlat(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
+def _positionals(model: type[InputModel]) -> tuple[str, ...]:
+    named = model.cli_positional
+    return () if named is None else (named,) if isinstance(named, str) else named
+
+
 def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel]) -> None:
+    positionals = _positionals(model)
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
         kind, is_list = _base_type(field.annotation)
         help_text = (field.description or "").replace("%", "%%")  # argparse formats help with %
-        if name == model.cli_positional:
+        if name in positionals:
             # The inputs themselves, as a shell user types them: `gpu-triage grep-logs logs/rank*.log`.
             parser.add_argument(name, nargs="*" if is_list else "?", default=None, metavar=name.upper(),
                                 help=help_text)
@@ -112,16 +118,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
     model = spec.input_model
     arguments = {name: getattr(args, name) for name in model.model_fields if getattr(args, name, None) is not None}
-    if model.cli_positional:
-        positional = getattr(args, model.cli_positional)
-        flagged = getattr(args, f"{model.cli_positional}_flag")
-        arguments.pop(model.cli_positional, None)
+    for name in _positionals(model):
+        positional = getattr(args, name)
+        flagged = getattr(args, f"{name}_flag")
+        arguments.pop(name, None)
         if isinstance(positional, list) or isinstance(flagged, list):
             merged = (positional or []) + (flagged or [])
             if merged:
-                arguments[model.cli_positional] = merged
+                arguments[name] = merged
         elif positional is not None or flagged is not None:
-            arguments[model.cli_positional] = positional if positional is not None else flagged
+            arguments[name] = positional if positional is not None else flagged
     for option, (_, fixed, counted) in model.cli_shortcuts.items():
         value = getattr(args, f"shortcut_{option.strip('-')}")
         if value is not None:

@@ -27,6 +27,8 @@ class ToolSpec:
     result_name: str
     title: str
     read_only: bool = True
+    # True for a tool that reaches outside this host's files and processes (the network): MCP's openWorldHint.
+    open_world: bool = False
 
     @cached_property
     def _module(self) -> Any:
@@ -68,8 +70,11 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Straggler ranks"),
     ToolSpec("analyze_memory", "tools.memory", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
              "GPU memory / OOM analysis"),
+    ToolSpec("inference_metrics", "tools.inference_metrics", "InferenceMetricsInput", "InferenceMetricsResult",
+             "Inference server metrics (vLLM / SGLang)", open_world=True),
     ToolSpec("triage_plan", "tools.plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
+    ToolSpec("compare_runs", "tools.run_compare", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 
 

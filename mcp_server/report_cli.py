@@ -32,12 +32,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-triage report", description=__doc__.split("\n")[0])
     parser.add_argument("--logs", action="append", default=[], metavar="GLOB", help="The job's logs (repeatable).")
     parser.add_argument("--traces", action="append", default=[], metavar="PATH", help="A trace file or folder.")
+    parser.add_argument("--baseline", metavar="PATH", help="The run before the fix (a trace or step-time logs): "
+                        "the report compares it with --traces (else --logs).")
     parser.add_argument("--stacks", action="append", default=[], metavar="PATH", help="Saved stack dumps.")
     parser.add_argument("--fr-dir", metavar="DIR", help="Folder of flight-recorder dumps.")
     parser.add_argument("--memory", metavar="PATH", help="An allocator snapshot, memory_summary text, memory_stats "
                         "dump or OOM log.")
     parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
     parser.add_argument("--job", choices=["auto"], help="auto: dump the stacks of the torchrun job on this host.")
+    parser.add_argument("--metrics", metavar="URL_OR_FILE", help="An inference server's /metrics (vLLM, SGLang).")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
+                        help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
     parser.add_argument("--symptom", help="What the user reported (for the record).")
     parser.add_argument("--no-health", action="store_true", help="Skip the GPU/host health check.")
     parser.add_argument("--demo", action="store_true", help="Use the sample artifacts bundled with the package.")
@@ -57,6 +62,10 @@ def report_main(argv: list[str]) -> int:
         arguments["memory"] = args.memory
     if args.symptom:
         arguments["symptom"] = args.symptom
+    if args.baseline:
+        arguments["baseline"] = args.baseline
+    if args.metrics:
+        arguments.update(metrics=args.metrics, allow_host=args.allow_host)
     if args.pids:
         try:
             arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
@@ -76,7 +85,8 @@ def report_main(argv: list[str]) -> int:
     ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
                                  ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
                                                                    or args.job),
-                                 ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory)) if on]
+                                 ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
+                                 ("metrics", args.metrics), ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)

@@ -51,7 +51,7 @@ def annotations_for(spec: ToolSpec) -> ToolAnnotations:
         read_only_hint=spec.read_only,
         destructive_hint=False,
         idempotent_hint=spec.read_only,
-        open_world_hint=False,
+        open_world_hint=spec.open_world,
     )
 
 

@@ -116,6 +116,23 @@ STRAGGLER_MAX_LOG_FILES: Final = 4096  # one log per rank of a large job
 STRAGGLER_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # above this much log text, worker processes read it
 STRAGGLER_MAX_WORKERS: Final = 4
 
+# compare_runs: before/after. A difference counts when the two runs' steady-state steps differ beyond their
+# step-to-step noise (two-sided Mann-Whitney U, p below this) AND by at least this much (a 0.5% shift over
+# 10,000 steps is "significant" and still nothing anyone should act on).
+COMPARE_P_VALUE: Final = 0.05
+COMPARE_MIN_CHANGE_PCT: Final = 2.0
+COMPARE_MIN_STEPS: Final = 3  # fewer steady-state steps on a side: no test is made
+COMPARE_EXACT_MAX_STEPS: Final = 60  # up to this many steps a side (and no ties), the exact U distribution
+COMPARE_MAX_WARMUP_STEPS: Final = 50
+# A cause's time per step: changed when it moves by more than COMPARE_CAUSE_REL of the larger side and
+# COMPARE_CAUSE_ABS_PCT of the baseline step; resolved when at most COMPARE_RESOLVED_FRACTION of it is left.
+COMPARE_CAUSE_REL: Final = 0.2
+COMPARE_CAUSE_ABS_PCT: Final = 2.0
+COMPARE_RESOLVED_FRACTION: Final = 0.1
+COMPARE_TOP_KERNELS: Final = 10
+COMPARE_MAX_LOG_FILES: Final = 4096
+COMPARE_SNIFF_BYTES: Final = 4096
+
 # triage_plan.
 PLAN_MAX_SYMPTOM_CHARS: Final = 2000
 
@@ -140,3 +157,12 @@ MEM_GROWTH_PCT: Final = 10.0
 MEM_GROWTH_MIN_EVENTS: Final = 40
 MEM_UNBALANCED_RATIO: Final = 1.5
 MEM_UNBALANCED_MIN_BYTES: Final = 1024 * 1024 * 1024
+
+# inference_metrics: a vLLM / SGLang /metrics page, from a file or scraped over HTTP.
+INFER_MAX_BYTES: Final = 16 * 1024 * 1024  # a V1 server with many engines and LoRAs is ~1 MB
+INFER_SCRAPE_TIMEOUT_S: Final = 10.0
+INFER_MIN_INTERVAL_S: Final = 1.0
+INFER_MAX_INTERVAL_S: Final = 60.0
+INFER_MAX_ALLOWED_HOSTS: Final = 16
+INFER_MIN_TARGET_S: Final = 0.001
+INFER_MAX_TARGET_S: Final = 3600.0

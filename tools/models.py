@@ -79,10 +79,10 @@ class InputModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # How the CLI spells this input (the MCP schema ignores both): the field given as positional
-    # arguments, and options that set several fields at once: option -> (help, fixed values, the field
-    # that takes the option's number).
-    cli_positional: ClassVar[str | None] = None
+    # How the CLI spells this input (the MCP schema ignores both): the field (or fields, in order) given as
+    # positional arguments, and options that set several fields at once: option -> (help, fixed values, the
+    # field that takes the option's number).
+    cli_positional: ClassVar[str | tuple[str, ...] | None] = None
     cli_shortcuts: ClassVar[dict[str, tuple[str, dict[str, Any], str]]] = {}
 
 

@@ -100,7 +100,10 @@ def _fill(step: Step, params: TriagePlanInput) -> tuple[dict[str, Any], list[str
             arguments[name] = value
             continue
         text = " ".join(value) if isinstance(value, list) else str(value)
-        if "trace" in text and params.traces:
+        if "after the fix" in text:  # a run that does not exist yet when the plan is made: never filled in
+            arguments[name] = value
+            needs.append(text.strip("<>"))
+        elif "trace" in text and params.traces:
             arguments[name] = params.traces if isinstance(value, list) else params.traces[0]
         elif "flight" in text and params.fr_dir:
             arguments[name] = params.fr_dir

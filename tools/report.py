@@ -18,14 +18,15 @@ from pydantic import BaseModel, Field
 from sop import branches
 from tools.context import ToolContext
 from tools.errors import TriageError
-from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
 
-__all__ = ["ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
+__all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "summarize_trace": 4, "analyze_memory": 4, "diagnose_logs": 5}
+                 "summarize_trace": 4, "analyze_memory": 4, "inference_metrics": 4, "diagnose_logs": 5,
+                 "compare_runs": 6}
 
 
 class TriageReportInput(InputModel):
@@ -42,6 +43,12 @@ class TriageReportInput(InputModel):
     pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
     job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
     health: bool = Field(default=True, description="Run the GPU/host health check.")
+    metrics: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
+                                description="An inference server's /metrics URL or saved page (inference_metrics).")
+    allow_host: list[NameArg] = Field(default_factory=list, max_length=INFER_MAX_ALLOWED_HOSTS,
+                                      description="Hosts besides loopback whose /metrics may be scraped.")
+    baseline: PathArg | None = Field(default=None, description="The run before the fix (a trace, or step-time logs): "
+                                     "compared with the first of traces (else of logs) by compare_runs.")
 
 
 class ReportRow(BaseModel):
@@ -61,8 +68,17 @@ class ToolRun(BaseModel):
     conclusion: str
 
 
+class BaselineRow(BaseModel):
+    measure: str
+    before: str
+    after: str
+    change: str
+
+
 class TriageReportResult(ToolResult):
     rows: list[ReportRow] = Field(description="The SOP's answer table, worst first.")
+    baseline: list[BaselineRow] = Field(default_factory=list, description="With a baseline: the run compared with "
+                                        "it (compare_runs): step time, throughput, each cause, what dominates now.")
     runs: list[ToolRun] = Field(description="Each tool run and its own first sentence.")
     references: list[str] = Field(description="Official documentation for the branches involved: 'title: url'.")
 
@@ -72,6 +88,8 @@ class TriageReportResult(ToolResult):
         return [
             Table("Report", ["symptom", "root cause", "evidence", "fix", "verification"],
                   [[r.symptom, r.root_cause, r.evidence, r.fix, r.verification] for r in self.rows], "rows"),
+            Table("Compared with the baseline", ["measure", "before", "after", "change"],
+                  [[b.measure, b.before, b.after, b.change] for b in self.baseline], "baseline"),
             Table("Tools run", ["tool", "severity", "first sentence"],
                   [[t.tool, t.severity.value if t.severity else "could not run", t.conclusion] for t in self.runs],
                   "runs"),
@@ -153,30 +171,77 @@ def _memory_rows(result: Any) -> list[ReportRow]:
                       source="analyze_memory", branch="oom")]
 
 
+def _inference_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"inference server: {f.kind.replace('_', ' ')}", root_cause=f.cause,
+                      evidence=f.evidence, fix=f.fix, verification=f.verify, source="inference_metrics",
+                      branch=f.sop_branch)
+            for f in result.findings]
+
+
+def _compare_rows(result: Any) -> list[ReportRow]:
+    dominant = result.now_dominant
+    regressed = result.verdict == "regressed"
+    return [ReportRow(severity=Severity.warn if regressed else Severity.ok,
+                      symptom=f"compared with the baseline: {result.verdict.replace('_', ' ')}",
+                      root_cause=f"now dominant: {dominant.kind}" if dominant else "not in step logs (profile the run)",
+                      evidence=result.conclusion[0], fix=dominant.fix if dominant else "summarize_trace on a new trace",
+                      verification="compare_runs: verdict improved, the cause resolved", source="compare_runs",
+                      branch=dominant.branch if dominant else None)]
+
+
+def _baseline_rows(result: Any) -> list[BaselineRow]:
+    times = result.step_time_ms
+    factor = f"x{result.speedup:.2f}" if result.speedup else "no significant change"
+    rows = [BaselineRow(measure="median step ms (steady state)", before=_num(times.before), after=_num(times.after),
+                        change=factor)]
+    rows += [BaselineRow(measure=f"throughput ({r.throughput_unit})", before=_num(result.runs[0].throughput),
+                         after=_num(r.throughput), change=f"{result.runs[0].steps} vs {r.steps} steps")
+             for r in result.runs[1:]]
+    rows += [BaselineRow(measure=f"cause {c.kind} (% of step)", before=_num(c.before_pct), after=_num(c.after_pct),
+                         change=c.status) for c in result.causes]
+    rows += [BaselineRow(measure="per-rank spread %", before=_num(result.rank_spread[0].spread_pct),
+                         after=_num(result.rank_spread[1].spread_pct),
+                         change=f"straggler: {result.rank_spread[0].straggler} -> {result.rank_spread[1].straggler}")
+             ] if len(result.rank_spread) == 2 else []
+    if result.now_dominant:
+        rows.append(BaselineRow(measure="now dominant", before="-", after=result.now_dominant.kind,
+                                change=f"sop://{result.now_dominant.branch}"))
+    return rows
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[[Any], list[ReportRow]],
-               rows: list[ReportRow], runs: list[ToolRun]) -> None:
+               rows: list[ReportRow], runs: list[ToolRun]) -> Any:
     try:
         result = await call()
     except TriageError as exc:
         runs.append(ToolRun(tool=name, severity=None, conclusion=str(exc)))
-        return
+        return None
     runs.append(ToolRun(tool=name, severity=result.severity, conclusion=result.conclusion[0] if result.conclusion
                         else ""))
     rows.extend(rows_of(result))
+    return result
 
 
 async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
     """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
-    summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder) and merge what they
+    summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder, metrics ->
+    inference_metrics) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
-    the others still are; memory -> analyze_memory. The CLI `gpu-triage report` prints it (`--demo` on bundled
-    sample artifacts).
+    the others still are; memory -> analyze_memory. With a baseline (the run before the fix), compare_runs
+    compares it with the first of traces (else logs): a section with step time, throughput, each cause
+    before/after and what dominates now. The CLI `gpu-triage report` prints it (`--demo` on bundled sample
+    artifacts).
     """
     from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
     from tools.health import HealthCheckInput, health_check
     from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
     from tools.memory import AnalyzeMemoryInput, analyze_memory
+    from tools.run_compare import CompareRunsInput, compare_runs
     from tools.stacks import DumpStacksInput, dump_stacks
     from tools.stragglers import FindStragglersInput, find_stragglers
     from tools.trace_summary import SummarizeTraceInput, summarize_trace
@@ -208,6 +273,22 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         memory_path = params.memory
         await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
                    rows, runs)
+    if params.metrics:
+        from tools.inference_metrics import InferenceMetricsInput, inference_metrics
+
+        metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
+        await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
+    baseline: list[BaselineRow] = []
+    if params.baseline:
+        newer = params.traces or params.logs
+        if not newer:
+            runs.append(ToolRun(tool="compare_runs", severity=None, conclusion="a baseline needs the new run: pass "
+                                "traces (or logs) of the run after the fix."))
+        else:
+            before, after = params.baseline, newer[0]
+            compared = await _run("compare_runs", lambda: compare_runs(CompareRunsInput(before=before, after=after),
+                                                                       ctx), _compare_rows, rows, runs)
+            baseline = _baseline_rows(compared) if compared is not None else []
     # Worst first; within a severity, hardware first (nothing else can be trusted until it is fixed), then the
     # tools that name a culprit, then the generic symptoms.
     rows.sort(key=lambda r: (_RANK[r.severity], _SOURCE_ORDER.get(r.source, 9)))
@@ -221,7 +302,7 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
                               next_steps=[NextStep.from_sop(b, done={r.tool for r in runs}) for b in involved[:3]] or
                               [NextStep(branch="triage", action="triage_plan with the user's words",
                                         why="No tool found a problem in these inputs.")],
-                              rows=rows, runs=runs, references=references[:12])
+                              rows=rows, baseline=baseline, runs=runs, references=references[:12])
 
 
 def _conclude(rows: list[ReportRow], runs: list[ToolRun], involved: list[str]) -> list[str]:

@@ -42,7 +42,7 @@ from tools.limits import (
 from tools.models import Finding, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.stacks import compact_ranks
 
-__all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers"]
+__all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers", "stragglers_in_steps"]
 
 Kind = Literal["compute_slow", "wait_slow", "unknown"]
 Verdict = Literal["straggler", "none", "inconclusive"]
@@ -241,6 +241,14 @@ def _log_figures(steps: RankSteps, warmup: int | None) -> _Figures:
     compute = steps.compute if steps.compute.size == steps.steps.size else None
     return _figures(steps.rank, f"{steps.source} ({steps.format})", steps.unit, steps.steps, numbers, compute, None,
                     _warmup(steps.steps.size, warmup))
+
+
+def stragglers_in_steps(steps: list[RankSteps], warmup: int | None) -> FindStragglersResult:
+    """This tool's verdict on step lines already read (compare_runs reads each run's logs once for both uses)."""
+    ranks: dict[int, _Figures] = {}
+    for rank_steps in steps:
+        ranks.setdefault(rank_steps.rank, _log_figures(rank_steps, warmup))
+    return _analyse(ranks, [])
 
 
 def _read_log_share(files: list[tuple[Path, str]], step_regex: str | None, warmup: int | None, deadline: float

@@ -326,3 +326,17 @@ def by_severity(findings: list[Finding]) -> list[Finding]:
     for finding in findings:
         buckets[finding.severity.rank].append(finding)
     return [f for rank in sorted(buckets, reverse=True) for f in buckets[rank]]
+
+
+# Inference serving (inference_metrics). Latency targets are the caller's SLO; these defaults are common
+# interactive-chat targets (TTFT p90 under 2 s, 100 ms between tokens = 10 tokens/s per stream).
+INFER_TTFT_TARGET_S = 2.0
+INFER_ITL_TARGET_S = 0.1
+# A p90 this many times its target is critical, not a warning.
+INFER_CRIT_FACTOR = 3.0
+# KV cache this full leaves no room for the next long request: vLLM preempts, SGLang retracts.
+KV_CACHE_WARN_PCT = 90.0
+# Queue time at least this share of TTFT: the wait is queueing, not prefill compute.
+QUEUE_SHARE_OF_TTFT = 0.5
+# Below this prefix-cache hit rate, prefix caching saves little prefill (or is off).
+PREFIX_HIT_LOW_PCT = 10.0

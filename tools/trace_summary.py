@@ -34,7 +34,8 @@ from tools.context import ToolContext
 from tools.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
-__all__ = ["SummarizeTraceInput", "SummarizeTraceResult", "summarize_trace"]
+__all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
+           "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
 
 CauseKind = Literal["data_loading", "launch_bound", "implicit_sync", "exposed_comm", "straggler", "host_other"]
 
@@ -324,6 +325,7 @@ class _RankResult:
     notes: list[str]
     steps: list[StepSummary] = field(default_factory=list)
     idle_ops: list[IdleOp] = field(default_factory=list)
+    profiled_steps: int = 0  # ProfilerSteps in the file, the last one too (the kernels cover them all)
 
 
 def _pct(part: float, whole: float) -> float | None:
@@ -395,7 +397,8 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
             causes.append(Cause(kind="data_loading", share_pct=_pct(data_ms, length) or 0.0,
                                 evidence=f"DataLoader.__next__ takes {data_ms / 1000:.1f} ms of {length / 1000:.1f} "
                                 "ms of CPU step time", fix=_FIX["data_loading"]))
-        return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes)
+        return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes,
+                           profiled_steps=len(steps))
 
     compute_code = _KIND_CODE["compute"]
     busy = clip(gpu_all, start, end)
@@ -469,7 +472,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         gpu_events=len(data.gpu_ts), events=data.events,
     )
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
-                       _idle_ops(rank, data, idle))
+                       _idle_ops(rank, data, idle), len(steps))
 
 
 def _idle_ops(rank: int, data: _Collected, idle: Intervals) -> list[IdleOp]:
@@ -481,7 +484,7 @@ def _idle_ops(rank: int, data: _Collected, idle: Intervals) -> list[IdleOp]:
             overlap[name] += shared
             calls[name] += 1
     top = sorted(overlap.items(), key=lambda item: item[1], reverse=True)[:TRACE_TOP_KERNELS]
-    return [IdleOp(name=_short_name(n), rank=rank, idle_overlap_ms=round(v / 1000, 3), calls=calls[n]) for n, v in top]
+    return [IdleOp(name=short_name(n), rank=rank, idle_overlap_ms=round(v / 1000, 3), calls=calls[n]) for n, v in top]
 
 
 def _overlaps(merged: Intervals, start: float, end: float) -> bool:
@@ -537,9 +540,45 @@ def _straggler(ranks: list[RankSummary]) -> Cause | None:
                  f"{others:.1f}% (median): they wait for rank {least}", fix=_FIX["straggler"])
 
 
-def _short_name(name: str) -> str:
+def short_name(name: str) -> str:
     name = re.sub(r"^void ", "", name)
     return name if len(name) <= 80 else name[:79] + "…"
+
+
+@dataclass
+class TraceBreakdown:
+    """Everything the summary computes from a set of traces, before it is shaped into a result: what
+    compare_runs reads for each of its two runs, so both tools measure alike."""
+
+    ranks: list[RankSummary]
+    causes: list[Cause]  # merged across ranks, noise (< MIN_CAUSE_PCT) left out, largest first
+    kernels: dict[str, tuple[int, float, str]]  # every kernel, all ranks summed: name -> (count, total us, kind)
+    profiled_steps: int  # ProfilerSteps of all ranks, the last ones too: the span the kernel totals cover
+    histogram: dict[str, int]
+    idle_ops: list[IdleOp]
+    steps: list[StepSummary]
+    notes: list[str]
+
+
+def breakdown(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float) -> TraceBreakdown:
+    """Per rank and merged: step times, busy / compute / communication / idle, the causes of GPU idle, kernels.
+    Synchronous (run it in a worker thread)."""
+    results = _summarise(files, roots, include_last, deadline)
+    ranks = sorted((r.summary for r in results), key=lambda s: s.rank)
+    causes = _merge_causes(results)
+    straggler = _straggler(ranks)
+    if straggler:
+        causes.append(straggler)
+    # Below half a percent of step time a cause is noise, not a lead.
+    causes = sorted((c for c in causes if c.share_pct >= MIN_CAUSE_PCT), key=lambda c: c.share_pct, reverse=True)
+    kernels, histogram = _kernel_totals(results)
+    return TraceBreakdown(
+        ranks=ranks, causes=causes, kernels=kernels, profiled_steps=sum(r.profiled_steps for r in results),
+        histogram=histogram,
+        idle_ops=sorted((o for r in results for o in r.idle_ops), key=lambda o: o.idle_overlap_ms,
+                        reverse=True)[:TRACE_TOP_KERNELS],
+        steps=[step for r in sorted(results, key=lambda r: r.summary.rank) for step in r.steps],
+        notes=[n for r in results for n in r.notes][:10])
 
 
 async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> SummarizeTraceResult:
@@ -553,17 +592,10 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     path = ctx.path(params.path)
     files = trace_files(path, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
-    results = await anyio.to_thread.run_sync(_summarise, files, ctx.roots, params.include_last_step, deadline,
-                                             abandon_on_cancel=True)
-    ranks = sorted((r.summary for r in results), key=lambda s: s.rank)
-    causes = _merge_causes(results)
-    straggler = _straggler(ranks)
-    if straggler:
-        causes.append(straggler)
-    # Below half a percent of step time a cause is noise, not a lead.
-    causes = sorted((c for c in causes if c.share_pct >= MIN_CAUSE_PCT), key=lambda c: c.share_pct, reverse=True)
-    kernels, histogram = _kernel_stats(results)
-    notes = [n for r in results for n in r.notes][:10]
+    found = await anyio.to_thread.run_sync(breakdown, files, ctx.roots, params.include_last_step, deadline,
+                                           abandon_on_cancel=True)
+    ranks, causes = found.ranks, found.causes
+    notes = list(found.notes)
     if len(ranks) > TRACE_MAX_RANK_ROWS:
         notes.insert(0, _distribution(ranks))
     return SummarizeTraceResult(
@@ -572,11 +604,10 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
         next_steps=_next_steps(causes),
         ranks=_bounded_ranks(ranks),
         causes=causes,
-        top_kernels=kernels,
-        idle_cpu_ops=sorted((o for r in results for o in r.idle_ops), key=lambda o: o.idle_overlap_ms,
-                            reverse=True)[:TRACE_TOP_KERNELS],
-        steps=[step for r in sorted(results, key=lambda r: r.summary.rank) for step in r.steps],
-        kernel_histogram=histogram,
+        top_kernels=top_kernels(found.kernels),
+        idle_cpu_ops=found.idle_ops,
+        steps=found.steps,
+        kernel_histogram=found.histogram,
         notes=notes,
     )
 
@@ -596,7 +627,7 @@ def _merge_causes(results: list[_RankResult]) -> list[Cause]:
     return merged
 
 
-def _kernel_stats(results: list[_RankResult]) -> tuple[list[KernelStat], dict[str, int]]:
+def _kernel_totals(results: list[_RankResult]) -> tuple[dict[str, tuple[int, float, str]], dict[str, int]]:
     combined: dict[str, list[Any]] = {}
     histogram: Counter[str] = Counter()
     for result in results:
@@ -605,13 +636,18 @@ def _kernel_stats(results: list[_RankResult]) -> tuple[list[KernelStat], dict[st
             stat = combined.setdefault(name, [0, 0.0, kind])
             stat[0] += count
             stat[1] += dur
-    grand = sum(v[1] for v in combined.values()) or 1.0
-    top = sorted(combined.items(), key=lambda item: item[1][1], reverse=True)[:TRACE_TOP_KERNELS]
-    stats = [KernelStat(name=_short_name(name), kind=kind, count=count, total_ms=round(dur / 1000, 3),
-                        mean_us=round(dur / count, 2), share_pct=round(100 * dur / grand, 2))
-             for name, (count, dur, kind) in top]
     order = ["<10us", "10-100us", "100us-1ms", ">=1ms"]
-    return stats, {bucket: histogram.get(bucket, 0) for bucket in order}
+    return ({name: (count, dur, kind) for name, (count, dur, kind) in combined.items()},
+            {bucket: histogram.get(bucket, 0) for bucket in order})
+
+
+def top_kernels(kernels: dict[str, tuple[int, float, str]]) -> list[KernelStat]:
+    """The kernels with the most total time, with their share of all kernel time."""
+    grand = sum(v[1] for v in kernels.values()) or 1.0
+    top = sorted(kernels.items(), key=lambda item: item[1][1], reverse=True)[:TRACE_TOP_KERNELS]
+    return [KernelStat(name=short_name(name), kind=kind, count=count, total_ms=round(dur / 1000, 3),
+                       mean_us=round(dur / count, 2), share_pct=round(100 * dur / grand, 2))
+            for name, (count, dur, kind) in top]
 
 
 def _distribution(ranks: list[RankSummary]) -> str:
@@ -660,13 +696,18 @@ def _conclude(ranks: list[RankSummary], causes: list[Cause]) -> list[str]:
 _BRANCH = {"straggler": "straggler", "exposed_comm": "nccl_hang_or_slow"}
 
 
+def branch_of_cause(kind: str) -> str:
+    """The SOP branch that handles a cause of GPU idle."""
+    return _BRANCH.get(kind, "gpu_utilization_low")
+
+
 def _next_steps(causes: list[Cause]) -> list[NextStep]:
     if not causes:
         return [NextStep(branch="gpu_utilization_low", step="sample",
                          action="Sample utilisation with nvidia_smi_query count=20",
                          why="A busy GPU in the trace points at the model itself (kernel efficiency, batch size).")]
     lead = causes[0]
-    branch = _BRANCH.get(lead.kind, "gpu_utilization_low")
+    branch = branch_of_cause(lead.kind)
     return [NextStep(branch=branch, step={"gpu_utilization_low": "trace", "straggler": "find"}.get(branch),
                      action=f"Fix {lead.kind} ({lead.fix.split(':')[0].split(',')[0]}), then profile again and compare",
                      why="The trace shows it is the largest share of step time.")]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 TOOL_NAMES = {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs", "summarize_trace", "dump_stacks",
               "analyze_flight_recorder", "find_stragglers", "triage_plan", "triage_report",
-              "analyze_memory"}
+              "analyze_memory", "inference_metrics", "compare_runs"}
 
 
 async def test_tools_list_has_schemas_and_read_only_annotations() -> None:
@@ -32,8 +32,9 @@ async def test_tools_list_has_schemas_and_read_only_annotations() -> None:
         assert {"severity", "conclusion", "next_steps", "truncated"} <= set(tool.output_schema["properties"])
         hints = tool.annotations
         assert hints is not None
+        # Only a tool that reaches the network (inference_metrics scrapes /metrics) is open-world.
         assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint) == (
-            True, False, True, False,
+            True, False, True, tool.name == "inference_metrics",
         )
     count = tools["nvidia_smi_query"].input_schema["properties"]["count"]
     assert (count["minimum"], count["maximum"]) == (1, 60)
