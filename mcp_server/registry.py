@@ -68,8 +68,10 @@ TOOLS: tuple[ToolSpec, ...] = (
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
     ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
              "Straggler ranks"),
-    ToolSpec("inference_metrics", "tools.inference_metrics", "InferenceMetricsInput", "InferenceMetricsResult",
+    ToolSpec("inference_metrics", "tools.inference", "InferenceMetricsInput", "InferenceMetricsResult",
              "Inference server metrics (vLLM / SGLang)", open_world=True),
+    ToolSpec("diagnose_compile", "tools.compile_logs", "DiagnoseCompileInput", "DiagnoseCompileResult",
+             "torch.compile graph breaks and recompiles"),
     ToolSpec("triage_plan", "tools.triage_plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
 )

@@ -27,7 +27,8 @@ def test_inspector_lists_every_tool_with_output_schema_and_read_only_hint() -> N
     tools = _inspect("--method", "tools/list", "--strict")["tools"]
     assert {t["name"] for t in tools} == {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs",
                                           "summarize_trace", "dump_stacks", "analyze_flight_recorder",
-                                          "find_stragglers", "triage_plan", "triage_report", "inference_metrics"}
+                                          "find_stragglers", "triage_plan", "triage_report", "inference_metrics",
+                                          "diagnose_compile"}
     for tool in tools:
         assert tool["outputSchema"]["type"] == "object"
         assert tool["annotations"] == {"title": tool["title"], "readOnlyHint": True, "destructiveHint": False,

@@ -7,6 +7,7 @@ import importlib
 
 __all__ = [
     "analyze_flight_recorder",
+    "diagnose_compile",
     "diagnose_logs",
     "dump_stacks",
     "find_stragglers",
@@ -22,12 +23,13 @@ __all__ = [
 # Tool name -> its module; imported on first use, so importing one tool does not import them all.
 _MODULES = {
     "analyze_flight_recorder": "tools.flight_recorder",
+    "diagnose_compile": "tools.compile_logs",
     "diagnose_logs": "tools.log_diagnose",
     "dump_stacks": "tools.stacks",
     "find_stragglers": "tools.stragglers",
     "grep_logs": "tools.log_grep",
     "health_check": "tools.health",
-    "inference_metrics": "tools.inference_metrics",
+    "inference_metrics": "tools.inference",
     "nvidia_smi_query": "tools.smi_query",
     "summarize_trace": "tools.trace_summary",
     "triage_plan": "tools.triage_plan",

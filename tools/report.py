@@ -24,7 +24,7 @@ __all__ = ["ReportRow", "TriageReportInput", "TriageReportResult", "triage_repor
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "summarize_trace": 4, "inference_metrics": 4, "diagnose_logs": 5}
+                 "summarize_trace": 4, "inference_metrics": 4, "diagnose_compile": 4, "diagnose_logs": 5}
 
 
 class TriageReportInput(InputModel):
@@ -42,6 +42,9 @@ class TriageReportInput(InputModel):
                                 description="An inference server's /metrics URL or saved page (inference_metrics).")
     allow_host: list[NameArg] = Field(default_factory=list, max_length=INFER_MAX_ALLOWED_HOSTS,
                                       description="Hosts besides loopback whose /metrics may be scraped.")
+    compile_logs: list[PathArg] = Field(default_factory=list, max_length=64,
+                                        description="Logs written with TORCH_LOGS=graph_breaks,recompiles "
+                                        "(diagnose_compile).")
 
 
 class ReportRow(BaseModel):
@@ -149,6 +152,15 @@ def _inference_rows(result: Any) -> list[ReportRow]:
             for f in result.findings]
 
 
+def _compile_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"torch.compile: {f.kind.replace('_', ' ')}",
+                      root_cause=f.evidence.split(" x", 1)[0] if f.kind == "graph_break" else f.kind.replace("_", " "),
+                      evidence=f.evidence, fix=f.fix,
+                      verification="diagnose_compile on the next run's logs: no such finding",
+                      source="diagnose_compile", branch=f.sop_branch)
+            for f in result.findings[:8]]
+
+
 async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[[Any], list[ReportRow]],
                rows: list[ReportRow], runs: list[ToolRun]) -> None:
     try:
@@ -164,7 +176,7 @@ async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[
 async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
     """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
     summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder, metrics ->
-    inference_metrics) and merge what they
+    inference_metrics, compile_logs -> diagnose_compile) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are. The CLI `gpu-triage report` prints it (`--demo` on bundled sample artifacts).
@@ -200,10 +212,15 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
                    lambda: analyze_flight_recorder(AnalyzeFlightRecorderInput(path=fr_dir), ctx), _flight_rows,
                    rows, runs)
     if params.metrics:
-        from tools.inference_metrics import InferenceMetricsInput, inference_metrics
+        from tools.inference import InferenceMetricsInput, inference_metrics
 
         metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
         await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
+    if params.compile_logs:
+        from tools.compile_logs import DiagnoseCompileInput, diagnose_compile
+
+        compile_input = DiagnoseCompileInput(paths=params.compile_logs)
+        await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)
     # Worst first; within a severity, hardware first (nothing else can be trusted until it is fixed), then the
     # tools that name a culprit, then the generic symptoms.
     rows.sort(key=lambda r: (_RANK[r.severity], _SOURCE_ORDER.get(r.source, 9)))

@@ -18,7 +18,8 @@ from tests.helpers import DATA, H200, REPO, RTX2080S, base_env, pid_alive, stdio
 pytestmark = pytest.mark.anyio
 
 TOOL_NAMES = {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs", "summarize_trace", "dump_stacks",
-              "analyze_flight_recorder", "find_stragglers", "triage_plan", "triage_report", "inference_metrics"}
+              "analyze_flight_recorder", "find_stragglers", "triage_plan", "triage_report", "inference_metrics",
+              "diagnose_compile"}
 
 
 async def test_tools_list_has_schemas_and_read_only_annotations() -> None:
