@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import anyio
@@ -55,9 +56,13 @@ _PATTERNS = (
     r"torch\._dynamo\.exc\.\w+:",
     r"^\s*from user code:",
     r"Graph break",
+    # The lines after a raised error's header and `from user code:` (several ranks' lines can come between).
+    r"^(?:\[(?:rank|default)\d+\]:)?\s+(?:File \"|Explanation: )",
 )
 _CONTEXT = 2  # 2.1 records and raised errors continue on lines without the prefix
-_RANK = re.compile(r"^\s*\[(?:rank|default)\d+\]:")
+_RANK = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:")
+_OPEN_RECORDS = 64  # glog records of several ranks interleave in a combined log: this many stay open
+_PLAIN_GAP = 16  # a plain (unprefixed) message of one rank continues across this many lines of other ranks
 _GLOG = re.compile(r"^([VIWEDF])\d{4} (\S+) +(\d+) (\S+?):(\d+)\] (?:\[([^\]]*\d+/\d+[^\]]*)\] )?"
                    r"(?:\[__(\w+)\] ?)?(.*)$")
 _PYLOG = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+\] (?:\[([^\]]+)\] )?(torch(?:\.|dynamo)[\w.]*): \[(\w+)\] ?(.*)$")
@@ -188,6 +193,7 @@ class _Record:
     compile_id: str | None
     lines: list[str] = field(default_factory=list)
     last_line: int = 0
+    rank: str = ""
 
 
 @dataclass
@@ -201,7 +207,9 @@ class _FileEvents:
     stats: ScanStats = field(default_factory=ScanStats)
 
 
+@lru_cache(maxsize=1)
 def _matcher() -> LineMatcher:
+    """Compiled once per process (a Hyperscan database takes milliseconds to build)."""
     return LineMatcher(list(_PATTERNS), case_sensitive=True)
 
 
@@ -216,35 +224,43 @@ def _lines(file: LogFile, deadline: float, stats: ScanStats) -> list[tuple[int, 
 
 
 def _records(lines: Iterable[tuple[int, str]]) -> list[_Record]:
-    """Lines grouped into messages: a glog record is the run of lines with the same prefix; a Python-logging
-    record or a run of plain lines continues while the line numbers do."""
+    """Lines grouped into messages. A glog record is every line with its prefix (pid, timestamp, source line,
+    compile id) and rank, even when other ranks' lines come between them; a Python-logging record or a run of
+    plain lines continues while the line numbers do."""
     records: list[_Record] = []
-    current: _Record | None = None
+    open_glog: OrderedDict[tuple[str, str, str | None], _Record] = OrderedDict()
+    plain: dict[str, _Record] = {}  # per rank: the message that unprefixed lines continue
     for number, raw in lines:
-        text = _RANK.sub("", raw, count=1)
+        rank_match = _RANK.match(raw)
+        rank = rank_match.group(1) if rank_match else ""
+        text = raw[rank_match.end():] if rank_match else raw
         glog = _GLOG.match(text)
         if glog:
             level, stamp, pid, source, src_line, compile_id, _artifact, body = glog.groups()
-            source_key = f"glog {pid} {stamp} {source}:{src_line}"
-            if (current is None or current.source != source_key or current.compile_id != compile_id
-                    or number != current.last_line + 1):
-                current = _Record(number, level, source_key, compile_id)
-                records.append(current)
-            current.lines.append(body)
-            current.last_line = number
+            key = (rank, f"glog {pid} {stamp} {source}:{src_line}", compile_id)
+            record = open_glog.get(key)
+            if record is None:
+                record = open_glog[key] = _Record(number, level, key[1], compile_id, rank=rank)
+                records.append(record)
+                if len(open_glog) > _OPEN_RECORDS:
+                    open_glog.popitem(last=False)
+            record.lines.append(body)
+            record.last_line = number
+            plain.pop(rank, None)
             continue
         pylog = _PYLOG.match(text)
         if pylog:
             compile_id, logger, level, body = pylog.groups()
-            current = _Record(number, level[:1], f"py {logger}", compile_id, [body], number)
-            records.append(current)
+            plain[rank] = _Record(number, level[:1], f"py {logger}", compile_id, [body], number, rank)
+            records.append(plain[rank])
             continue
-        if current is not None and not current.source.startswith("glog") and number == current.last_line + 1:
-            current.lines.append(text)
-            current.last_line = number
+        previous = plain.get(rank)
+        if previous is not None and number - previous.last_line <= _PLAIN_GAP:
+            previous.lines.append(text)
+            previous.last_line = number
             continue
-        current = _Record(number, "", "plain", None, [text], number)
-        records.append(current)
+        plain[rank] = _Record(number, "", "plain", None, [text], number, rank)
+        records.append(plain[rank])
     return records
 
 
@@ -279,10 +295,10 @@ def _break_reason(lines: list[str]) -> str:
     return "unknown"
 
 
-def _interpret(record: _Record, events: _FileEvents, pending_error: list[int]) -> None:
+def _interpret(record: _Record, events: _FileEvents, pending_error: dict[str, int]) -> None:
     lines = record.lines
     head = lines[0].strip() if lines else ""
-    key_base = record.compile_id or f"line {record.first_line}"
+    key_base = f"{record.rank}:{record.compile_id or f'line {record.first_line}'}"
     if (at := _BREAK_AT.search(head)) is not None:
         location, function = _location_function(lines, at.group(1).strip())
         gb = next((m.group(1) for m in map(_GB_ID.search, lines) if m), None)
@@ -315,14 +331,12 @@ def _interpret(record: _Record, events: _FileEvents, pending_error: list[int]) -
     for i, line in enumerate(lines):
         if (error := _EXC.search(line)) is not None:
             events.errors.append((error.group(1), error.group(2).strip(), None, _explanation(lines[i + 1:])))
-            pending_error[:] = [len(events.errors) - 1, record.first_line + i]
-            return
-        if line.strip() == "from user code:" and pending_error and record.first_line + i - pending_error[1] < 60:
-            location, _ = _location_function(lines[i + 1:], None)
-            name, reason, _, explanation = events.errors[pending_error[0]]
-            events.errors[pending_error[0]] = (name, reason, location, explanation)
-            pending_error.clear()
-            return
+            pending_error[record.rank] = len(events.errors) - 1
+        elif line.strip() == "from user code:" and record.rank in pending_error:
+            location, _ = _location_function(lines[i + 1:i + 2], None)
+            index = pending_error.pop(record.rank)
+            name, reason, _, explanation = events.errors[index]
+            events.errors[index] = (name, reason, location, explanation)
 
 
 def _strip_comment(guard: str) -> str:
@@ -341,7 +355,7 @@ def _scan_one(file: LogFile, deadline: float) -> _FileEvents:
         return events
     if events.stats.binary:
         events.status = "binary: skipped"
-    pending: list[int] = []
+    pending: dict[str, int] = {}  # per rank: the raised error still waiting for its user-code line
     for record in records:
         before = (len(events.breaks), len(events.recompiles), len(events.limits), len(events.errors))
         _interpret(record, events, pending)

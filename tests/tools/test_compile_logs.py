@@ -50,7 +50,11 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert done.returncode == 0, (folder / "rank0.log").read_text()[-3000:]
     assert done.stdout.count("print_break: y computed") == 3
     text = (folder / "rank0.log").read_text()
-    (folder / "rank1.log").write_text("".join(f"[rank1]:{line}" for line in text.splitlines(keepends=True)))
+    lines = text.splitlines(keepends=True)
+    (folder / "rank1.log").write_text("".join(f"[rank1]:{line}" for line in lines))
+    # One stream of two ranks whose lines interleave, as torchrun's combined output can.
+    (folder / "combined").mkdir()
+    (folder / "combined" / "both.log").write_text("".join(f"[rank0]:{line}[rank1]:{line}" for line in lines))
     yield folder
 
 
@@ -103,6 +107,12 @@ def test_ranks_add_up_and_prefixes_are_read(logs: Path) -> None:
     assert [(r.function, r.count) for r in both.recompiles] == [("limit_fn", 4), ("shape_fn", 2), ("dtype_fn", 2)]
     assert [(h.function, h.count) for h in both.limit_hits] == [("limit_fn", 2)]
     assert [(f.file, f.records) for f in both.files] == [("rank0.log", 8), ("rank1.log", 8)]
+    interleaved = diagnose(logs, "combined/both.log")
+    assert [g.count for g in interleaved.graph_breaks] == [2, 2]
+    assert rows(interleaved.recompiles, "function", "reason", "count") == rows(both.recompiles, "function", "reason",
+                                                                               "count")
+    assert rows(interleaved.limit_hits, "function", "last_reason", "count") == [("limit_fn", "mode == 'a'", 2)]
+    assert [(e.location, e.count) for e in interleaved.fullgraph_errors] == [(at("fullgraph"), 2)]
 
 
 def test_the_recorded_lab_log() -> None:
