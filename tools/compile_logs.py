@@ -194,6 +194,7 @@ class _Record:
     lines: list[str] = field(default_factory=list)
     last_line: int = 0
     rank: str = ""
+    pid: str = ""
 
 
 @dataclass
@@ -239,8 +240,8 @@ def _records(lines: Iterable[tuple[int, str]]) -> list[_Record]:
             level, stamp, pid, source, src_line, compile_id, _artifact, body = glog.groups()
             key = (rank, f"glog {pid} {stamp} {source}:{src_line}", compile_id)
             record = open_glog.get(key)
-            if record is None:
-                record = open_glog[key] = _Record(number, level, key[1], compile_id, rank=rank)
+            if record is None or number - record.last_line > _PLAIN_GAP * _OPEN_RECORDS:
+                record = open_glog[key] = _Record(number, level, key[1], compile_id, rank=rank, pid=pid)
                 records.append(record)
                 if len(open_glog) > _OPEN_RECORDS:
                     open_glog.popitem(last=False)
@@ -298,7 +299,8 @@ def _break_reason(lines: list[str]) -> str:
 def _interpret(record: _Record, events: _FileEvents, pending_error: dict[str, int]) -> None:
     lines = record.lines
     head = lines[0].strip() if lines else ""
-    key_base = f"{record.rank}:{record.compile_id or f'line {record.first_line}'}"
+    # One break is logged twice (the V record and, for .item(), a W record) by one process under one compile id.
+    key_base = f"{record.rank}:{record.pid}:{record.compile_id or f'line {record.first_line}'}"
     if (at := _BREAK_AT.search(head)) is not None:
         location, function = _location_function(lines, at.group(1).strip())
         gb = next((m.group(1) for m in map(_GB_ID.search, lines) if m), None)
