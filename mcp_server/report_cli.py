@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics", metavar="URL_OR_FILE", help="An inference server's /metrics (vLLM, SGLang).")
     parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
                         help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
+    parser.add_argument("--compile-logs", action="append", default=[], metavar="GLOB",
+                        help="Logs written with TORCH_LOGS=graph_breaks,recompiles (repeatable).")
     parser.add_argument("--symptom", help="What the user reported (for the record).")
     parser.add_argument("--no-health", action="store_true", help="Skip the GPU/host health check.")
     parser.add_argument("--demo", action="store_true", help="Use the sample artifacts bundled with the package.")
@@ -66,6 +68,8 @@ def report_main(argv: list[str]) -> int:
         arguments["baseline"] = args.baseline
     if args.metrics:
         arguments.update(metrics=args.metrics, allow_host=args.allow_host)
+    if args.compile_logs:
+        arguments["compile_logs"] = args.compile_logs
     if args.pids:
         try:
             arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
@@ -86,7 +90,8 @@ def report_main(argv: list[str]) -> int:
                                  ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
                                                                    or args.job),
                                  ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
-                                 ("metrics", args.metrics), ("baseline", args.baseline)) if on]
+                                 ("metrics", args.metrics), ("compile logs", args.compile_logs),
+                                 ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)

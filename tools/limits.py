@@ -166,3 +166,6 @@ INFER_MAX_INTERVAL_S: Final = 60.0
 INFER_MAX_ALLOWED_HOSTS: Final = 16
 INFER_MIN_TARGET_S: Final = 0.001
 INFER_MAX_TARGET_S: Final = 3600.0
+
+# diagnose_compile: findings listed (the tables keep every break and recompile).
+COMPILE_MAX_FINDINGS: Final = 24

@@ -25,8 +25,8 @@ __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult"
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "summarize_trace": 4, "analyze_memory": 4, "inference_metrics": 4, "diagnose_logs": 5,
-                 "compare_runs": 6}
+                 "summarize_trace": 4, "analyze_memory": 4, "inference_metrics": 4, "diagnose_compile": 4,
+                 "diagnose_logs": 5, "compare_runs": 6}
 
 
 class TriageReportInput(InputModel):
@@ -47,6 +47,9 @@ class TriageReportInput(InputModel):
                                 description="An inference server's /metrics URL or saved page (inference_metrics).")
     allow_host: list[NameArg] = Field(default_factory=list, max_length=INFER_MAX_ALLOWED_HOSTS,
                                       description="Hosts besides loopback whose /metrics may be scraped.")
+    compile_logs: list[PathArg] = Field(default_factory=list, max_length=64,
+                                        description="Logs written with TORCH_LOGS=graph_breaks,recompiles "
+                                        "(diagnose_compile).")
     baseline: PathArg | None = Field(default=None, description="The run before the fix (a trace, or step-time logs): "
                                      "compared with the first of traces (else of logs) by compare_runs.")
 
@@ -178,6 +181,15 @@ def _inference_rows(result: Any) -> list[ReportRow]:
             for f in result.findings]
 
 
+def _compile_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"torch.compile: {f.kind.replace('_', ' ')}",
+                      root_cause=f.evidence.split(" x", 1)[0] if f.kind == "graph_break" else f.kind.replace("_", " "),
+                      evidence=f.evidence, fix=f.fix,
+                      verification="diagnose_compile on the next run's logs: no such finding",
+                      source="diagnose_compile", branch=f.sop_branch)
+            for f in result.findings[:8]]
+
+
 def _compare_rows(result: Any) -> list[ReportRow]:
     dominant = result.now_dominant
     regressed = result.verdict == "regressed"
@@ -229,7 +241,7 @@ async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[
 async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
     """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
     summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder, metrics ->
-    inference_metrics) and merge what they
+    inference_metrics, compile_logs -> diagnose_compile) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are; memory -> analyze_memory. With a baseline (the run before the fix), compare_runs
@@ -274,10 +286,15 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
                    rows, runs)
     if params.metrics:
-        from tools.inference_metrics import InferenceMetricsInput, inference_metrics
+        from tools.inference import InferenceMetricsInput, inference_metrics
 
         metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
         await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
+    if params.compile_logs:
+        from tools.compile_logs import DiagnoseCompileInput, diagnose_compile
+
+        compile_input = DiagnoseCompileInput(paths=params.compile_logs)
+        await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)
     baseline: list[BaselineRow] = []
     if params.baseline:
         newer = params.traces or params.logs

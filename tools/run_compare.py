@@ -679,7 +679,7 @@ _QUANTILES: tuple[tuple[Literal["p50", "p90", "p99"], float], ...] = (("p50", 0.
 
 async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> CompareRunsResult:
     from tools._prometheus import parse_exposition
-    from tools.inference_metrics import InferenceMetricsInput, fetch_exposition, inference_metrics
+    from tools.inference import InferenceMetricsInput, fetch_exposition, inference_metrics
 
     expositions = [parse_exposition(await fetch_exposition(raw, ctx)) for raw in (params.before, params.after)]
     # inference_metrics' own verdict on each page (what the SOP branch acts on): did it change?

@@ -22,7 +22,7 @@ import pytest
 from tests.helpers import DATA, REPO, base_env, run_cli, stdio_client
 from tools.context import ToolContext
 from tools.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.inference_metrics import InferenceMetricsInput, InferenceMetricsResult, inference_metrics
+from tools.inference import InferenceMetricsInput, InferenceMetricsResult, inference_metrics
 
 pytestmark = pytest.mark.anyio
 

@@ -57,6 +57,7 @@ Verdict = Literal["kv_cache_pressure", "queueing", "prefill_bound", "decode_boun
 _PRIORITY: tuple[Kind, ...] = ("kv_cache_pressure", "queueing", "prefill_bound", "decode_bound")
 _BRANCH = "inference_latency"
 _QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+_MIN_SCRAPE_S = 1.0  # time left for each of the two scrapes, at least
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -208,7 +209,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def _checked_url(source: str, allow_host: list[str]) -> str:
     try:
         parts = urllib.parse.urlsplit(source)
-        port = parts.port
+        _ = parts.port  # a port that is not a number raises here
     except ValueError as exc:
         raise BadInput(f"{source[:200]!r} is not a valid URL: {exc}.", "Use http://HOST:PORT/metrics.") from exc
     if parts.scheme not in ("http", "https"):
@@ -221,7 +222,6 @@ def _checked_url(source: str, allow_host: list[str]) -> str:
     if not (_is_loopback(host) or host in {h.lower().strip("[]") for h in allow_host}):
         raise BadInput(f"host {host!r} is not loopback and not in allow_host, so it is not contacted.",
                        f"If you mean to scrape it, pass allow_host=['{host}'] (CLI: --allow-host {host}).")
-    del port  # validated above (a bad port raises)
     return source
 
 
@@ -533,7 +533,7 @@ async def inference_metrics(params: InferenceMetricsInput, ctx: ToolContext) -> 
     url = _is_url(params.source)
     if params.later is not None and url:
         raise BadInput("later is for saved files; with a URL, pass interval_s and the tool scrapes twice.")
-    if url and params.interval_s is not None and params.interval_s + 2 * 1.0 >= ctx.remaining_s():
+    if url and params.interval_s is not None and params.interval_s + 2 * _MIN_SCRAPE_S >= ctx.remaining_s():
         raise BadInput(f"interval_s={params.interval_s:g} leaves no time for two scrapes within the call's "
                        f"{ctx.timeout_s:g} s limit.", "Lower interval_s, or raise the call timeout (--timeout).")
     if not url and params.interval_s is not None and params.later is None:
