@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                         "dump or OOM log.")
     parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
     parser.add_argument("--job", choices=["auto"], help="auto: dump the stacks of the torchrun job on this host.")
+    parser.add_argument("--slurm-job", metavar="JOBID", help="A running Slurm job: health and stacks of every node, "
+                        "and its stdout/stderr (from scontrol) as the logs when --logs is not given.")
     parser.add_argument("--metrics", metavar="URL_OR_FILE", help="An inference server's /metrics (vLLM, SGLang).")
     parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
                         help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
@@ -77,6 +79,8 @@ def report_main(argv: list[str]) -> int:
             raise BadInput(f"--pids {args.pids!r} is not a comma-separated list of numbers.") from exc
     if args.job:
         arguments["job"] = True
+    if args.slurm_job:
+        arguments["slurm_job"] = args.slurm_job
     if args.demo:
         arguments.update(logs=[str(SAMPLES / "logs" / "rank*.log")], stacks=[str(SAMPLES / "stacks")],
                          fr_dir=str(SAMPLES / "flight_recorder"), traces=[str(SAMPLES / "traces")])
@@ -88,7 +92,7 @@ def report_main(argv: list[str]) -> int:
     assert spec is not None
     ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
                                  ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
-                                                                   or args.job),
+                                                                   or args.job or args.slurm_job),
                                  ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
                                  ("metrics", args.metrics), ("compile logs", args.compile_logs),
                                  ("baseline", args.baseline)) if on]

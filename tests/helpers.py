@@ -85,6 +85,21 @@ async def stdio_client(env: dict[str, str], *server_args: str, cwd: Path = REPO)
             yield client
 
 
+HANG_LAB = REPO / "tests" / "lab" / "rank_conditional_allgather.py"
+
+
+def line_of(path: Path, text: str) -> int:
+    """The number of the first line of `path` that holds `text` (tests assert on file:line locations)."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def structured(result: Any) -> dict[str, Any]:
+    """A tool call's structured result, after checking that the call succeeded."""
+    assert result.is_error is False, result.content[0].text
+    data: dict[str, Any] = result.structured_content
+    return data
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -42,6 +42,9 @@ class TriageReportInput(InputModel):
                                "log (analyze_memory).")
     pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
     job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
+    slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
+                                  description="A running Slurm job: health_check and dump_stacks on every node of it, "
+                                  "and diagnose_logs on its stdout/stderr (from scontrol) when no logs are given.")
     health: bool = Field(default=True, description="Run the GPU/host health check.")
     metrics: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
                                 description="An inference server's /metrics URL or saved page (inference_metrics).")
@@ -144,8 +147,23 @@ def _straggler_rows(result: Any) -> list[ReportRow]:
             for f in result.flagged]
 
 
+async def _slurm_job_logs(job_id: str, runs: list[ToolRun]) -> list[str]:
+    """The job's stdout/stderr paths from scontrol (diagnose_logs reads them when they are inside the roots)."""
+    from tools._nodes import SlurmJob
+    from tools.errors import TriageError
+
+    job = SlurmJob(job_id)
+    try:
+        await job.nodes()
+    except TriageError as exc:
+        runs.append(ToolRun(tool="scontrol", severity=None, conclusion=str(exc)))
+        return []
+    return sorted(set(job.log_paths()))
+
+
 def _stack_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=Severity.crit, symptom=f"rank {s.rank} not where the others are",
+    return [ReportRow(severity=Severity.crit,
+                      symptom=f"rank {s.rank}{f' on {s.node}' if s.node else ''} not where the others are",
                       root_cause=s.reason, evidence=f"{s.function} at {s.location}",
                       fix="make every rank make the same collectives in the same order",
                       verification="the job passes that step; dump_stacks shows one group", source="dump_stacks",
@@ -240,7 +258,8 @@ async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[
 
 async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
     """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
-    summarize_trace, stacks / pids / job -> dump_stacks, fr_dir -> analyze_flight_recorder, metrics ->
+    summarize_trace, stacks / pids / job -> dump_stacks, slurm_job -> health_check and dump_stacks on every node
+    and diagnose_logs on the job's output, fr_dir -> analyze_flight_recorder, metrics ->
     inference_metrics, compile_logs -> diagnose_compile) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
@@ -260,11 +279,13 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
 
     rows: list[ReportRow] = []
     runs: list[ToolRun] = []
+    job_logs = await _slurm_job_logs(params.slurm_job, runs) if params.slurm_job and not params.logs else []
     if params.health:
-        await _run("health_check", lambda: health_check(HealthCheckInput(), ctx), _health_rows, rows, runs)
-    if params.logs:
-        await _run("diagnose_logs", lambda: diagnose_logs(DiagnoseLogsInput(paths=params.logs), ctx), _log_rows,
-                   rows, runs)
+        health_input = HealthCheckInput(slurm_job=params.slurm_job)
+        await _run("health_check", lambda: health_check(health_input, ctx), _health_rows, rows, runs)
+    if params.logs or job_logs:
+        log_input = DiagnoseLogsInput(paths=params.logs or job_logs)
+        await _run("diagnose_logs", lambda: diagnose_logs(log_input, ctx), _log_rows, rows, runs)
     if params.logs or params.traces:
         await _run("find_stragglers", lambda: find_stragglers(FindStragglersInput(logs=params.logs,
                                                                                   traces=params.traces), ctx),
@@ -273,8 +294,10 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         first_trace = params.traces[0]
         await _run("summarize_trace", lambda: summarize_trace(SummarizeTraceInput(path=first_trace), ctx),
                    _trace_rows, rows, runs)
-    if params.stacks or params.pids or params.job:
-        stack_input = DumpStacksInput(from_files=params.stacks) if params.stacks else DumpStacksInput(pid=params.pids)
+    if params.stacks or params.pids or params.job or params.slurm_job:
+        stack_input = (DumpStacksInput(from_files=params.stacks) if params.stacks else
+                       DumpStacksInput(slurm_job=params.slurm_job) if params.slurm_job else
+                       DumpStacksInput(pid=params.pids))
         await _run("dump_stacks", lambda: dump_stacks(stack_input, ctx), _stack_rows, rows, runs)
     if params.fr_dir:
         fr_dir = params.fr_dir

@@ -26,14 +26,13 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.helpers import REPO, base_env, pid_alive, run_cli, stdio_client
+from tests.helpers import HANG_LAB, REPO, base_env, line_of, pid_alive, run_cli, stdio_client, structured
 
 pytestmark = pytest.mark.anyio
 
-LAB = REPO / "tests" / "lab" / "rank_conditional_allgather.py"
-SCRIPT_LINES = LAB.read_text().splitlines()
-ALL_GATHER_LINE = next(i for i, line in enumerate(SCRIPT_LINES, 1) if "dist.all_gather(gathered" in line)
-BACKWARD_LINE = next(i for i, line in enumerate(SCRIPT_LINES, 1) if line.strip() == "loss.backward()")
+LAB = HANG_LAB
+ALL_GATHER_LINE = line_of(LAB, "dist.all_gather(gathered")
+BACKWARD_LINE = line_of(LAB, "    loss.backward()")
 
 
 @dataclass
@@ -83,11 +82,6 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HungJob]:
         launcher.wait(timeout=30)
 
 
-def _structured(result: Any) -> dict[str, Any]:
-    assert result.is_error is False, result.content[0].text
-    data: dict[str, Any] = result.structured_content
-    return data
-
 
 def _assert_rank0_is_the_suspect(data: dict[str, Any], *, file_suffix: str = "rank_conditional_allgather.py") -> None:
     assert [s["rank"] for s in data["suspects"]] == [0]
@@ -106,8 +100,8 @@ def _assert_rank0_is_the_suspect(data: dict[str, Any], *, file_suffix: str = "ra
 
 async def test_dump_stacks_names_rank_0_through_the_mcp_client(hung_job: HungJob) -> None:
     async with stdio_client(base_env(), "--root", str(hung_job.dir)) as client:
-        by_match = _structured(await client.call_tool("dump_stacks", {"match": "rank_conditional_allgather"}))
-        native = _structured(await client.call_tool("dump_stacks", {"pid": list(hung_job.workers.values()),
+        by_match = structured(await client.call_tool("dump_stacks", {"match": "rank_conditional_allgather"}))
+        native = structured(await client.call_tool("dump_stacks", {"pid": list(hung_job.workers.values()),
                                                                     "native": True}))
     for data in (by_match, native):
         _assert_rank0_is_the_suspect(data)
@@ -155,8 +149,8 @@ def test_faulthandler_and_saved_pyspy_files_give_the_same_verdict(hung_job: Hung
 
 async def test_flight_recorder_names_rank_0_and_seq_like_pytorch(hung_job: HungJob, tmp_path: Path) -> None:
     async with stdio_client(base_env(), "--root", str(hung_job.dir), "--root", str(tmp_path)) as client:
-        pickles = _structured(await client.call_tool("analyze_flight_recorder", {"path": str(hung_job.fr_dir)}))
-        jsons = _structured(await client.call_tool("analyze_flight_recorder",
+        pickles = structured(await client.call_tool("analyze_flight_recorder", {"path": str(hung_job.fr_dir)}))
+        jsons = structured(await client.call_tool("analyze_flight_recorder",
                                                    {"path": str(hung_job.fr_dir / "json")}))
     for data in (pickles, jsons):
         (group,) = data["process_groups"]
@@ -190,7 +184,7 @@ async def test_flight_recorder_names_rank_0_and_seq_like_pytorch(hung_job: HungJ
     # when another rank's file comes first. We decide by majority: rank 0.
     assert {int(m) for m in re.findall(r"Culprit rank (\d+)", text)} in ({0}, {1, 2, 3})
     async with stdio_client(base_env(), "--root", str(tmp_path)) as client:
-        ours_on_fixed = _structured(await client.call_tool("analyze_flight_recorder", {"path": str(fixed)}))
+        ours_on_fixed = structured(await client.call_tool("analyze_flight_recorder", {"path": str(fixed)}))
     assert ours_on_fixed["suspects"] == pickles["suspects"]
 
 

@@ -24,14 +24,23 @@ from typing import Any
 import pytest
 
 from tests.cluster import SlurmCluster, Sshd, free_port, slurm_cluster, sshd
-from tests.helpers import REPO, base_env, h100, run_cli, stdio_client, with_fake_nvml, write_scenario
+from tests.helpers import (
+    HANG_LAB,
+    base_env,
+    h100,
+    line_of,
+    run_cli,
+    stdio_client,
+    structured,
+    with_fake_nvml,
+    write_scenario,
+)
 
 pytestmark = pytest.mark.anyio
 
-LAB = REPO / "tests" / "lab" / "rank_conditional_allgather.py"
-SCRIPT_LINES = LAB.read_text().splitlines()
-ALL_GATHER_LINE = next(i for i, line in enumerate(SCRIPT_LINES, 1) if "dist.all_gather(gathered" in line)
-BACKWARD_LINE = next(i for i, line in enumerate(SCRIPT_LINES, 1) if line.strip() == "loss.backward()")
+LAB = HANG_LAB
+ALL_GATHER_LINE = line_of(LAB, "dist.all_gather(gathered")
+BACKWARD_LINE = line_of(LAB, "    loss.backward()")
 
 
 @dataclass
@@ -90,11 +99,6 @@ exec srun --kill-on-bad-exit=0 bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTA
     return SlurmHang(cluster, job, work, output, placed)
 
 
-def _structured(result: Any) -> dict[str, Any]:
-    assert result.is_error is False, result.content[0].text
-    data: dict[str, Any] = result.structured_content
-    return data
-
 
 def _error(result: Any) -> str:
     assert result.is_error is True, result.structured_content
@@ -106,7 +110,7 @@ def _error(result: Any) -> str:
 async def test_slurm_job_hang_is_diagnosed_from_one_mcp_call(slurm_hang: SlurmHang) -> None:
     env = base_env(**slurm_hang.cluster.env)
     async with stdio_client(env, "--root", str(slurm_hang.dir)) as client:
-        data = _structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job}))
+        data = structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job}))
     node0 = slurm_hang.node_of_rank[0]
     assert [(s["rank"], s["node"], s["function"]) for s in data["suspects"]] == [(0, node0, "save_checkpoint")]
     assert data["suspects"][0]["location"].endswith(f"rank_conditional_allgather.py:{ALL_GATHER_LINE} "
@@ -136,7 +140,7 @@ async def test_a_node_that_does_not_answer_is_a_row_and_the_rest_is_diagnosed(sl
     try:
         async with stdio_client(env, "--root", str(slurm_hang.dir)) as client:
             started = time.monotonic()
-            data = _structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job,
+            data = structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job,
                                                                       "node_timeout_s": 2}))
             elapsed = time.monotonic() - started
     finally:
@@ -231,7 +235,7 @@ async def test_ssh_backend_against_a_real_sshd(slurm_hang: SlurmHang, ssh_server
     hostfile.write_text(f"# MPI-style hostfile\n127.0.0.1:{ssh_server.port} slots=4\nnobody@127.0.0.1:"
                         f"{ssh_server.port} slots=4\n127.0.0.1:{closed}\n")
     async with stdio_client(env, "--root", str(tmp_path)) as client:
-        data = _structured(await client.call_tool("dump_stacks", {"hostfile": str(hostfile),
+        data = structured(await client.call_tool("dump_stacks", {"hostfile": str(hostfile),
                                                                   "node_timeout_s": 10}))
     here = f"127.0.0.1:{ssh_server.port}"
     assert [(s["rank"], s["node"], s["function"]) for s in data["suspects"]] == [(0, here, "save_checkpoint")]
@@ -243,3 +247,18 @@ async def test_ssh_backend_against_a_real_sshd(slurm_hang: SlurmHang, ssh_server
     assert failed[f"nobody@{here}"].startswith("ssh refused the login (") and "install a key" in failed[
         f"nobody@{here}"]
     assert (data["nodes_answered"], data["nodes_failed"]) == (1, 2)
+
+
+def test_report_for_a_slurm_job(slurm_hang: SlurmHang) -> None:
+    # The job's own output file (from scontrol) is read as its log: it lies inside the root given here.
+    done = run_cli(["report", "--slurm-job", slurm_hang.job, "--json", "--root", str(slurm_hang.dir)],
+                   base_env(**slurm_hang.cluster.env))
+    assert done.returncode == 2, done.stderr
+    data = json.loads(done.stdout)
+    ran = {r["tool"]: r for r in data["runs"]}
+    assert set(ran) == {"health_check", "diagnose_logs", "dump_stacks"}
+    assert all(r["severity"] is not None for r in ran.values()), ran
+    assert ran["health_check"]["conclusion"].startswith(f"Slurm job {slurm_hang.job}: 2 of 2 nodes answered.")
+    first = data["rows"][0]
+    assert first["symptom"] == f"rank 0 on {slurm_hang.node_of_rank[0]} not where the others are"
+    assert first["evidence"] == f"save_checkpoint at rank_conditional_allgather.py:{ALL_GATHER_LINE} save_checkpoint"
