@@ -34,6 +34,7 @@ from tools.limits import (
     MAX_MAX_BYTES,
     NODES_FANOUT_MARGIN_S,
     NODES_MAX,
+    NODES_MAX_OUTPUT_BYTES,
     NODES_MAX_OUTPUT_BYTES_PER_NODE,
     NODES_SSH_CONNECT_TIMEOUT_S,
     NODES_SSH_PARALLEL,
@@ -164,7 +165,7 @@ class SlurmJob:
             ["--overlap", "--jobid", self.job_id, "-N", str(len(nodes)), "-w", self.node_list,
              "--ntasks-per-node=1", "--label", "--kill-on-bad-exit=0", "--quiet", *argv],
             timeout_s=timeout_s + NODES_FANOUT_MARGIN_S,
-            max_output_bytes=NODES_MAX_OUTPUT_BYTES_PER_NODE * len(nodes),
+            max_output_bytes=min(NODES_MAX_OUTPUT_BYTES_PER_NODE * len(nodes), NODES_MAX_OUTPUT_BYTES),
             partial_on_timeout=True,
         )
         elapsed = time.monotonic() - started

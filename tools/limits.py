@@ -91,8 +91,10 @@ NODES_DEFAULT_TIMEOUT_S: Final = 20.0
 NODES_MIN_TIMEOUT_S: Final = 2.0
 NODES_MAX_TIMEOUT_S: Final = 120.0
 NODES_FANOUT_MARGIN_S: Final = 3.0
-# One node's collector output (its JSON document); a larger one is that node's error, not the call's.
-NODES_MAX_OUTPUT_BYTES_PER_NODE: Final = 512 * 1024
+# One node's collector output: its JSON document is held to JSON_BUDGET_FACTOR x MAX_MAX_BYTES (768 KiB); a larger
+# one is cut and becomes that node's error, not the call's. All nodes' output together is capped too.
+NODES_MAX_OUTPUT_BYTES_PER_NODE: Final = 1024 * 1024
+NODES_MAX_OUTPUT_BYTES: Final = 64 * 1024 * 1024
 # SSH connections open at once.
 NODES_SSH_PARALLEL: Final = 32
 NODES_SSH_CONNECT_TIMEOUT_S: Final = 5

@@ -262,3 +262,35 @@ def test_report_for_a_slurm_job(slurm_hang: SlurmHang) -> None:
     first = data["rows"][0]
     assert first["symptom"] == f"rank 0 on {slurm_hang.node_of_rank[0]} not where the others are"
     assert first["evidence"] == f"save_checkpoint at rank_conditional_allgather.py:{ALL_GATHER_LINE} save_checkpoint"
+
+
+def test_health_of_64_nodes_stays_within_the_budget(tmp_path: Path) -> None:
+    # One real collector answer (the NVML stand-in with 8 H100s), copied to 64 nodes; node17's GPUs run 300 MHz
+    # slower. The merge must name node17, fold the other 63 into one row, and fit the default 8 KiB.
+    from mcp_server.render import fit_to_budget, render_markdown
+    from tools.health import _merge_nodes
+
+    write_scenario(tmp_path / "nvml.json", [h100(bus_id=f"00000000:{0x18 + i:02X}:00.0") for i in range(8)])
+    done = run_cli(["health-check", "--local", "--json", "--top-processes", "3", "--no-include-kernel-log",
+                    "--root", str(tmp_path)], with_fake_nvml(base_env(), tmp_path / "nvml.json"))
+    assert done.returncode in (0, 1), done.stderr
+    answer = json.loads(done.stdout)
+    documents: dict[str, dict[str, Any] | str] = {}
+    for k in range(64):
+        document = json.loads(json.dumps(answer))
+        document["findings"] = [f for f in document["findings"] if "GPU" in f["check"]]  # this box's own load out
+        if k == 17:
+            for gpu in document["gpus"]:
+                gpu["sm_clock_mhz"] = 1680
+        documents[f"node{k:02d}"] = document
+    documents["node63"] = "no answer within 23 s (node hung, overloaded or unreachable)"
+    result = _merge_nodes("Slurm job 7", documents)
+    assert [(r.node, r.status) for r in result.nodes] == [("node63", "no_answer"), ("node17", "stands_out"),
+                                                          ("62 other node(s)", "ok")]
+    assert result.nodes[1].why == "GPU SM clock, median % of max 85% vs 100% on the others"
+    spread = {r.measure: r for r in result.node_spread}
+    assert (spread["GPU SM clock, median % of max (%)"].nodes, spread["GPU SM clock, median % of max (%)"].worst_node,
+            spread["GPU SM clock, median % of max (%)"].min) == (63, "node17", 84.85)
+    assert result.conclusion[0] == "Slurm job 7: 63 of 64 nodes answered."
+    text = render_markdown(fit_to_budget(result, "health", 8192), "health")
+    assert len(text.encode()) <= 8192 and "node17" in text and "62 other node(s)" in text
