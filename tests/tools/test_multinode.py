@@ -26,6 +26,7 @@ import pytest
 from tests.cluster import SlurmCluster, Sshd, free_port, slurm_cluster, sshd
 from tests.helpers import (
     HANG_LAB,
+    REPO,
     base_env,
     h100,
     line_of,
@@ -294,3 +295,28 @@ def test_health_of_64_nodes_stays_within_the_budget(tmp_path: Path) -> None:
     assert result.conclusion[0] == "Slurm job 7: 63 of 64 nodes answered."
     text = render_markdown(fit_to_budget(result, "health", 8192), "health")
     assert len(text.encode()) <= 8192 and "node17" in text and "62 other node(s)" in text
+
+
+def test_stacks_of_64_nodes_name_the_odd_rank_within_the_budget() -> None:
+    # One real collector answer (the recorded hang's ranks 0 and 1, read by `dump-stacks --local`), copied to 64
+    # nodes of 8 ranks: every rank stands where rank 1 stood, except rank 40 on node05, which stands where rank 0
+    # did. The merge must name rank 40 on node05 and fit 512 ranks into the default 8 KiB.
+    from mcp_server.render import fit_to_budget, render_markdown
+    from tools.stacks import DumpStacksResult, merge_nodes
+
+    stacks = REPO / "tests" / "data" / "stacks" / "rank_conditional_allgather" / "pyspy_json"
+    done = run_cli(["dump-stacks", "--local", "--json", "--max-bytes", "262144", "--from-files",
+                    str(stacks / "rank0.json"), str(stacks / "rank1.json")], base_env(SLURMD_NODENAME="model"))
+    answer = DumpStacksResult.model_validate_json(done.stdout)
+    odd, waiting = (next(r for r in answer.ranks if r.rank == k) for k in (0, 1))
+    per_node: dict[str, DumpStacksResult | str] = {}
+    for k in range(64):
+        rows = [(odd if 8 * k + i == 40 else waiting).model_copy(update={"rank": 8 * k + i, "pid": 1000 + 8 * k + i,
+                                                                          "node": f"node{k:02d}"}) for i in range(8)]
+        per_node[f"node{k:02d}"] = answer.model_copy(update={"ranks": rows, "world_size": 512})
+    result = merge_nodes(per_node)
+    assert [(s.rank, s.node, s.function) for s in result.suspects] == [(40, "node05", "save_checkpoint")]
+    assert [len(g.ranks) for g in result.groups] == [511, 1]
+    text = render_markdown(fit_to_budget(result, "stacks", 8192), "stacks")
+    assert len(text.encode()) <= 8192
+    assert "Rank 40 on node05 is at" in text and "| 40 | node05 |" in text
