@@ -75,14 +75,19 @@ class NodeBackend(Protocol):
 
 
 def _decode_document(raw: bytes) -> dict[str, Any] | str:
+    """The collector's JSON document (one line), or why there is none. A login shell may print a banner first
+    (a .bashrc that echoes): the document is then the last line that starts with '{'."""
     text = raw.decode("utf-8", "replace").strip()
     if not text:
         return "the collector printed nothing"
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return f"the collector's output is not JSON (starts {text[:80]!r})"
-    return document if isinstance(document, dict) else "the collector's output is not a JSON object"
+    candidates = [text] + [line for line in reversed(text.splitlines()[1:]) if line.startswith("{")][:1]
+    for candidate in candidates:
+        try:
+            document = json.loads(candidate)
+        except ValueError:
+            continue
+        return document if isinstance(document, dict) else "the collector's output is not a JSON object"
+    return f"the collector's output is not JSON (starts {text[:80]!r})"
 
 
 def _by_task(raw: bytes) -> dict[int, list[bytes]]:

@@ -320,3 +320,16 @@ def test_stacks_of_64_nodes_name_the_odd_rank_within_the_budget() -> None:
     text = render_markdown(fit_to_budget(result, "stacks", 8192), "stacks")
     assert len(text.encode()) <= 8192
     assert "Rank 40 on node05 is at" in text and "| 40 | node05 |" in text
+
+
+def test_a_login_banner_before_the_collectors_answer_is_skipped() -> None:
+    # Over SSH the remote user's shell runs first; a .bashrc that echoes puts text before our one-line document.
+    from tools._nodes import _decode_document
+
+    document = json.dumps({"node": "gpu-07", "ranks": []})
+    assert _decode_document(f"Welcome to gpu-07\n{{maintenance on Friday}}\n{document}\n".encode()) == {
+        "node": "gpu-07", "ranks": []}
+    assert _decode_document(b"") == "the collector printed nothing"
+    assert _decode_document(b"Traceback (most recent call last):\n  boom") == (
+        "the collector's output is not JSON (starts 'Traceback (most recent call last):\\n  boom')")
+    assert _decode_document(b"[1, 2]") == "the collector's output is not a JSON object"
