@@ -90,6 +90,17 @@ def _decode_document(raw: bytes) -> dict[str, Any] | str:
     return f"the collector's output is not JSON (starts {text[:80]!r})"
 
 
+def _collector_failure(message: str) -> str:
+    """Why a node's collector gave no answer, with the fix for the two set-up mistakes a new cluster shows first."""
+    text = f"the collector failed: {message}"
+    if "No such file or directory" in message or "command not found" in message:
+        return (f"{text} -- the interpreter is not there on that node: set the server's --remote-python "
+                "(GPU_TRIAGE_REMOTE_PYTHON) to the Python that has gpu-triage-mcp on the nodes")
+    if "No module named" in message:
+        return f"{text} -- install gpu-triage-mcp (the same version) into that node's Python"
+    return text
+
+
 def _by_task(raw: bytes) -> dict[int, list[bytes]]:
     """srun --label output split by task: `3: text` lines, in order."""
     parts: dict[int, list[bytes]] = {}
@@ -189,7 +200,7 @@ class SlurmJob:
         for task, parts in errors_by_task.items():
             # Tasks are placed one per node in node-list order (-N n --ntasks-per-node=1, block distribution).
             if task < len(nodes) and nodes[task] not in answers:
-                failures[nodes[task]] = "the collector failed: " + _last_line(b"\n".join(parts), "no message")
+                failures[nodes[task]] = _collector_failure(_last_line(b"\n".join(parts), "no message"))
         for text in out.stderr.decode("utf-8", "replace").splitlines():
             launch = _LAUNCH_FAILED.search(text)
             if launch and launch.group(1) in nodes:
@@ -297,7 +308,7 @@ class SshHosts:
                 document = _decode_document(out.stdout)
                 if isinstance(document, str):
                     why = _last_line(out.stderr, document)
-                    answers[index] = NodeAnswer(target.name, None, f"the collector failed: {why}", seconds)
+                    answers[index] = NodeAnswer(target.name, None, _collector_failure(why), seconds)
                 else:
                     answers[index] = NodeAnswer(target.name, document, None, seconds)
 

@@ -212,6 +212,9 @@ async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
         both = _error(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job, "pid": [1]}))
         pids = _error(await client.call_tool("health_check", {"slurm_job": slurm_hang.job, "job_pids": [1]}))
         still = await client.call_tool("triage_plan", {"symptom": "job hangs"})
+    elsewhere = base_env(**cluster.env, GPU_TRIAGE_REMOTE_PYTHON="/opt/nowhere/bin/python3")
+    async with stdio_client(elsewhere, "--root", str(tmp_path)) as client:
+        no_python = structured(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job}))
     assert "Slurm has no job 999999" in missing and "squeue" in missing
     assert f"Slurm job {finished} is COMPLETED, not RUNNING" in ended and "diagnose_logs" in ended
     assert "slurm_job" in shell and "pattern" in shell.lower()
@@ -220,6 +223,10 @@ async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
     assert "job_pids are pids of one node" in pids
     assert not marker.exists()
     assert still.is_error is False
+    assert {r["node"]: r["status"] for r in no_python["ranks"]} == dict.fromkeys(cluster.nodes, "node_unreachable")
+    assert all(r["detail"].startswith(f"the collector failed: slurmstepd-{r['node']}: error: execve(): "
+                                      "/opt/nowhere/bin/python3: No such file or directory") and
+               "set the server's --remote-python" in r["detail"] for r in no_python["ranks"])
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +255,13 @@ async def test_ssh_backend_against_a_real_sshd(slurm_hang: SlurmHang, ssh_server
     assert failed[f"nobody@{here}"].startswith("ssh refused the login (") and "install a key" in failed[
         f"nobody@{here}"]
     assert (data["nodes_answered"], data["nodes_failed"]) == (1, 2)
+    # A node without our interpreter at that path: the row says which setting fixes it.
+    elsewhere = dict(env, GPU_TRIAGE_REMOTE_PYTHON="/opt/nowhere/bin/python3")
+    async with stdio_client(elsewhere, "--root", str(tmp_path)) as client:
+        missing = structured(await client.call_tool("dump_stacks", {"hosts": [here]}))
+    assert [(r["node"], r["status"]) for r in missing["ranks"]] == [(here, "node_unreachable")]
+    assert missing["ranks"][0]["detail"].startswith("the collector failed: ")
+    assert "set the server's --remote-python (GPU_TRIAGE_REMOTE_PYTHON)" in missing["ranks"][0]["detail"]
 
 
 def test_report_for_a_slurm_job(slurm_hang: SlurmHang) -> None:
