@@ -456,8 +456,13 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
     if unreachable:
         silent = [r for r in rank_rows if r.status == "node_unreachable"]
         lost = f": ranks {compact_ranks(missing)} are not in this verdict" if missing else ""
-        conclusion = [f"{len(silent)} node(s) gave no answer ({', '.join(unreachable[:4])}"
-                      f"{' ...' if len(unreachable) > 4 else ''}: {silent[0].detail}){lost}.", *conclusion][:3]
+        head = (f"{len(silent)} node(s) gave no answer ({', '.join(unreachable[:4])}"
+                f"{' ...' if len(unreachable) > 4 else ''}: {silent[0].detail}){lost}.")
+        if len(silent) == len(rank_rows):  # nothing to judge: the reason is the whole answer
+            conclusion = [head, "No node answered, so there is no verdict on the job: fix what the rows say, then "
+                          "call again."]
+        else:
+            conclusion = [head, *conclusion][:3]
         severity = max(severity, Severity.warn, key=lambda s: s.rank)
     return DumpStacksResult(severity=severity, conclusion=conclusion,
                             next_steps=_next_steps(suspects, groups, placed), ranks=rank_rows, groups=groups,

@@ -224,6 +224,8 @@ async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
     assert not marker.exists()
     assert still.is_error is False
     assert {r["node"]: r["status"] for r in no_python["ranks"]} == dict.fromkeys(cluster.nodes, "node_unreachable")
+    assert no_python["conclusion"][1] == ("No node answered, so there is no verdict on the job: fix what the rows "
+                                          "say, then call again.")
     assert all(r["detail"].startswith(f"the collector failed: slurmstepd-{r['node']}: error: execve(): "
                                       "/opt/nowhere/bin/python3: No such file or directory") and
                "set the server's --remote-python" in r["detail"] for r in no_python["ranks"])
