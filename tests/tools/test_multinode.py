@@ -247,6 +247,8 @@ async def test_ssh_backend_against_a_real_sshd(slurm_hang: SlurmHang, ssh_server
     async with stdio_client(env, "--root", str(tmp_path)) as client:
         data = structured(await client.call_tool("dump_stacks", {"hostfile": str(hostfile),
                                                                   "node_timeout_s": 10}))
+        health = structured(await client.call_tool("health_check", {"hosts": [f"127.0.0.1:{ssh_server.port}"],
+                                                                     "top_processes": 2}))
     here = f"127.0.0.1:{ssh_server.port}"
     assert [(s["rank"], s["node"], s["function"]) for s in data["suspects"]] == [(0, here, "save_checkpoint")]
     assert sorted(r["rank"] for r in data["ranks"] if r["status"] == "ok") == [0, 1, 2, 3]
@@ -257,6 +259,12 @@ async def test_ssh_backend_against_a_real_sshd(slurm_hang: SlurmHang, ssh_server
     assert failed[f"nobody@{here}"].startswith("ssh refused the login (") and "install a key" in failed[
         f"nobody@{here}"]
     assert (data["nodes_answered"], data["nodes_failed"]) == (1, 2)
+    # health over SSH: sshd gives the command a clean environment, so no NVML stand-in reaches it: host part only.
+    assert health["conclusion"][0] == "1 host(s) over SSH: 1 of 1 nodes answered."
+    spread = {r["measure"]: r for r in health["node_spread"]}
+    assert set(spread) == {"host load per core", "host memory available (%)"}
+    assert spread["host memory available (%)"]["nodes"] == 1 and 0 < spread["host memory available (%)"]["max"] < 100
+    assert health["host"] is None and health["gpus"] == []
     # A node without our interpreter at that path: the row says which setting fixes it.
     elsewhere = dict(env, GPU_TRIAGE_REMOTE_PYTHON="/opt/nowhere/bin/python3")
     async with stdio_client(elsewhere, "--root", str(tmp_path)) as client:
