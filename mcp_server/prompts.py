@@ -38,19 +38,21 @@ def add_prompts(server: MCPServer) -> None:
     @server.prompt(name="triage", title="Triage a slow or hung GPU job",
                    description="The SOP for the user's symptom (English or Chinese): the branch and the tool calls "
                    "to make in order, the hard rules and the answer format. Optional artifact paths "
-                   "(comma-separated) are put into the calls.")
-    async def triage(symptom: str, logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "") -> str:
+                   "(comma-separated) and the job's Slurm id (slurm_job: every node of it) are put into the calls.")
+    async def triage(symptom: str, logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "",
+                     slurm_job: str = "") -> str:
         params = TriagePlanInput(symptom=symptom[:2000], logs=_split(logs), traces=_split(traces),
-                                 stacks=_split(stacks), fr_dir=fr_dir or None)
+                                 stacks=_split(stacks), fr_dir=fr_dir or None, slurm_job=slurm_job or None)
         plan = await triage_plan(params, ToolContext(roots=()))
         return triage_instructions(plan, symptom)
 
     @server.prompt(name="triage_report", title="One-call triage report",
-                   description="Ask for the triage_report tool on the job's artifacts (comma-separated paths) and "
-                   "for the answer in the SOP's format.")
-    def triage_report_prompt(logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "") -> str:
+                   description="Ask for the triage_report tool on the job's artifacts (comma-separated paths) or its "
+                   "Slurm id, and for the answer in the SOP's format.")
+    def triage_report_prompt(logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "",
+                             slurm_job: str = "") -> str:
         arguments = {k: v for k, v in (("logs", _split(logs)), ("traces", _split(traces)), ("stacks", _split(stacks)),
-                                       ("fr_dir", fr_dir or None)) if v}
+                                       ("fr_dir", fr_dir or None), ("slurm_job", slurm_job or None)) if v}
         return (f"Call `{tool_call('triage_report', arguments)}`. It runs the health check and every tool that has "
                 "inputs and returns the SOP's table. Relay its table and conclusion; for each row, follow its branch's "
                 "next step (next_steps) before you call the cause confirmed.\n\n" + rules_markdown() + "\n" + _ANSWER)

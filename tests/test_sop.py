@@ -54,7 +54,8 @@ async def test_prompts_and_resources_over_mcp() -> None:
     async with stdio_client(base_env()) as client:
         prompts = {p.name for p in (await client.list_prompts()).prompts}
         slow = await client.get_prompt("triage", {"symptom": "训练很慢，GPU 利用率只有 40%"})
-        hang = await client.get_prompt("triage", {"symptom": "8 卡训练在 step 1200 卡住", "fr_dir": "fr/"})
+        hang = await client.get_prompt("triage", {"symptom": "8 卡训练在 step 1200 卡住", "fr_dir": "fr/",
+                                                  "slurm_job": "4242"})
         branch = await client.get_prompt("sop_straggler", {"context": "rank 3 is slow"})
         report = await client.get_prompt("triage_report", {"logs": "logs/rank*.log", "fr_dir": "fr/"})
         rules = await client.read_resource("sop://rules")
@@ -65,7 +66,7 @@ async def test_prompts_and_resources_over_mcp() -> None:
     assert "symptom | root cause | evidence | fix | verification" in slow_text
     hang_text = hang.messages[0].content.text  # type: ignore[union-attr]
     assert "SOP branch: `nccl_hang_or_slow`" in hang_text and "`analyze_flight_recorder(path='fr/')`" in hang_text
-    assert "`dump_stacks()`" in hang_text
+    assert "`dump_stacks(slurm_job='4242')`" in hang_text and "`health_check(slurm_job='4242')`" in hang_text
     assert "The user reports: rank 3 is slow" in branch.messages[0].content.text  # type: ignore[union-attr]
     assert "Never open a GUI or TUI" in rules.contents[0].text  # type: ignore[union-attr]
     report_text = report.messages[0].content.text  # type: ignore[union-attr]
