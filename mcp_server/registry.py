@@ -27,7 +27,8 @@ class ToolSpec:
     result_name: str
     title: str
     read_only: bool = True
-    # True for a tool that reaches outside this host's files and processes (the network): MCP's openWorldHint.
+    # True for a tool that can reach outside this host's files and processes (MCP's openWorldHint): a /metrics URL,
+    # or a job's other nodes through Slurm or SSH (slurm_job, hosts).
     open_world: bool = False
 
     @cached_property
@@ -56,14 +57,16 @@ class ToolSpec:
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("health_check", "tools.health", "HealthCheckInput", "HealthCheckResult", "GPU and host health check"),
+    ToolSpec("health_check", "tools.health", "HealthCheckInput", "HealthCheckResult", "GPU and host health check",
+             open_world=True),
     ToolSpec("nvidia_smi_query", "tools.smi_query", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
              "nvidia-smi query (allow-listed)"),
     ToolSpec("grep_logs", "tools.log_grep", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
     ToolSpec("diagnose_logs", "tools.log_diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
     ToolSpec("summarize_trace", "tools.trace_summary", "SummarizeTraceInput", "SummarizeTraceResult",
              "Profiler trace summary"),
-    ToolSpec("dump_stacks", "tools.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks"),
+    ToolSpec("dump_stacks", "tools.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks",
+             open_world=True),
     ToolSpec("analyze_flight_recorder", "tools.flight_recorder", "AnalyzeFlightRecorderInput",
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
     ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
@@ -75,7 +78,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("diagnose_compile", "tools.compile_logs", "DiagnoseCompileInput", "DiagnoseCompileResult",
              "torch.compile graph breaks and recompiles"),
     ToolSpec("triage_plan", "tools.plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
-    ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report"),
+    ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report",
+             open_world=True),
     ToolSpec("compare_runs", "tools.run_compare", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 

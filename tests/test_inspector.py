@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO
+from tests.helpers import OPEN_WORLD_TOOLS, REPO
 
 INSPECTOR = Path(os.environ.get("GPU_TRIAGE_INSPECTOR", REPO / ".cache/inspector/node_modules/.bin/mcp-inspector"))
 SERVER = [sys.executable, "-m", "mcp_server"]
@@ -32,7 +32,7 @@ def test_inspector_lists_every_tool_with_output_schema_and_read_only_hint() -> N
     for tool in tools:
         assert tool["outputSchema"]["type"] == "object"
         assert tool["annotations"] == {"title": tool["title"], "readOnlyHint": True, "destructiveHint": False,
-                                       "idempotentHint": True, "openWorldHint": tool["name"] == "inference_metrics"}
+                                       "idempotentHint": True, "openWorldHint": tool["name"] in OPEN_WORLD_TOOLS}
 
 
 def test_inspector_calls_health_check() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.helpers import DATA, H200, REPO, RTX2080S, base_env, pid_alive, stdio_client, with_fake_smi
+from tests.helpers import DATA, H200, OPEN_WORLD_TOOLS, REPO, RTX2080S, base_env, pid_alive, stdio_client, with_fake_smi
 
 pytestmark = pytest.mark.anyio
 
@@ -32,9 +32,9 @@ async def test_tools_list_has_schemas_and_read_only_annotations() -> None:
         assert {"severity", "conclusion", "next_steps", "truncated"} <= set(tool.output_schema["properties"])
         hints = tool.annotations
         assert hints is not None
-        # Only a tool that reaches the network (inference_metrics scrapes /metrics) is open-world.
+        # Open-world: the tools that can reach other machines (a /metrics URL; a job's nodes via Slurm or SSH).
         assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint) == (
-            True, False, True, tool.name == "inference_metrics",
+            True, False, True, tool.name in OPEN_WORLD_TOOLS,
         )
     count = tools["nvidia_smi_query"].input_schema["properties"]["count"]
     assert (count["minimum"], count["maximum"]) == (1, 60)
