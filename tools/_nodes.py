@@ -39,7 +39,7 @@ from tools.limits import (
     NODES_SSH_CONNECT_TIMEOUT_S,
     NODES_SSH_PARALLEL,
 )
-from tools.models import NodesInput
+from tools.models import JobInput
 
 __all__ = ["NodeAnswer", "NodeBackend", "SlurmJob", "SshHosts", "collect_from_nodes", "job_backend", "parse_host",
            "node_name", "slurm_pids_on_this_node"]
@@ -332,12 +332,12 @@ def _ssh_failure(stderr: bytes) -> str:
 # ------------------------------------------------------------------------------------------------------- Fan-out
 
 
-def job_backend(params: NodesInput, ctx: ToolContext) -> NodeBackend | None:
+def job_backend(params: JobInput, ctx: ToolContext) -> NodeBackend | None:
     """The backend a call's job-level arguments ask for, or None for a call about this node only."""
     hosts = list(params.hosts)
     if params.hostfile is not None:
         hosts += read_hostfile(ctx.path(params.hostfile))
-    if params.local and (params.slurm_job is not None or hosts):
+    if getattr(params, "local", False) and (params.slurm_job is not None or hosts):
         raise BadInput("local (collector mode) is for one node; it cannot be combined with slurm_job or hosts.",
                        "Drop local for a job-level call.")
     if params.slurm_job is not None and hosts:

@@ -26,7 +26,7 @@ __all__ = ["RankProcess", "discover_job", "processes_by_match", "processes_by_pi
 _RANK_ARGUMENT = re.compile(r"--(?:global[_-])?rank[= ](\d+)\b")
 _LOCAL_RANK_ARGUMENT = re.compile(r"--local[_-]rank[= ](\d+)\b")
 _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR",
-                   "MASTER_PORT")
+                   "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
 
 
 @dataclass
@@ -39,6 +39,21 @@ class RankProcess:
     job: str | None = None  # what tells jobs apart: the elastic run id or the master address
     command: str = ""
     alive: bool = True
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as the rank sees it
+
+    @property
+    def gpu(self) -> int | None:
+        """The GPU index this rank most likely computes on: with CUDA_VISIBLE_DEVICES, the one it lists (or the
+        LOCAL_RANK-th of several); without it, cuda:LOCAL_RANK as torchrun scripts pick. None when it cannot be told
+        (GPU UUIDs, MIG devices)."""
+        if self.visible_devices is None:
+            return self.local_rank
+        listed = [d.strip() for d in self.visible_devices.split(",") if d.strip()]
+        if not listed or not all(d.isdigit() for d in listed):
+            return None
+        if len(listed) == 1:
+            return int(listed[0])
+        return int(listed[self.local_rank]) if self.local_rank is not None and self.local_rank < len(listed) else None
 
 
 def _int(value: str | None) -> int | None:
@@ -74,7 +89,7 @@ def _describe(pid: int) -> RankProcess:
     job = env.get("TORCHELASTIC_RUN_ID") or (f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}"
                                               if "MASTER_ADDR" in env else None)
     return RankProcess(pid, rank, source, _int(env.get("WORLD_SIZE")), _int(env.get("LOCAL_RANK")), job, command,
-                       alive=process.is_running())
+                       alive=process.is_running(), visible_devices=env.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _number_by_order(found: list[RankProcess]) -> list[RankProcess]:

@@ -20,8 +20,9 @@ from pydantic import BaseModel, Field
 
 from tools import _nvml
 from tools._health_nodes import NodeHealthRow, NodeSpreadRow, merge_health_findings, node_measures
-from tools._nodes import collect_from_nodes, job_backend, node_name
+from tools._nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
 from tools._proc import run_program
+from tools._ranks import discover_job
 from tools.context import ToolContext
 from tools.errors import BadInput, TriageError
 from tools.limits import (
@@ -34,6 +35,7 @@ from tools.limits import (
     HEALTH_MAX_TOP_PROCESSES,
     HEALTH_MAX_TOTAL_S,
     HEALTH_MIN_SAMPLE_S,
+    STACK_MAX_PROCESSES,
 )
 from tools.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
 from tools.thresholds import (
@@ -47,7 +49,8 @@ from tools.thresholds import (
 from tools.xid import xid_meaning
 
 __all__ = [
-    "GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "health_check",
+    "GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "RankPlacement", "gpu_values",
+    "health_check",
     "kernel_findings", "parse_kernel_log",
 ]
 
@@ -139,6 +142,16 @@ class KernelEvent(BaseModel):
     severity: Severity
 
 
+class RankPlacement(BaseModel):
+    """A rank of the job on this node and the GPU it computes on (collector mode; what find_stragglers needs to
+    check a flagged rank's own GPU on a multi-node job)."""
+
+    rank: int
+    pid: int
+    local_rank: int | None = None
+    gpu: int | None = Field(default=None, description="From CUDA_VISIBLE_DEVICES and LOCAL_RANK; None if unknown.")
+
+
 class HealthCheckResult(ToolResult):
     sampled_at: str = Field(description="UTC time of the snapshot.")
     nvml: str = Field(description="'ok', or 'unavailable: <reason>'.")
@@ -152,6 +165,8 @@ class HealthCheckResult(ToolResult):
     host: HostHealth | None = Field(description="This host (none for a job-level call: see nodes).")
     top_processes: list[ProcessRow]
     node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
+    ranks_here: list[RankPlacement] = Field(default_factory=list, description="Collector mode: the job's ranks on "
+                                            "this node and their GPUs.")
     nodes: list[NodeHealthRow] = Field(default_factory=list, description="Job-level calls: the nodes that failed "
                                        "a check, stand out from the others or gave no answer; the rest in one row.")
     node_spread: list[NodeSpreadRow] = Field(default_factory=list, description="Job-level calls: each measure's "
@@ -507,7 +522,7 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         findings.append(Finding(check="NVML", value=f"NVML {nvml_snapshot.status}", threshold="driver present",
                                 severity=Severity.warn if "did not answer" in nvml_snapshot.status else Severity.ok,
                                 meaning="no NVIDIA driver visible here, so no GPU checks; host checks still ran"))
-    findings += gpu_findings([_values(g, foreign_by_gpu.get(g.index, [])) for g in gpus])
+    findings += gpu_findings([gpu_values(g, foreign_by_gpu.get(g.index, [])) for g in gpus])
     busy = sum(1 for pct in host.host.cpu_per_core_pct if pct >= CORE_SATURATED_PCT)
     findings += host_findings(HostValues(
         cpu_count=host.host.cpu_count, load_1m=host.host.load_avg[0] if host.host.load_avg else None,
@@ -538,7 +553,16 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         host=host.host,
         top_processes=host.top,
         node=node_name() if params.local else None,
+        ranks_here=await _ranks_here() if params.local else [],
     )
+
+
+async def _ranks_here() -> list[RankPlacement]:
+    """The job's ranks on this node (this Slurm job's pids when run as its step) with the GPU each computes on."""
+    within = await slurm_pids_on_this_node()
+    found, _ = await anyio.to_thread.run_sync(discover_job, STACK_MAX_PROCESSES, within)
+    return [RankPlacement(rank=p.rank, pid=p.pid, local_rank=p.local_rank, gpu=p.gpu) for p in found
+            if p.rank is not None]
 
 
 def _merge_nodes(label: str, documents: dict[str, dict[str, Any] | str]) -> HealthCheckResult:
@@ -591,7 +615,7 @@ def _merge_nodes(label: str, documents: dict[str, dict[str, Any] | str]) -> Heal
     )
 
 
-def _values(g: GpuHealth, foreign: list[str]) -> GpuValues:
+def gpu_values(g: GpuHealth, foreign: list[str]) -> GpuValues:
     return GpuValues(
         index=g.index, utilization_gpu_pct=g.utilization_gpu_pct, memory_used_mib=g.memory_used_mib,
         memory_total_mib=g.memory_total_mib, sm_clock_mhz=g.sm_clock_mhz, sm_clock_max_mhz=g.sm_clock_max_mhz,

@@ -28,6 +28,7 @@ from tools.limits import (
 
 __all__ = [
     "Finding",
+    "JobInput",
     "NameArg",
     "NodesInput",
     "PathArg",
@@ -86,9 +87,9 @@ class InputModel(BaseModel):
     cli_shortcuts: ClassVar[dict[str, tuple[str, dict[str, Any], str]]] = {}
 
 
-class NodesInput(InputModel):
-    """Job-level arguments shared by the tools that can run on every node of a job (tools/_nodes.py): a Slurm job
-    id, or hosts reached over SSH. Without them the tool looks at this node only."""
+class JobInput(InputModel):
+    """Job-level arguments of the tools that reach every node of a job (tools/_nodes.py): a Slurm job id, or hosts
+    reached over SSH. Without them the tool looks at this node only."""
 
     slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
                                   description="Slurm job id (digits): collect from every node of this running job "
@@ -101,6 +102,11 @@ class NodesInput(InputModel):
     node_timeout_s: float = Field(default=NODES_DEFAULT_TIMEOUT_S, ge=NODES_MIN_TIMEOUT_S, le=NODES_MAX_TIMEOUT_S,
                                   description="Time each node's collector gets; a node silent past it is reported "
                                   "as such and the others are still used.")
+
+
+class NodesInput(JobInput):
+    """JobInput of a tool that is also a per-node collector (`gpu-triage <tool> --local --json`)."""
+
     local: bool = Field(default=False, description="Collector mode, used on each node by a job-level call: return "
                         "only this node's evidence, labelled with its name, for the caller to merge.")
 

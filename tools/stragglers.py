@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from tools._intervals import clip, merge, total
 from tools._logfiles import expand_inputs
+from tools._nodes import NodeBackend, collect_from_nodes, job_backend
 from tools._steps import RankSteps, StepReader, compile_user_format
 from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
 from tools._workers import run_in_shares, worker_count
@@ -39,8 +40,9 @@ from tools.limits import (
     STRAGGLER_PARALLEL_BYTES,
     STRAGGLER_WARN_PCT,
 )
-from tools.models import Finding, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.models import Finding, JobInput, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.stacks import compact_ranks
+from tools.thresholds import gpu_findings
 
 __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers", "stragglers_in_steps"]
 
@@ -53,7 +55,7 @@ _SIGNIFICANCE = 3.0  # a rank's median must differ by this many standard errors 
 _MIN_STEPS = 3
 
 
-class FindStragglersInput(InputModel):
+class FindStragglersInput(JobInput):
     logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Per-rank training logs (paths or "
                             "globs inside the roots) with per-step times: plain `step S time T ms`, step_time_ms=, "
                             "Megatron-LM, torchtitan, tqdm (HF Trainer, Lightning).")
@@ -89,6 +91,8 @@ class FlaggedRank(BaseModel):
     severity: Severity
     kind: Kind
     evidence: str
+    node: str | None = Field(default=None, description="With slurm_job or hosts: the node the rank runs on.")
+    gpu: int | None = Field(default=None, description="With slurm_job or hosts: the GPU it computes on.")
 
 
 class Distribution(BaseModel):
@@ -131,9 +135,10 @@ class FindStragglersResult(ToolResult):
     def tables(self) -> list[Table]:
         return [
             Table("Flagged ranks", ["rank", "kind", "severity", "step ms", "step dev %", "compute ms", "compute dev %",
-                                    "wait ms", "evidence"],
+                                    "wait ms", "evidence", "node / GPU"],
                   [[str(f.rank), f.kind, f.severity.value, cell(f.median_step_ms), cell(f.deviation_pct),
-                    cell(f.compute_ms), cell(f.compute_deviation_pct), cell(f.wait_ms), f.evidence]
+                    cell(f.compute_ms), cell(f.compute_deviation_pct), cell(f.wait_ms), f.evidence,
+                    f"{f.node} / GPU {cell(f.gpu)}" if f.node else "-"]
                    for f in self.flagged],
                   "flagged"),
             Table("GPU of the flagged ranks", ["check", "value", "threshold", "severity", "meaning"],
@@ -510,8 +515,9 @@ def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
             return [NextStep(branch="straggler", action="Run nccl-tests all_reduce_perf between this rank's node and a "
                              "healthy one; check ibstat / ethtool on its NICs",
                              why="A rank that waits with normal compute points at its network or its data input.")]
-        gpu = NextStep(branch="straggler", step="gpu", action=f"find_stragglers with sample_gpus=true on rank "
-                       f"{rank}'s node (or gpu_csv with a capture from it)", why="Clocks, throttle reasons, "
+        gpu = NextStep(branch="straggler", step="gpu", action=f"find_stragglers again with slurm_job=<job id> (or "
+                       f"hosts): rank {rank}'s own GPU is read on its node; on that node alone, sample_gpus=true or "
+                       "gpu_csv with a capture from it", why="Clocks, throttle reasons, "
                        "temperature, power cap and PCIe link of its GPU explain slow compute.")
         return [gpu, NextStep(branch="straggler", step="health", action=f"health_check on rank {rank}'s node",
                               why="Xid/ECC events or a degraded link make one GPU slow.")]
@@ -543,13 +549,60 @@ async def _hardware(result: FindStragglersResult, params: FindStragglersInput, c
             result.hardware.append(finding)
     if result.flagged:
         result.notes.append(f"GPU of rank R taken as R mod {count} (the local rank on a node of {count} GPUs).")
-        if not result.hardware:
-            result.notes.append("the flagged ranks' GPUs pass every hardware check in the sample.")
-        else:
-            worst = result.hardware[0]
-            result.conclusion = (result.conclusion[:2] + [f"Its GPU: {worst.check} = {worst.value} "
-                                                          f"({worst.threshold}): {worst.meaning}"])[:3]
-            result.severity = max(result.severity, worst.severity, key=lambda s: s.rank)
+    _conclude_hardware(result)
+
+
+async def _hardware_on_nodes(result: FindStragglersResult, backend: NodeBackend, params: FindStragglersInput,
+                             ctx: ToolContext) -> None:
+    """Each flagged rank's own GPU on its own node: the health collector of every node says which ranks run there
+    and on which GPU (RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES), and that GPU's readings are checked."""
+    from tools.health import HealthCheckResult, gpu_values
+
+    answers = await collect_from_nodes(backend, "health-check", ctx, params.node_timeout_s,
+                                       ["--sample-s", "0.2", "--top-processes", "0", "--no-include-kernel-log"])
+    placed: dict[int, tuple[str, int | None, HealthCheckResult]] = {}
+    silent: list[str] = []
+    for answer in answers:
+        try:
+            document = HealthCheckResult.model_validate(answer.document) if answer.document is not None else None
+        except ValueError:
+            document = None
+        if document is None:
+            silent.append(f"{answer.node} ({answer.failure or 'an answer this version cannot read'})")
+            continue
+        for rank in document.ranks_here:
+            placed[rank.rank] = (answer.node, rank.gpu, document)
+    if silent:
+        result.notes.append(f"{backend.label}: no answer from {len(silent)} node(s): {'; '.join(silent[:4])}.")
+    result.next_steps = [s for s in result.next_steps if s.step != "gpu"]  # this call did that step
+    for flagged in result.flagged:
+        where = placed.get(flagged.rank)
+        if where is None:
+            result.notes.append(f"rank {flagged.rank} was found on none of the nodes that answered: its GPU is not "
+                                "checked.")
+            continue
+        node, gpu, document = where
+        flagged.node, flagged.gpu = node, gpu
+        shown = [g for g in document.gpus if gpu is None or g.index == gpu]
+        for finding in gpu_findings([gpu_values(g, []) for g in shown]):
+            if finding.severity is not Severity.ok:
+                result.hardware.append(finding.model_copy(update={"check": f"rank {flagged.rank} on {node}: "
+                                                                           f"{finding.check}"}))
+        if document.nvml != "ok":
+            result.notes.append(f"{node}: NVML {document.nvml}; rank {flagged.rank}'s GPU could not be read.")
+    _conclude_hardware(result)
+
+
+def _conclude_hardware(result: FindStragglersResult) -> None:
+    if not result.flagged:
+        return
+    if not result.hardware:
+        result.notes.append("the flagged ranks' GPUs pass every hardware check in the sample.")
+        return
+    worst = result.hardware[0]
+    result.conclusion = (result.conclusion[:2] + [f"Its GPU: {worst.check} = {worst.value} "
+                                                  f"({worst.threshold}): {worst.meaning}"])[:3]
+    result.severity = max(result.severity, worst.severity, key=lambda s: s.rank)
 
 
 async def find_stragglers(params: FindStragglersInput, ctx: ToolContext) -> FindStragglersResult:
@@ -580,7 +633,13 @@ async def find_stragglers(params: FindStragglersInput, ctx: ToolContext) -> Find
         raise BadInput("no step time found in the given logs or traces.",
                        "Check the format (see the tool's description) or pass step_regex; traces need ProfilerStep "
                        "events (torch.profiler with a schedule and prof.step()).")
+    backend = job_backend(params, ctx)
+    if backend is not None and (params.gpu_csv or params.sample_gpus):
+        raise BadInput("with slurm_job or hosts, each flagged rank's own GPU is read on its node; gpu_csv and "
+                       "sample_gpus are for one node.", "Drop them, or call without slurm_job/hosts.")
     result = _analyse(ranks, notes)
-    if params.gpu_csv or params.sample_gpus:
+    if backend is not None and result.flagged:
+        await _hardware_on_nodes(result, backend, params, ctx)
+    elif params.gpu_csv or params.sample_gpus:
         await _hardware(result, params, ctx)
     return result

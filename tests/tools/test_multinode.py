@@ -357,3 +357,45 @@ def test_a_login_banner_before_the_collectors_answer_is_skipped() -> None:
     assert _decode_document(b"Traceback (most recent call last):\n  boom") == (
         "the collector's output is not JSON (starts 'Traceback (most recent call last):\\n  boom')")
     assert _decode_document(b"[1, 2]") == "the collector's output is not a JSON object"
+
+
+async def test_straggler_in_a_slurm_job_gets_its_own_gpu_checked(cluster: SlurmCluster, tmp_path: Path) -> None:
+    # The fault lab's straggler (rank 2 computes 30 ms longer a step) as a live 4-rank Slurm job, 2 ranks a node.
+    # find_stragglers reads the ranks' logs, flags rank 2, and with slurm_job reads rank 2's own GPU on its node:
+    # that node's NVML stand-in has GPU 0 (LOCAL_RANK 0 there) hot and thermally throttled; node1's GPUs are fine.
+    logs = tmp_path / "logs"
+    script = tmp_path / "straggler.sh"
+    script.write_text(f"""#!/bin/bash
+export MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()} LAB_STEPS=100000 LAB_RANK_LOG_DIR={logs} OMP_NUM_THREADS=1
+exec srun --kill-on-bad-exit=0 bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID \\
+  exec {sys.executable} {REPO / "tests" / "lab" / "straggler_steps.py"}'
+""")
+    job = cluster.submit(script, "-N", "2", "--ntasks-per-node=2", output=tmp_path / "straggler.out")
+    try:
+        cluster.wait_running(job)
+        deadline = time.monotonic() + 120
+        while not all((logs / f"rank{r}.log").exists() and (logs / f"rank{r}.log").read_text().count(" step ") >= 40
+                      for r in range(4)):
+            assert cluster.state(job) == "RUNNING" and time.monotonic() < deadline, "the straggler job did not log"
+            time.sleep(0.5)
+        placed = _node_of_rank(cluster, job)  # now that every rank runs (and logs)
+        assert sorted(placed) == [0, 1, 2, 3], placed
+        for node in cluster.nodes:
+            gpus = [h100(), h100(bus_id="00000000:2A:00.0")]
+            if node == placed[2]:
+                gpus[0] = h100(temperature=91, sm_clock=1200, throttle_mask=0x60)
+            write_scenario(tmp_path / f"nvml_{node}.json", gpus)
+        env = with_fake_nvml(base_env(**cluster.env), tmp_path / "nvml_{node}.json")
+        async with stdio_client(env, "--root", str(tmp_path)) as client:
+            data = structured(await client.call_tool("find_stragglers", {"logs": ["logs/rank*.log"],
+                                                                         "slurm_job": job}))
+    finally:
+        cluster.run("scancel", job)
+    assert [(f["rank"], f["kind"], f["node"], f["gpu"]) for f in data["flagged"]] == [
+        (2, "compute_slow", placed[2], 0)]
+    crit = {h["check"]: h["value"] for h in data["hardware"] if h["severity"] == "crit"}
+    assert crit == {f"rank 2 on {placed[2]}: GPU 0 temperature": "91 C",
+                    f"rank 2 on {placed[2]}: GPU 0 clock throttle": "sw_thermal_slowdown,hw_thermal_slowdown"}
+    assert all("GPU 1" not in h["check"] for h in data["hardware"])  # only rank 2's own GPU is judged
+    assert data["severity"] == "crit"
+    assert data["conclusion"][-1].startswith(f"Its GPU: rank 2 on {placed[2]}: GPU 0 ")
