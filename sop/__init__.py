@@ -45,6 +45,8 @@ class Branch:
     symptoms: tuple[str, ...]
     keywords_en: tuple[str, ...]
     keywords_zh: tuple[str, ...]
+    # Regular expressions for phrasings a substring cannot catch ("rank 3 is slow"); a match weighs more.
+    keyword_patterns: tuple[str, ...]
     steps: tuple[Step, ...]
     table: tuple[dict[str, str], ...]
     env: tuple[dict[str, str], ...]
@@ -63,6 +65,7 @@ def _branch(branch_id: str, raw: dict[str, Any]) -> Branch:
     return Branch(
         id=branch_id, title=raw["title"], summary=raw["summary"], symptoms=tuple(raw["symptoms"]),
         keywords_en=tuple(keywords.get("en", ())), keywords_zh=tuple(keywords.get("zh", ())),
+        keyword_patterns=tuple(keywords.get("patterns", ())),
         steps=tuple(Step(s["id"], s["tool"], dict(s.get("arguments", {})), s["decides"]) for s in raw["steps"]),
         table=tuple({k: row[k] for k in _TABLE_KEYS} for row in raw.get("table", ())),
         env=tuple(raw.get("env", ())), commands=tuple(raw.get("commands", ())),

@@ -4,6 +4,7 @@ fault lab's real artifacts (NVML stand-in for the GPU, as in every GPU test here
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ def test_every_branch_file_matches_the_schema_and_names_real_tool_calls() -> Non
         assert set(raw) <= TOP_KEYS, (branch_id, set(raw) - TOP_KEYS)
         assert isinstance(raw["order"], int) and raw["title"] and raw["summary"]
         assert raw["symptoms"] and all(isinstance(s, str) and s for s in raw["symptoms"])
-        assert set(raw["keywords"]) == {"en", "zh"} and raw["keywords"]["en"] and raw["keywords"]["zh"], branch_id
+        assert set(raw["keywords"]) <= {"en", "zh", "patterns"} and raw["keywords"]["en"] and raw["keywords"]["zh"]
+        for pattern in raw["keywords"].get("patterns", []):
+            re.compile(pattern)
         ids = [s["id"] for s in raw["steps"]]
         assert ids and len(ids) == len(set(ids)), branch_id
         for step in raw["steps"]:
@@ -140,10 +143,18 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
     straggler = anyio.run(triage_plan, TriagePlanInput(symptom="why is rank 3 slow? one rank is always last"),
                           ToolContext(roots=()))
     assert straggler.branch == "straggler"
+    # The mission's own question: a substring keyword cannot see "rank 3 ... slow", the branch's pattern can.
+    for words in ("why is rank 3 slow?", "rank 3 很慢", "node 7 is always behind"):
+        plan_ = anyio.run(triage_plan, TriagePlanInput(symptom=words), ToolContext(roots=()))
+        assert plan_.branch == "straggler", (words, plan_.alternatives)
     slurm = anyio.run(triage_plan, TriagePlanInput(symptom="the 64-GPU job hangs at step 1200", slurm_job="4242"),
                       ToolContext(roots=()))
     assert {s.tool: s.arguments.get("slurm_job") for s in slurm.steps if s.tool in ("health_check", "dump_stacks")} \
         == {"health_check": "4242", "dump_stacks": "4242"}
+    slow_rank = anyio.run(triage_plan, TriagePlanInput(symptom="why is rank 3 slow?", slurm_job="4242",
+                                                       logs=["logs/rank*.log"]), ToolContext(roots=()))
+    gpu_step = next(s for s in slow_rank.steps if s.step == "gpu")
+    assert gpu_step.arguments == {"logs": ["logs/rank*.log"], "slurm_job": "4242"}
 
 
 async def test_every_listed_tool_keeps_the_contract() -> None:

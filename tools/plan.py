@@ -21,6 +21,8 @@ from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolRes
 __all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
 
 _PLACEHOLDER = re.compile(r"^<.*>$")
+# A branch pattern names the situation ("rank 3 is slow"), so it outweighs a generic keyword ("slow").
+_PATTERN_WEIGHT = 3
 
 
 class TriagePlanInput(InputModel):
@@ -83,9 +85,15 @@ def _scores(symptom: str) -> list[BranchScore]:
         if branch.id == "triage":
             continue
         matched = [k for k in (*branch.keywords_en, *branch.keywords_zh) if k.casefold() in text]
+        # Longer keywords are more specific ("graph break" over "break"): they weigh more.
+        score = sum(1 + len(k) // 8 for k in matched)
+        for pattern in branch.keyword_patterns:  # the SOP's own patterns, on a symptom of bounded length
+            phrase = re.search(pattern, text)
+            if phrase:
+                matched.append(phrase.group(0))
+                score += _PATTERN_WEIGHT
         if matched:
-            # Longer keywords are more specific ("graph break" over "break"): they weigh more.
-            found.append(BranchScore(branch=branch.id, score=sum(1 + len(k) // 8 for k in matched), matched=matched))
+            found.append(BranchScore(branch=branch.id, score=score, matched=matched))
     return sorted(found, key=lambda s: -s.score)
 
 
@@ -125,6 +133,8 @@ def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep
         arguments["from_files"] = params.stacks  # saved stacks instead of the live job
     elif step.tool in ("dump_stacks", "health_check") and params.slurm_job:
         arguments["slurm_job"] = params.slurm_job  # every node of the job, one verdict
+    if step.tool == "find_stragglers" and params.slurm_job and arguments.pop("sample_gpus", False):
+        arguments["slurm_job"] = params.slurm_job  # the flagged rank's own GPU, read on its own node
     return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=step.decides,
                        needs=needs)
 
