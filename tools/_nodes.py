@@ -19,11 +19,10 @@ import os
 import re
 import shlex
 import socket
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -39,10 +38,12 @@ from tools.limits import (
     NODES_SSH_CONNECT_TIMEOUT_S,
     NODES_SSH_PARALLEL,
 )
-from tools.models import JobInput
+from tools.models import JobInput, ToolResult
 
 __all__ = ["NodeAnswer", "NodeBackend", "SlurmJob", "SshHosts", "collect_from_nodes", "job_backend", "parse_host",
            "node_name", "slurm_pids_on_this_node"]
+
+ResultT = TypeVar("ResultT", bound=ToolResult)
 
 # A host as ssh and Slurm spell it; never starting with '-' (an option), no spaces or shell characters.
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -60,7 +61,6 @@ class NodeAnswer:
     node: str
     document: dict[str, Any] | None
     failure: str | None = None
-    seconds: float | None = None
 
 
 class NodeBackend(Protocol):
@@ -172,7 +172,6 @@ class SlurmJob:
 
     async def collect(self, argv: Sequence[str], timeout_s: float) -> list[NodeAnswer]:
         nodes = await self.nodes()
-        started = time.monotonic()
         # --overlap: the job's own steps hold every CPU, and srun would otherwise wait for one, silently.
         # -N/-w/--ntasks-per-node=1: exactly one collector per node, on every node. --label: each output line
         # says which task (node) wrote it, so the nodes' documents can be told apart.
@@ -184,7 +183,6 @@ class SlurmJob:
             max_output_bytes=min(NODES_MAX_OUTPUT_BYTES_PER_NODE * len(nodes), NODES_MAX_OUTPUT_BYTES),
             partial_on_timeout=True,
         )
-        elapsed = time.monotonic() - started
         by_task = _by_task(out.stdout)
         errors_by_task = _by_task(out.stderr)
         answers: dict[str, NodeAnswer] = {}
@@ -194,7 +192,7 @@ class SlurmJob:
             document = _decode_document(b"".join(parts))
             node = document.get("node") if isinstance(document, dict) else None
             if isinstance(document, dict) and isinstance(node, str) and node in nodes:
-                answers[node] = NodeAnswer(node, document, seconds=elapsed)
+                answers[node] = NodeAnswer(node, document)
             elif task < len(nodes):
                 failures[nodes[task]] = document if isinstance(document, str) else "the collector named no node"
         for task, parts in errors_by_task.items():
@@ -294,23 +292,21 @@ class SshHosts:
 
         async def one(index: int, target: SshTarget) -> None:
             async with limiter:
-                started = time.monotonic()
                 out = await run_program("ssh", self._ssh_args(target, argv),
                                         timeout_s=timeout_s + NODES_FANOUT_MARGIN_S,
                                         max_output_bytes=NODES_MAX_OUTPUT_BYTES_PER_NODE, partial_on_timeout=True)
-                seconds = time.monotonic() - started
             if out.timed_out:
                 answers[index] = NodeAnswer(target.name, None, f"no answer within {timeout_s + NODES_FANOUT_MARGIN_S:g}"
-                                            " s (host hung, overloaded or unreachable)", seconds)
+                                            " s (host hung, overloaded or unreachable)")
             elif out.returncode == 255:
-                answers[index] = NodeAnswer(target.name, None, _ssh_failure(out.stderr), seconds)
+                answers[index] = NodeAnswer(target.name, None, _ssh_failure(out.stderr))
             else:
                 document = _decode_document(out.stdout)
                 if isinstance(document, str):
                     why = _last_line(out.stderr, document)
-                    answers[index] = NodeAnswer(target.name, None, _collector_failure(why), seconds)
+                    answers[index] = NodeAnswer(target.name, None, _collector_failure(why))
                 else:
-                    answers[index] = NodeAnswer(target.name, document, None, seconds)
+                    answers[index] = NodeAnswer(target.name, document)
 
         async with anyio.create_task_group() as group:
             for index, target in enumerate(self.targets):
@@ -337,9 +333,6 @@ def job_backend(params: JobInput, ctx: ToolContext) -> NodeBackend | None:
     hosts = list(params.hosts)
     if params.hostfile is not None:
         hosts += read_hostfile(ctx.path(params.hostfile))
-    if getattr(params, "local", False) and (params.slurm_job is not None or hosts):
-        raise BadInput("local (collector mode) is for one node; it cannot be combined with slurm_job or hosts.",
-                       "Drop local for a job-level call.")
     if params.slurm_job is not None and hosts:
         raise BadInput("give slurm_job or hosts, not both.", "Slurm finds the job's nodes itself.")
     if params.slurm_job is not None:
@@ -369,14 +362,26 @@ def collector_argv(tool_cli_name: str, ctx: ToolContext, node_timeout_s: float, 
             "--timeout", f"{node_timeout_s:g}", "--max-bytes", str(MAX_MAX_BYTES), *extra]
 
 
-async def collect_from_nodes(backend: NodeBackend, tool_cli_name: str, ctx: ToolContext, node_timeout_s: float,
-                             extra: Sequence[str] = ()) -> list[NodeAnswer]:
-    """Run the collector for `tool_cli_name` on every node of `backend`, within the call's remaining time."""
+async def collect_from_nodes(backend: NodeBackend, tool_cli_name: str, result_model: type[ResultT], ctx: ToolContext,
+                             node_timeout_s: float, extra: Sequence[str] = ()) -> dict[str, ResultT | str]:
+    """Run the collector for `tool_cli_name` on every node of `backend`, within the call's remaining time: per node,
+    its answer as `result_model`, or why there is none (node order kept)."""
     budget = ctx.remaining_s() - NODES_FANOUT_MARGIN_S - 1.0
     if budget < 1.0:
         raise BadInput("not enough of the call's time is left to reach the nodes.", "Raise the server's --timeout.")
     node_timeout_s = min(node_timeout_s, budget)
-    return await backend.collect(collector_argv(tool_cli_name, ctx, node_timeout_s, extra), node_timeout_s)
+    answers = await backend.collect(collector_argv(tool_cli_name, ctx, node_timeout_s, extra), node_timeout_s)
+    results: dict[str, ResultT | str] = {}
+    for answer in answers:
+        if answer.document is None:
+            results[answer.node] = answer.failure or "no answer"
+            continue
+        try:
+            results[answer.node] = result_model.model_validate(answer.document)
+        except ValueError as exc:
+            results[answer.node] = (f"the collector's answer does not fit this version of gpu-triage-mcp "
+                                    f"({str(exc).splitlines()[0]}): install the same version on the nodes")
+    return results
 
 
 async def slurm_pids_on_this_node() -> set[int] | None:

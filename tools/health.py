@@ -484,8 +484,8 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
                            "Drop job_pids, or call health_check on that node alone.")
         extra = ["--sample-s", f"{params.sample_s:g}", "--top-processes", str(params.top_processes),
                  "--include-kernel-log" if params.include_kernel_log else "--no-include-kernel-log"]
-        answers = await collect_from_nodes(backend, "health-check", ctx, params.node_timeout_s, extra)
-        return _merge_nodes(backend.label, {a.node: a.document or (a.failure or "no answer") for a in answers})
+        return _merge_nodes(backend.label, await collect_from_nodes(backend, "health-check", HealthCheckResult, ctx,
+                                                                    params.node_timeout_s, extra))
     sampled_at = datetime.now(UTC).isoformat(timespec="seconds")
     nvml_snapshot = _NvmlSnapshot()
     host = _HostSample()
@@ -565,19 +565,13 @@ async def _ranks_here() -> list[RankPlacement]:
             if p.rank is not None]
 
 
-def _merge_nodes(label: str, documents: dict[str, dict[str, Any] | str]) -> HealthCheckResult:
+def _merge_nodes(label: str, answers: dict[str, HealthCheckResult | str]) -> HealthCheckResult:
     """One health result for a job from each node's collector answer (or the reason there is none)."""
     per_node: dict[str, tuple[list[Finding], dict[str, float], int | None] | str] = {}
     drivers: set[str] = set()
-    for node, document in documents.items():
-        if isinstance(document, str):
-            per_node[node] = document
-            continue
-        try:
-            result = HealthCheckResult.model_validate(document)
-        except ValueError as exc:
-            per_node[node] = (f"the collector's answer does not fit this version of gpu-triage-mcp "
-                              f"({str(exc).splitlines()[0]}): install the same version on the nodes")
+    for node, result in answers.items():
+        if isinstance(result, str):
+            per_node[node] = result
             continue
         if result.driver_version:
             drivers.add(result.driver_version)

@@ -110,6 +110,13 @@ class NodesInput(JobInput):
     local: bool = Field(default=False, description="Collector mode, used on each node by a job-level call: return "
                         "only this node's evidence, labelled with its name, for the caller to merge.")
 
+    @model_validator(mode="after")
+    def _one_node_or_the_job(self) -> NodesInput:
+        if self.local and (self.slurm_job is not None or self.hosts or self.hostfile is not None):
+            raise ValueError("local (collector mode) is for one node; it cannot be combined with slurm_job, hosts or "
+                             "hostfile: drop local for a job-level call")
+        return self
+
 
 class Finding(BaseModel):
     """One check with its verdict, in the shape of the SOP's triage table."""

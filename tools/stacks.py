@@ -20,7 +20,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from tools._logfiles import expand_inputs, natural_key, rank_of_path
-from tools._nodes import NodeAnswer, collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
+from tools._nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
 from tools._proc import find_program, run_program
 from tools._ranks import RankProcess, discover_job, processes_by_match, processes_by_pid
 from tools._stacks import (
@@ -536,9 +536,10 @@ async def dump_stacks(params: DumpStacksInput, ctx: ToolContext) -> DumpStacksRe
                  "--per-process-timeout-s", f"{params.per_process_timeout_s:g}"]
         extra += ["--native"] if params.native else []
         extra += ["--nonblocking"] if params.nonblocking else []
-        answers = await collect_from_nodes(backend, "dump-stacks", ctx, params.node_timeout_s, extra)
-        result = merge_nodes(_node_results(answers))
-        result.notes.insert(0, f"{backend.label}: {result.nodes_answered} of {len(answers)} nodes answered.")
+        per_node = await collect_from_nodes(backend, "dump-stacks", DumpStacksResult, ctx, params.node_timeout_s,
+                                            extra)
+        result = merge_nodes(per_node)
+        result.notes.insert(0, f"{backend.label}: {result.nodes_answered} of {len(per_node)} nodes answered.")
         logs = [p for p in backend.log_paths() if p]
         if logs:
             result.next_steps = [*result.next_steps[:2], NextStep(
@@ -555,20 +556,6 @@ async def dump_stacks(params: DumpStacksInput, ctx: ToolContext) -> DumpStacksRe
     result = _analyse(rows, notes, with_frames=params.local)
     result.node = node
     return result
-
-
-def _node_results(answers: list[NodeAnswer]) -> dict[str, DumpStacksResult | str]:
-    per_node: dict[str, DumpStacksResult | str] = {}
-    for answer in answers:
-        if answer.document is None:
-            per_node[answer.node] = answer.failure or "no answer"
-            continue
-        try:
-            per_node[answer.node] = DumpStacksResult.model_validate(answer.document)
-        except ValueError as exc:
-            per_node[answer.node] = (f"the collector's answer does not fit this version of gpu-triage-mcp "
-                                     f"({str(exc).splitlines()[0]}): install the same version on the nodes")
-    return per_node
 
 
 def merge_nodes(per_node: dict[str, DumpStacksResult | str]) -> DumpStacksResult:

@@ -558,20 +558,16 @@ async def _hardware_on_nodes(result: FindStragglersResult, backend: NodeBackend,
     and on which GPU (RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES), and that GPU's readings are checked."""
     from tools.health import HealthCheckResult, gpu_values
 
-    answers = await collect_from_nodes(backend, "health-check", ctx, params.node_timeout_s,
+    answers = await collect_from_nodes(backend, "health-check", HealthCheckResult, ctx, params.node_timeout_s,
                                        ["--sample-s", "0.2", "--top-processes", "0", "--no-include-kernel-log"])
     placed: dict[int, tuple[str, int | None, HealthCheckResult]] = {}
     silent: list[str] = []
-    for answer in answers:
-        try:
-            document = HealthCheckResult.model_validate(answer.document) if answer.document is not None else None
-        except ValueError:
-            document = None
-        if document is None:
-            silent.append(f"{answer.node} ({answer.failure or 'an answer this version cannot read'})")
+    for node, answer in answers.items():
+        if isinstance(answer, str):
+            silent.append(f"{node} ({answer})")
             continue
-        for rank in document.ranks_here:
-            placed[rank.rank] = (answer.node, rank.gpu, document)
+        for rank in answer.ranks_here:
+            placed[rank.rank] = (node, rank.gpu, answer)
     if silent:
         result.notes.append(f"{backend.label}: no answer from {len(silent)} node(s): {'; '.join(silent[:4])}.")
     result.next_steps = [s for s in result.next_steps if s.step != "gpu"]  # this call did that step

@@ -210,6 +210,7 @@ async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
         shell = _error(await client.call_tool("dump_stacks", {"slurm_job": "1;reboot"}))
         option = _error(await client.call_tool("dump_stacks", {"hosts": [f"-oProxyCommand=touch {marker}"]}))
         both = _error(await client.call_tool("dump_stacks", {"slurm_job": slurm_hang.job, "pid": [1]}))
+        collector = _error(await client.call_tool("health_check", {"slurm_job": slurm_hang.job, "local": True}))
         pids = _error(await client.call_tool("health_check", {"slurm_job": slurm_hang.job, "job_pids": [1]}))
         still = await client.call_tool("triage_plan", {"symptom": "job hangs"})
     elsewhere = base_env(**cluster.env, GPU_TRIAGE_REMOTE_PYTHON="/opt/nowhere/bin/python3")
@@ -220,6 +221,7 @@ async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
     assert "slurm_job" in shell and "pattern" in shell.lower()
     assert "is not a host name" in option
     assert "each node finds the job's ranks itself" in both
+    assert "local (collector mode) is for one node; it cannot be combined with slurm_job" in collector
     assert "job_pids are pids of one node" in pids
     assert not marker.exists()
     assert still.is_error is False
@@ -293,21 +295,21 @@ def test_health_of_64_nodes_stays_within_the_budget(tmp_path: Path) -> None:
     # One real collector answer (the NVML stand-in with 8 H100s), copied to 64 nodes; node17's GPUs run 300 MHz
     # slower. The merge must name node17, fold the other 63 into one row, and fit the default 8 KiB.
     from mcp_server.render import fit_to_budget, render_markdown
-    from tools.health import _merge_nodes
+    from tools.health import HealthCheckResult, _merge_nodes
 
     write_scenario(tmp_path / "nvml.json", [h100(bus_id=f"00000000:{0x18 + i:02X}:00.0") for i in range(8)])
     done = run_cli(["health-check", "--local", "--json", "--top-processes", "3", "--no-include-kernel-log",
                     "--root", str(tmp_path)], with_fake_nvml(base_env(), tmp_path / "nvml.json"))
     assert done.returncode in (0, 1), done.stderr
     answer = json.loads(done.stdout)
-    documents: dict[str, dict[str, Any] | str] = {}
+    documents: dict[str, HealthCheckResult | str] = {}
     for k in range(64):
         document = json.loads(json.dumps(answer))
         document["findings"] = [f for f in document["findings"] if "GPU" in f["check"]]  # this box's own load out
         if k == 17:
             for gpu in document["gpus"]:
                 gpu["sm_clock_mhz"] = 1680
-        documents[f"node{k:02d}"] = document
+        documents[f"node{k:02d}"] = HealthCheckResult.model_validate(document)
     documents["node63"] = "no answer within 23 s (node hung, overloaded or unreachable)"
     result = _merge_nodes("Slurm job 7", documents)
     assert [(r.node, r.status) for r in result.nodes] == [("node63", "no_answer"), ("node17", "stands_out"),
