@@ -21,8 +21,8 @@ from mcp_server.contract import execute
 from mcp_server.registry import TOOLS, ToolSpec
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
-from tools.errors import TriageError
-from tools.models import InputModel
+from tools.core.errors import TriageError
+from tools.core.models import InputModel
 
 __all__ = ["main"]
 

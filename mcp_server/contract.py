@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from mcp_server.registry import ToolSpec
 from mcp_server.render import fit_to_budget
 from mcp_server.settings import Settings
-from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded
-from tools.models import InputModel, ToolResult
-from tools.redact import redact_value
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded
+from tools.core.models import InputModel, ToolResult
+from tools.core.redact import redact_value
 
 __all__ = ["describe_validation_error", "execute", "validate_arguments"]
 

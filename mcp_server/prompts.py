@@ -8,8 +8,8 @@ from __future__ import annotations
 from mcp.server import MCPServer
 
 from sop import branch_markdown, branches, rules_markdown, tool_call
-from tools.context import ToolContext
-from tools.plan import TriagePlanInput, TriagePlanResult, triage_plan
+from tools.core.context import ToolContext
+from tools.triage.plan import TriagePlanInput, TriagePlanResult, triage_plan
 
 __all__ = ["add_prompts", "triage_instructions"]
 

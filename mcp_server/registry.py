@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from tools.context import ToolContext
-from tools.models import InputModel, ToolResult
+from tools.core.context import ToolContext
+from tools.core.models import InputModel, ToolResult
 
 __all__ = ["TOOLS", "ToolSpec", "tool_by_name"]
 
@@ -57,30 +57,31 @@ class ToolSpec:
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("health_check", "tools.health", "HealthCheckInput", "HealthCheckResult", "GPU and host health check",
+    ToolSpec("health_check", "tools.gpu.health", "HealthCheckInput", "HealthCheckResult", "GPU and host health check",
              open_world=True),
-    ToolSpec("nvidia_smi_query", "tools.smi_query", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
+    ToolSpec("nvidia_smi_query", "tools.gpu.smi_query", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
              "nvidia-smi query (allow-listed)"),
-    ToolSpec("grep_logs", "tools.log_grep", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
-    ToolSpec("diagnose_logs", "tools.log_diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
-    ToolSpec("summarize_trace", "tools.trace_summary", "SummarizeTraceInput", "SummarizeTraceResult",
+    ToolSpec("grep_logs", "tools.logs.grep", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
+    ToolSpec("diagnose_logs", "tools.logs.diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
+    ToolSpec("summarize_trace", "tools.traces.summary", "SummarizeTraceInput", "SummarizeTraceResult",
              "Profiler trace summary"),
-    ToolSpec("dump_stacks", "tools.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks",
+    ToolSpec("dump_stacks", "tools.hangs.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks",
              open_world=True),
-    ToolSpec("analyze_flight_recorder", "tools.flight_recorder", "AnalyzeFlightRecorderInput",
+    ToolSpec("analyze_flight_recorder", "tools.hangs.flight_recorder", "AnalyzeFlightRecorderInput",
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
-    ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
+    ToolSpec("find_stragglers", "tools.stragglers.find", "FindStragglersInput", "FindStragglersResult",
              "Straggler ranks"),
-    ToolSpec("analyze_memory", "tools.memory", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
+    ToolSpec("analyze_memory", "tools.memory.analyze", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
              "GPU memory / OOM analysis"),
-    ToolSpec("inference_metrics", "tools.inference", "InferenceMetricsInput", "InferenceMetricsResult",
+    ToolSpec("inference_metrics", "tools.serving.metrics", "InferenceMetricsInput", "InferenceMetricsResult",
              "Inference server metrics (vLLM / SGLang)", open_world=True),
-    ToolSpec("diagnose_compile", "tools.compile_logs", "DiagnoseCompileInput", "DiagnoseCompileResult",
+    ToolSpec("diagnose_compile", "tools.compile.diagnose", "DiagnoseCompileInput", "DiagnoseCompileResult",
              "torch.compile graph breaks and recompiles"),
-    ToolSpec("triage_plan", "tools.plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
-    ToolSpec("triage_report", "tools.report", "TriageReportInput", "TriageReportResult", "Triage report",
+    ToolSpec("triage_plan", "tools.triage.plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
+    ToolSpec("triage_report", "tools.triage.report", "TriageReportInput", "TriageReportResult", "Triage report",
              open_world=True),
-    ToolSpec("compare_runs", "tools.run_compare", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
+    ToolSpec("compare_runs", "tools.triage.compare", "CompareRunsInput", "CompareRunsResult",
+             "Before/after comparison"),
 )
 
 

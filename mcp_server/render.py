@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import TypeVar
 
-from tools.limits import JSON_BUDGET_FACTOR
-from tools.models import Table, ToolResult, Truncation
+from tools.core.limits import JSON_BUDGET_FACTOR
+from tools.core.models import Table, ToolResult, Truncation
 
 __all__ = ["fit_to_budget", "render_markdown", "to_json"]
 

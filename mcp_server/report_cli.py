@@ -20,7 +20,7 @@ from mcp_server.contract import execute
 from mcp_server.registry import tool_by_name
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
-from tools.errors import BadInput
+from tools.core.errors import BadInput
 
 __all__ = ["SAMPLES", "report_main"]
 

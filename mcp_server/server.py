@@ -26,7 +26,7 @@ from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
 from mcp_server.render import render_markdown
 from mcp_server.settings import Settings, add_settings_arguments, settings_from_args
 from sop import branch_ids, branch_markdown, index_markdown
-from tools.errors import TriageError
+from tools.core.errors import TriageError
 
 __all__ = ["build_server", "main"]
 

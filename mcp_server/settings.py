@@ -15,9 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools._paths import normalise_roots
-from tools.errors import BadInput
-from tools.limits import (
+from tools.core.errors import BadInput
+from tools.core.limits import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_MAX_BYTES,
     MAX_CALL_TIMEOUT_S,
@@ -25,6 +24,7 @@ from tools.limits import (
     MIN_CALL_TIMEOUT_S,
     MIN_MAX_BYTES,
 )
+from tools.core.paths import normalise_roots
 
 __all__ = ["Settings", "add_settings_arguments", "settings_from_args"]
 

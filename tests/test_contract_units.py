@@ -9,11 +9,11 @@ import pytest
 
 from mcp_server.render import fit_to_budget, render_markdown, to_json
 from sop import branch_ids, branches
-from tools._paths import confine
-from tools.errors import BadInput
-from tools.models import NextStep, Severity
-from tools.redact import redact_text
-from tools.smi_query import NvidiaSmiQueryResult, SmiRow
+from tools.core.errors import BadInput
+from tools.core.models import NextStep, Severity
+from tools.core.paths import confine
+from tools.core.redact import redact_text
+from tools.gpu.smi_query import NvidiaSmiQueryResult, SmiRow
 
 
 def test_confine(tmp_path: Path) -> None:

@@ -130,8 +130,8 @@ async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) ->
 def test_no_keyword_means_the_entry_and_a_question() -> None:
     import anyio
 
-    from tools.context import ToolContext
-    from tools.plan import TriagePlanInput, triage_plan
+    from tools.core.context import ToolContext
+    from tools.triage.plan import TriagePlanInput, triage_plan
 
     plan = anyio.run(triage_plan, TriagePlanInput(symptom="something is off"), ToolContext(roots=()))
     assert plan.branch == "triage" and plan.confidence == 0.0
@@ -187,10 +187,10 @@ async def test_every_listed_tool_keeps_the_contract() -> None:
 def test_next_steps_name_sop_steps() -> None:
     import anyio
 
-    from tools.context import ToolContext
-    from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
-    from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
-    from tools.stacks import DumpStacksInput, dump_stacks
+    from tools.core.context import ToolContext
+    from tools.hangs.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
+    from tools.hangs.stacks import DumpStacksInput, dump_stacks
+    from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
 
     ctx = ToolContext(roots=(REPO,))
     stacks = anyio.run(dump_stacks, DumpStacksInput(from_files=[str(DATA / "stacks" / "rank_conditional_allgather" /
@@ -208,10 +208,10 @@ def test_next_steps_name_sop_steps() -> None:
 def test_tools_point_at_sop_steps_when_healthy_too() -> None:
     import anyio
 
-    from tools.context import ToolContext
-    from tools.log_grep import GrepLogsInput, grep_logs
-    from tools.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
-    from tools.trace_summary import SummarizeTraceInput, summarize_trace
+    from tools.core.context import ToolContext
+    from tools.gpu.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
+    from tools.logs.grep import GrepLogsInput, grep_logs
+    from tools.traces.summary import SummarizeTraceInput, summarize_trace
 
     ctx = ToolContext(roots=(REPO,))
     capture = DATA / "nvidia_smi" / "query_gpu_h200_allfields_idle_header_units.csv"

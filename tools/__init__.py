@@ -25,20 +25,20 @@ __all__ = [
 # Tool name -> its module; imported on first use, so importing one tool does not import them all. A module never
 # bears its tool's name: importing the submodule tools.X would replace the attribute tools.X (the function).
 _MODULES = {
-    "analyze_flight_recorder": "tools.flight_recorder",
-    "analyze_memory": "tools.memory",
-    "compare_runs": "tools.run_compare",
-    "diagnose_compile": "tools.compile_logs",
-    "diagnose_logs": "tools.log_diagnose",
-    "dump_stacks": "tools.stacks",
-    "find_stragglers": "tools.stragglers",
-    "grep_logs": "tools.log_grep",
-    "health_check": "tools.health",
-    "inference_metrics": "tools.inference",
-    "nvidia_smi_query": "tools.smi_query",
-    "summarize_trace": "tools.trace_summary",
-    "triage_plan": "tools.plan",
-    "triage_report": "tools.report",
+    "analyze_flight_recorder": "tools.hangs.flight_recorder",
+    "analyze_memory": "tools.memory.analyze",
+    "compare_runs": "tools.triage.compare",
+    "diagnose_compile": "tools.compile.diagnose",
+    "diagnose_logs": "tools.logs.diagnose",
+    "dump_stacks": "tools.hangs.stacks",
+    "find_stragglers": "tools.stragglers.find",
+    "grep_logs": "tools.logs.grep",
+    "health_check": "tools.gpu.health",
+    "inference_metrics": "tools.serving.metrics",
+    "nvidia_smi_query": "tools.gpu.smi_query",
+    "summarize_trace": "tools.traces.summary",
+    "triage_plan": "tools.triage.plan",
+    "triage_report": "tools.triage.report",
 }
 
 

@@ -26,10 +26,9 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from tools._proc import run_program
-from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded, Unavailable
-from tools.limits import (
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, Unavailable
+from tools.core.limits import (
     MAX_MAX_BYTES,
     NODES_FANOUT_MARGIN_S,
     NODES_MAX,
@@ -38,7 +37,8 @@ from tools.limits import (
     NODES_SSH_CONNECT_TIMEOUT_S,
     NODES_SSH_PARALLEL,
 )
-from tools.models import JobInput, ToolResult
+from tools.core.models import JobInput, ToolResult
+from tools.core.proc import run_program
 
 __all__ = ["NodeAnswer", "NodeBackend", "SlurmJob", "SshHosts", "collect_from_nodes", "job_backend", "parse_host",
            "node_name", "slurm_pids_on_this_node"]

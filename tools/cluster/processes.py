@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from tools.errors import BadInput
-from tools.limits import CMDLINE_MAX_CHARS
+from tools.core.errors import BadInput
+from tools.core.limits import CMDLINE_MAX_CHARS
 
 __all__ = ["RankProcess", "discover_job", "processes_by_match", "processes_by_pid"]
 

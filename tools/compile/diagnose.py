@@ -33,11 +33,11 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools._logfiles import LineMatcher, LogFile, ScanStats, display_line, expand_inputs, map_files, scan_file
-from tools.context import ToolContext
-from tools.errors import TriageError
-from tools.limits import COMPILE_MAX_FINDINGS, LOG_MAX_FILES
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.context import ToolContext
+from tools.core.errors import TriageError
+from tools.core.limits import COMPILE_MAX_FINDINGS, LOG_MAX_FILES
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.logs.reader import LineMatcher, LogFile, ScanStats, display_line, expand_inputs, map_files, scan_file
 
 __all__ = ["DiagnoseCompileInput", "DiagnoseCompileResult", "diagnose_compile"]
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools._paths import confine
-from tools.limits import DEFAULT_CALL_TIMEOUT_S
+from tools.core.limits import DEFAULT_CALL_TIMEOUT_S
+from tools.core.paths import confine
 
 __all__ = ["ToolContext"]
 

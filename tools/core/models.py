@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sop import branch_ids, branches, tool_call
-from tools.limits import (
+from tools.core.limits import (
     MAX_PATH_CHARS,
     NODES_DEFAULT_TIMEOUT_S,
     NODES_MAX,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tools.errors import BadInput
-from tools.limits import MAX_PATH_CHARS
+from tools.core.errors import BadInput
+from tools.core.limits import MAX_PATH_CHARS
 
 __all__ = ["confine", "normalise_roots"]
 

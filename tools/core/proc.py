@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from tools.errors import BadInput, LimitExceeded, Unavailable
-from tools.limits import CHILD_REAP_TIMEOUT_S, CHILD_TERM_GRACE_S, MAX_PROGRAM_OUTPUT_BYTES
+from tools.core.errors import BadInput, LimitExceeded, Unavailable
+from tools.core.limits import CHILD_REAP_TIMEOUT_S, CHILD_TERM_GRACE_S, MAX_PROGRAM_OUTPUT_BYTES
 
 __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 

@@ -13,7 +13,7 @@ import io
 import pickle
 from typing import Any
 
-from tools.errors import UnreadableInput
+from tools.core.errors import UnreadableInput
 
 __all__ = ["UnsafePickle", "load_plain_pickle"]
 

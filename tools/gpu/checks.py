@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tools.models import Finding, Severity
+from tools.core.models import Finding, Severity
 
 __all__ = ["GpuValues", "HostValues", "gpu_findings", "host_findings", "index_ranges"]
 

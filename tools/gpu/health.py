@@ -18,14 +18,11 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from tools import _nvml
-from tools._health_nodes import NodeHealthRow, NodeSpreadRow, merge_health_findings, node_measures
-from tools._nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
-from tools._proc import run_program
-from tools._ranks import discover_job
-from tools.context import ToolContext
-from tools.errors import BadInput, TriageError
-from tools.limits import (
+from tools.cluster.nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
+from tools.cluster.processes import discover_job
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, TriageError
+from tools.core.limits import (
     CMDLINE_MAX_CHARS,
     HEALTH_DEFAULT_SAMPLE_S,
     HEALTH_DEFAULT_TOP_PROCESSES,
@@ -37,8 +34,10 @@ from tools.limits import (
     HEALTH_MIN_SAMPLE_S,
     STACK_MAX_PROCESSES,
 )
-from tools.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
-from tools.thresholds import (
+from tools.core.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
+from tools.core.proc import run_program
+from tools.gpu import nvml as _nvml
+from tools.gpu.checks import (
     CORE_SATURATED_PCT,
     GpuValues,
     HostValues,
@@ -46,7 +45,8 @@ from tools.thresholds import (
     gpu_findings,
     host_findings,
 )
-from tools.xid import xid_meaning
+from tools.gpu.health_nodes import NodeHealthRow, NodeSpreadRow, merge_health_findings, node_measures
+from tools.gpu.xid import xid_meaning
 
 __all__ = [
     "GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "RankPlacement", "gpu_values",
@@ -351,7 +351,7 @@ class _HostSample:
 async def _sample_host(sample_s: float, top_n: int, sample: _HostSample) -> None:
     import psutil
 
-    from tools.redact import redact_text
+    from tools.core.redact import redact_text
 
     attrs = ["pid", "name", "cmdline", "status", "memory_info"]
     own = os.getpid()  # the checker itself is busy while it samples; leave it out

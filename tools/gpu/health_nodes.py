@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from tools.limits import NODES_MAX_ROWS
-from tools.models import Finding, Severity, worst
-from tools.thresholds import by_severity
+from tools.core.limits import NODES_MAX_ROWS
+from tools.core.models import Finding, Severity, worst
+from tools.gpu.checks import by_severity
 
 __all__ = ["NodeHealthRow", "NodeSpreadRow", "node_measures", "merge_health_findings"]
 

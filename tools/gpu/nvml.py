@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from types import ModuleType
 from typing import Any, TypeVar
 
-from tools.errors import Unavailable
+from tools.core.errors import Unavailable
 
 __all__ = ["Missing", "NvmlDevice", "NvmlProcess", "NvmlSession", "THROTTLE_REASON_BITS", "open_session"]
 

@@ -21,11 +21,9 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, Field, model_validator
 
-from tools import _nvml
-from tools._proc import run_program
-from tools.context import ToolContext
-from tools.errors import BadInput, TriageError, Unavailable, UnreadableInput
-from tools.limits import (
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, TriageError, Unavailable, UnreadableInput
+from tools.core.limits import (
     SMI_MAX_CSV_BYTES,
     SMI_MAX_FIELDS,
     SMI_MAX_GPU_INDEX,
@@ -34,15 +32,17 @@ from tools.limits import (
     SMI_MAX_SAMPLING_S,
     SMI_MIN_INTERVAL_S,
 )
-from tools.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
-from tools.smi_fields import (
+from tools.core.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.proc import run_program
+from tools.gpu import nvml as _nvml
+from tools.gpu.checks import GpuValues, by_severity, gpu_findings
+from tools.gpu.smi_fields import (
     DEFAULT_APP_FIELDS,
     DEFAULT_GPU_FIELDS,
     FieldKind,
     canonical,
     field_kind,
 )
-from tools.thresholds import GpuValues, by_severity, gpu_findings
 
 __all__ = ["NvidiaSmiQueryInput", "NvidiaSmiQueryResult", "nvidia_smi_query", "parse_smi_csv"]
 

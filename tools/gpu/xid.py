@@ -3,7 +3,7 @@ health_check (kernel log) and diagnose_logs (logs that include dmesg/syslog line
 
 from __future__ import annotations
 
-from tools.models import Severity
+from tools.core.models import Severity
 
 __all__ = ["XID_MEANING", "xid_meaning"]
 

@@ -29,12 +29,9 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools._stacks import Frame, is_library
-from tools._unpickle import UnsafePickle, load_plain_pickle
-from tools._workers import run_in_shares, worker_count
-from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.limits import (
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.limits import (
     FR_MAX_FILE_BYTES,
     FR_MAX_FILES,
     FR_MAX_SUSPECTS,
@@ -42,8 +39,11 @@ from tools.limits import (
     FR_PARALLEL_BYTES,
     FR_STACK_FRAMES,
 )
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
-from tools.stacks import compact_ranks
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.unpickle import UnsafePickle, load_plain_pickle
+from tools.core.workers import run_in_shares, worker_count
+from tools.hangs.stack_formats import Frame, is_library
+from tools.hangs.stacks import compact_ranks
 
 __all__ = ["AnalyzeFlightRecorderInput", "AnalyzeFlightRecorderResult", "analyze_flight_recorder"]
 

@@ -19,24 +19,11 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools._logfiles import expand_inputs, natural_key, rank_of_path
-from tools._nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
-from tools._proc import find_program, run_program
-from tools._ranks import RankProcess, discover_job, processes_by_match, processes_by_pid
-from tools._stacks import (
-    Frame,
-    ProcessDump,
-    ThreadStack,
-    Whereabouts,
-    collective_family,
-    locate,
-    main_thread,
-    parse_dump,
-    signature,
-)
-from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded
-from tools.limits import (
+from tools.cluster.nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
+from tools.cluster.processes import RankProcess, discover_job, processes_by_match, processes_by_pid
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded
+from tools.core.limits import (
     STACK_DEFAULT_PROCESSES,
     STACK_DEFAULT_TIMEOUT_S,
     STACK_FRAMES_SHOWN,
@@ -48,7 +35,20 @@ from tools.limits import (
     STACK_MIN_TIMEOUT_S,
     STACK_PARALLEL_DUMPS,
 )
-from tools.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, cell
+from tools.core.proc import find_program, run_program
+from tools.hangs.stack_formats import (
+    Frame,
+    ProcessDump,
+    ThreadStack,
+    Whereabouts,
+    collective_family,
+    locate,
+    main_thread,
+    parse_dump,
+    signature,
+)
+from tools.logs.reader import expand_inputs, natural_key, rank_of_path
 
 __all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks", "merge_nodes", "node_name"]
 

@@ -19,7 +19,13 @@ from typing import Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from tools._logfiles import (
+from tools.core.context import ToolContext
+from tools.core.errors import TriageError
+from tools.core.limits import LOG_MAX_PATTERNS
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.gpu.xid import xid_meaning
+from tools.logs.grep import FileTotal
+from tools.logs.reader import (
     LineMatcher,
     LogFile,
     ScanStats,
@@ -29,12 +35,6 @@ from tools._logfiles import (
     rank_of_line,
     scan_file,
 )
-from tools.context import ToolContext
-from tools.errors import TriageError
-from tools.limits import LOG_MAX_PATTERNS
-from tools.log_grep import FileTotal
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
-from tools.xid import xid_meaning
 
 __all__ = ["DiagnoseLogsInput", "DiagnoseLogsResult", "diagnose_logs", "load_rules"]
 
@@ -143,7 +143,7 @@ class DiagnoseLogsResult(ToolResult):
 
 
 def _ranks(ranks: list[int]) -> str:
-    from tools.thresholds import index_ranges
+    from tools.gpu.checks import index_ranges
 
     return index_ranges(ranks) if ranks else "-"
 

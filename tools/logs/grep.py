@@ -18,7 +18,18 @@ import anyio.to_thread
 from pydantic import BaseModel, Field, model_validator
 
 from sop import log_presets
-from tools._logfiles import (
+from tools.core.context import ToolContext
+from tools.core.errors import TriageError
+from tools.core.limits import (
+    LOG_DEFAULT_MATCHES,
+    LOG_GROUPS_FACTOR,
+    LOG_MAX_CONTEXT,
+    LOG_MAX_MATCHES,
+    LOG_MAX_PATTERN_CHARS,
+    LOG_MAX_PATTERNS,
+)
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.logs.reader import (
     LineMatcher,
     LogFile,
     ScanStats,
@@ -29,17 +40,6 @@ from tools._logfiles import (
     rank_of_line,
     scan_file,
 )
-from tools.context import ToolContext
-from tools.errors import TriageError
-from tools.limits import (
-    LOG_DEFAULT_MATCHES,
-    LOG_GROUPS_FACTOR,
-    LOG_MAX_CONTEXT,
-    LOG_MAX_MATCHES,
-    LOG_MAX_PATTERN_CHARS,
-    LOG_MAX_PATTERNS,
-)
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["GrepLogsInput", "GrepLogsResult", "grep_logs"]
 

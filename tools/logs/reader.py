@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from tools._paths import confine
-from tools.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.limits import (
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.limits import (
     LOG_CHUNK_BYTES,
     LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
     LOG_SNIFF_BYTES,
 )
+from tools.core.paths import confine
 
 __all__ = [
     "LineMatcher", "LogFile", "MatchedLine", "ScanStats", "compile_pattern", "display_line", "expand_inputs",

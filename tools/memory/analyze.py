@@ -33,18 +33,8 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools._memory_formats import (
-    NO_SITE,
-    MemoryInput,
-    OomLine,
-    Segment,
-    Snapshot,
-    StatsDevice,
-    Trace,
-    read_memory_input,
-)
-from tools.context import ToolContext
-from tools.limits import (
+from tools.core.context import ToolContext
+from tools.core.limits import (
     MEM_DEFAULT_SITES,
     MEM_FRAGMENTED_MIN_BYTES,
     MEM_FRAGMENTED_PCT,
@@ -54,7 +44,17 @@ from tools.limits import (
     MEM_UNBALANCED_MIN_BYTES,
     MEM_UNBALANCED_RATIO,
 )
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.memory.formats import (
+    NO_SITE,
+    MemoryInput,
+    OomLine,
+    Segment,
+    Snapshot,
+    StatsDevice,
+    Trace,
+    read_memory_input,
+)
 
 __all__ = ["AnalyzeMemoryInput", "AnalyzeMemoryResult", "analyze_memory"]
 
@@ -235,7 +235,7 @@ def _replay(device: int, trace: Trace, allocated_now: int, reserved_now: int, de
         if live_now > peak:
             peak, peak_index = live_now, index
         if index % 262144 == 0 and time.monotonic() > deadline:
-            from tools.errors import LimitExceeded
+            from tools.core.errors import LimitExceeded
 
             raise LimitExceeded("replaying the trace took longer than the call's limit.", "Raise --timeout.")
     highs, troughs = _swings(live, oom_index if oom_index is not None else len(live))

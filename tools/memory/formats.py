@@ -25,11 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools._logfiles import LogFile, ScanStats, compile_pattern, rank_of_line, rank_of_path, scan_file
-from tools._stacks import Frame, is_library
-from tools._unpickle import load_plain_pickle
-from tools.errors import LimitExceeded, UnreadableInput
-from tools.limits import (
+from tools.core.errors import LimitExceeded, UnreadableInput
+from tools.core.limits import (
     MEM_FRAMES_READ,
     MEM_MAX_BLOCKS,
     MEM_MAX_FILE_BYTES,
@@ -38,6 +35,9 @@ from tools.limits import (
     MEM_MAX_TEXT_BYTES,
     MEM_MAX_TRACE_ENTRIES,
 )
+from tools.core.unpickle import load_plain_pickle
+from tools.hangs.stack_formats import Frame, is_library
+from tools.logs.reader import LogFile, ScanStats, compile_pattern, rank_of_line, rank_of_path, scan_file
 
 __all__ = [
     "ACTIONS", "MemoryInput", "OomLine", "Segment", "Snapshot", "StatsDevice", "Trace", "read_memory_input",
@@ -424,7 +424,7 @@ def _summary_line(line: str, current: StatsDevice | None, summaries: list[StatsD
 
 
 def _oom_line(text: bytes, where: str, rank: int | None) -> OomLine | None:
-    from tools.log_diagnose import extract_facts, load_rules  # the one reader of the OOM message
+    from tools.logs.diagnose import extract_facts, load_rules  # the one reader of the OOM message
 
     rule = next(r for r in load_rules()[0] if r.id == "cuda_oom")
     if rule.match.search(text) is None:

@@ -25,10 +25,9 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools._prometheus import Exposition, Histogram, parse_exposition
-from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded, Unavailable, UnreadableInput
-from tools.limits import (
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, Unavailable, UnreadableInput
+from tools.core.limits import (
     INFER_MAX_ALLOWED_HOSTS,
     INFER_MAX_BYTES,
     INFER_MAX_INTERVAL_S,
@@ -38,8 +37,8 @@ from tools.limits import (
     INFER_SCRAPE_TIMEOUT_S,
     MAX_PATH_CHARS,
 )
-from tools.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, cell, worst
-from tools.thresholds import (
+from tools.core.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, cell, worst
+from tools.gpu.checks import (
     INFER_CRIT_FACTOR,
     INFER_ITL_TARGET_S,
     INFER_TTFT_TARGET_S,
@@ -47,6 +46,7 @@ from tools.thresholds import (
     PREFIX_HIT_LOW_PCT,
     QUEUE_SHARE_OF_TTFT,
 )
+from tools.serving.prometheus import Exposition, Histogram, parse_exposition
 
 __all__ = ["InferenceMetricsInput", "InferenceMetricsResult", "fetch_exposition", "inference_metrics"]
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from tools.errors import UnreadableInput
+from tools.core.errors import UnreadableInput
 
 __all__ = [
     "Exposition", "Histogram", "Quantile", "parse_exposition",

@@ -24,15 +24,11 @@ import anyio.to_thread
 import numpy as np
 from pydantic import BaseModel, Field
 
-from tools._intervals import clip, merge, total
-from tools._logfiles import expand_inputs
-from tools._nodes import NodeBackend, collect_from_nodes, job_backend
-from tools._steps import RankSteps, StepReader, compile_user_format
-from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
-from tools._workers import run_in_shares, worker_count
-from tools.context import ToolContext
-from tools.errors import BadInput, TriageError
-from tools.limits import (
+from tools.cluster.nodes import NodeBackend, collect_from_nodes, job_backend
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, TriageError
+from tools.core.intervals import clip, merge, total
+from tools.core.limits import (
     STRAGGLER_CRIT_PCT,
     STRAGGLER_MAX_LOG_FILES,
     STRAGGLER_MAX_TRACE_PATHS,
@@ -40,9 +36,13 @@ from tools.limits import (
     STRAGGLER_PARALLEL_BYTES,
     STRAGGLER_WARN_PCT,
 )
-from tools.models import Finding, JobInput, NextStep, PathArg, Severity, Table, ToolResult, cell
-from tools.stacks import compact_ranks
-from tools.thresholds import gpu_findings
+from tools.core.models import Finding, JobInput, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.workers import run_in_shares, worker_count
+from tools.gpu.checks import gpu_findings
+from tools.hangs.stacks import compact_ranks
+from tools.logs.reader import expand_inputs
+from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
+from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
 
 __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers", "stragglers_in_steps"]
 
@@ -530,7 +530,7 @@ def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
 
 
 async def _hardware(result: FindStragglersResult, params: FindStragglersInput, ctx: ToolContext) -> None:
-    from tools.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
+    from tools.gpu.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
 
     query = NvidiaSmiQueryInput(csv_path=params.gpu_csv) if params.gpu_csv else NvidiaSmiQueryInput(count=3,
                                                                                                      interval_s=0.5)
@@ -556,7 +556,7 @@ async def _hardware_on_nodes(result: FindStragglersResult, backend: NodeBackend,
                              ctx: ToolContext) -> None:
     """Each flagged rank's own GPU on its own node: the health collector of every node says which ranks run there
     and on which GPU (RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES), and that GPU's readings are checked."""
-    from tools.health import HealthCheckResult, gpu_values
+    from tools.gpu.health import HealthCheckResult, gpu_values
 
     answers = await collect_from_nodes(backend, "health-check", HealthCheckResult, ctx, params.node_timeout_s,
                                        ["--sample-s", "0.2", "--top-processes", "0", "--no-include-kernel-log"])

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tools._logfiles import _blocks, _open, rank_of_line, rank_of_path
-from tools.errors import BadInput
+from tools.core.errors import BadInput
+from tools.logs.reader import _blocks, _open, rank_of_line, rank_of_path
 
 __all__ = ["FORMATS", "RankSteps", "StepFormat", "StepReader", "compile_user_format", "read_steps"]
 

@@ -28,11 +28,11 @@ from typing import Any, Literal
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from tools._intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
-from tools._traces import TraceHeader, rank_of_trace, read_trace, trace_files
-from tools.context import ToolContext
-from tools.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.context import ToolContext
+from tools.core.intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
+from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]

@@ -30,12 +30,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from sop import branches, tool_call
-from tools._logfiles import _open, expand_inputs
-from tools._steps import RankSteps, StepReader, compile_user_format
-from tools._traces import trace_files
-from tools.context import ToolContext
-from tools.errors import BadInput
-from tools.limits import (
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput
+from tools.core.limits import (
     COMPARE_CAUSE_ABS_PCT,
     COMPARE_CAUSE_REL,
     COMPARE_EXACT_MAX_STEPS,
@@ -49,9 +46,12 @@ from tools.limits import (
     COMPARE_TOP_KERNELS,
     LOG_MAX_PATTERN_CHARS,
 )
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
-from tools.stragglers import FindStragglersResult, stragglers_in_steps
-from tools.trace_summary import TraceBreakdown, branch_of_cause, breakdown, short_name
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.logs.reader import _open, expand_inputs
+from tools.stragglers.find import FindStragglersResult, stragglers_in_steps
+from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
+from tools.traces.kineto import trace_files
+from tools.traces.summary import TraceBreakdown, branch_of_cause, breakdown, short_name
 
 __all__ = ["CompareRunsInput", "CompareRunsResult", "compare_runs", "mann_whitney_binned_p", "mann_whitney_p"]
 
@@ -678,8 +678,8 @@ _QUANTILES: tuple[tuple[Literal["p50", "p90", "p99"], float], ...] = (("p50", 0.
 
 
 async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> CompareRunsResult:
-    from tools._prometheus import parse_exposition
-    from tools.inference import InferenceMetricsInput, fetch_exposition, inference_metrics
+    from tools.serving.metrics import InferenceMetricsInput, fetch_exposition, inference_metrics
+    from tools.serving.prometheus import parse_exposition
 
     expositions = [parse_exposition(await fetch_exposition(raw, ctx)) for raw in (params.before, params.after)]
     # inference_metrics' own verdict on each page (what the SOP branch acts on): did it change?

@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from sop import Branch, Step, branches, tool_call
-from tools.context import ToolContext
-from tools.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.context import ToolContext
+from tools.core.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
 

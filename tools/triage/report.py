@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from sop import branches
-from tools.context import ToolContext
-from tools.errors import TriageError
-from tools.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.context import ToolContext
+from tools.core.errors import TriageError
+from tools.core.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.core.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
 
 __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
@@ -149,8 +149,8 @@ def _straggler_rows(result: Any) -> list[ReportRow]:
 
 async def _slurm_job_logs(job_id: str, runs: list[ToolRun]) -> list[str]:
     """The job's stdout/stderr paths from scontrol (diagnose_logs reads them when they are inside the roots)."""
-    from tools._nodes import SlurmJob
-    from tools.errors import TriageError
+    from tools.cluster.nodes import SlurmJob
+    from tools.core.errors import TriageError
 
     job = SlurmJob(job_id)
     try:
@@ -268,14 +268,14 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     before/after and what dominates now. The CLI `gpu-triage report` prints it (`--demo` on bundled sample
     artifacts).
     """
-    from tools.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
-    from tools.health import HealthCheckInput, health_check
-    from tools.log_diagnose import DiagnoseLogsInput, diagnose_logs
-    from tools.memory import AnalyzeMemoryInput, analyze_memory
-    from tools.run_compare import CompareRunsInput, compare_runs
-    from tools.stacks import DumpStacksInput, dump_stacks
-    from tools.stragglers import FindStragglersInput, find_stragglers
-    from tools.trace_summary import SummarizeTraceInput, summarize_trace
+    from tools.gpu.health import HealthCheckInput, health_check
+    from tools.hangs.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
+    from tools.hangs.stacks import DumpStacksInput, dump_stacks
+    from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
+    from tools.memory.analyze import AnalyzeMemoryInput, analyze_memory
+    from tools.stragglers.find import FindStragglersInput, find_stragglers
+    from tools.traces.summary import SummarizeTraceInput, summarize_trace
+    from tools.triage.compare import CompareRunsInput, compare_runs
 
     rows: list[ReportRow] = []
     runs: list[ToolRun] = []
@@ -309,12 +309,12 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
                    rows, runs)
     if params.metrics:
-        from tools.inference import InferenceMetricsInput, inference_metrics
+        from tools.serving.metrics import InferenceMetricsInput, inference_metrics
 
         metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
         await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
     if params.compile_logs:
-        from tools.compile_logs import DiagnoseCompileInput, diagnose_compile
+        from tools.compile.diagnose import DiagnoseCompileInput, diagnose_compile
 
         compile_input = DiagnoseCompileInput(paths=params.compile_logs)
         await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)

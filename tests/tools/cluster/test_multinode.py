@@ -295,7 +295,7 @@ def test_health_of_64_nodes_stays_within_the_budget(tmp_path: Path) -> None:
     # One real collector answer (the NVML stand-in with 8 H100s), copied to 64 nodes; node17's GPUs run 300 MHz
     # slower. The merge must name node17, fold the other 63 into one row, and fit the default 8 KiB.
     from mcp_server.render import fit_to_budget, render_markdown
-    from tools.health import HealthCheckResult, _merge_nodes
+    from tools.gpu.health import HealthCheckResult, _merge_nodes
 
     write_scenario(tmp_path / "nvml.json", [h100(bus_id=f"00000000:{0x18 + i:02X}:00.0") for i in range(8)])
     done = run_cli(["health-check", "--local", "--json", "--top-processes", "3", "--no-include-kernel-log",
@@ -328,7 +328,7 @@ def test_stacks_of_64_nodes_name_the_odd_rank_within_the_budget() -> None:
     # nodes of 8 ranks: every rank stands where rank 1 stood, except rank 40 on node05, which stands where rank 0
     # did. The merge must name rank 40 on node05 and fit 512 ranks into the default 8 KiB.
     from mcp_server.render import fit_to_budget, render_markdown
-    from tools.stacks import DumpStacksResult, merge_nodes
+    from tools.hangs.stacks import DumpStacksResult, merge_nodes
 
     stacks = REPO / "tests" / "data" / "stacks" / "rank_conditional_allgather" / "pyspy_json"
     done = run_cli(["dump-stacks", "--local", "--json", "--max-bytes", "262144", "--from-files",
@@ -350,7 +350,7 @@ def test_stacks_of_64_nodes_name_the_odd_rank_within_the_budget() -> None:
 
 def test_a_login_banner_before_the_collectors_answer_is_skipped() -> None:
     # Over SSH the remote user's shell runs first; a .bashrc that echoes puts text before our one-line document.
-    from tools._nodes import _decode_document
+    from tools.cluster.nodes import _decode_document
 
     document = json.dumps({"node": "gpu-07", "ranks": []})
     assert _decode_document(f"Welcome to gpu-07\n{{maintenance on Friday}}\n{document}\n".encode()) == {

@@ -19,9 +19,9 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, REPO, base_env, run_cli, stdio_client
-from tools.compile_logs import DiagnoseCompileInput, DiagnoseCompileResult, diagnose_compile
-from tools.context import ToolContext
-from tools.errors import BadInput
+from tools.compile.diagnose import DiagnoseCompileInput, DiagnoseCompileResult, diagnose_compile
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput
 
 pytestmark = pytest.mark.anyio
 

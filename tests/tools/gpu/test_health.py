@@ -148,7 +148,7 @@ def test_secrets_in_command_lines_are_redacted(tmp_path: Path) -> None:
 
 def test_kernel_log_lost_gpu_with_and_without_xid() -> None:
     from tests.helpers import DATA
-    from tools.health import kernel_findings, parse_kernel_log
+    from tools.gpu.health import kernel_findings, parse_kernel_log
 
     multi_line = parse_kernel_log((DATA / "kernel_log" / "nvsentinel_155_fallen_off_bus.txt").read_text())
     assert [(e.xid, e.severity.value) for e in multi_line][:1] == [(79, "crit")]

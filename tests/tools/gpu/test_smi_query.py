@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DATA, H200, RTX2080S, base_env, h100, run_cli, with_fake_nvml, with_fake_smi, write_scenario
-from tools.errors import BadInput, UnreadableInput
-from tools.smi_query import parse_smi_csv
+from tools.core.errors import BadInput, UnreadableInput
+from tools.gpu.smi_query import parse_smi_csv
 
 SMI = DATA / "nvidia_smi"
 

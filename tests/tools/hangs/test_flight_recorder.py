@@ -21,10 +21,10 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, base_env, stdio_client
-from tools._workers import run_in_shares
-from tools.context import ToolContext
-from tools.errors import BadInput
-from tools.flight_recorder import (
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput
+from tools.core.workers import run_in_shares
+from tools.hangs.flight_recorder import (
     AnalyzeFlightRecorderInput,
     AnalyzeFlightRecorderResult,
     _analyse,

@@ -11,10 +11,10 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, REPO, base_env, run_cli
-from tools._stacks import locate, main_thread, parse_dump
-from tools.context import ToolContext
-from tools.errors import BadInput
-from tools.stacks import DumpStacksInput, DumpStacksResult, compact_ranks, dump_stacks
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput
+from tools.hangs.stack_formats import locate, main_thread, parse_dump
+from tools.hangs.stacks import DumpStacksInput, DumpStacksResult, compact_ranks, dump_stacks
 
 STACKS = DATA / "stacks" / "rank_conditional_allgather"
 ALL_GATHER = "rank_conditional_allgather.py:40 save_checkpoint"  # as recorded (tests/data/stacks/PROVENANCE.md)
@@ -157,7 +157,7 @@ def test_collectors_of_two_nodes_merge_into_one_verdict() -> None:
     # with the node name Slurm gives it) returns its ranks with their frames; merge_nodes groups all ranks together,
     # so the odd rank is found across nodes. Node A holds ranks 0-1, node B ranks 2-3 (the recorded hang); node C
     # did not answer.
-    from tools.stacks import DumpStacksResult, merge_nodes
+    from tools.hangs.stacks import DumpStacksResult, merge_nodes
 
     results: dict[str, DumpStacksResult | str] = {}
     for node, ranks in (("nodeA", (0, 1)), ("nodeB", (2, 3))):

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, REPO
-from tools.context import ToolContext
-from tools.log_diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
+from tools.core.context import ToolContext
+from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
 
 PUBLIC = DATA / "logs" / "public"
 LAB = DATA / "logs" / "lab"

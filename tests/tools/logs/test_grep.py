@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import base_env, run_cli
-from tools._logfiles import LogFile, ScanStats, compile_pattern, rank_of_line, rank_of_path, scan_file
-from tools.log_grep import fold_key
+from tools.logs.grep import fold_key
+from tools.logs.reader import LogFile, ScanStats, compile_pattern, rank_of_line, rank_of_path, scan_file
 
 
 def _grep(tmp_path: Path, *args: str, timeout: str = "60") -> tuple[int, dict, str]:

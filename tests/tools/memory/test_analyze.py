@@ -21,8 +21,8 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, REPO, base_env, run_cli, stdio_client
-from tools.context import ToolContext
-from tools.memory import AnalyzeMemoryInput, AnalyzeMemoryResult, analyze_memory
+from tools.core.context import ToolContext
+from tools.memory.analyze import AnalyzeMemoryInput, AnalyzeMemoryResult, analyze_memory
 
 pytestmark = pytest.mark.anyio
 
@@ -466,7 +466,7 @@ def test_cli_and_report(tmp_path: Path) -> None:
 
 
 def test_triage_plan_routes_oom_to_analyze_memory() -> None:
-    from tools.plan import TriagePlanInput, triage_plan
+    from tools.triage.plan import TriagePlanInput, triage_plan
 
     ctx = ToolContext(roots=())
     for symptom in ("torch.OutOfMemoryError: CUDA out of memory at step 200", "显存不够 OOM"):

@@ -20,9 +20,9 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, REPO, base_env, run_cli, stdio_client
-from tools.context import ToolContext
-from tools.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.inference import InferenceMetricsInput, InferenceMetricsResult, inference_metrics
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.serving.metrics import InferenceMetricsInput, InferenceMetricsResult, inference_metrics
 
 pytestmark = pytest.mark.anyio
 
@@ -208,7 +208,7 @@ def test_bad_inputs_are_clear(tmp_path: Path) -> None:
       "prefix_hits": "vllm:prefix_cache_hits_total", "queue": "vllm:request_queue_time_seconds"}),
 ])
 def test_recorded_expositions_of_each_version(name: str, engine: str, verdict: str, names: dict[str, str]) -> None:
-    from tools._prometheus import parse_exposition
+    from tools.serving.prometheus import parse_exposition
 
     exposition = parse_exposition((INFERENCE / name).read_text())
     assert exposition.engine == engine

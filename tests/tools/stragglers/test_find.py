@@ -21,10 +21,10 @@ import anyio
 import pytest
 
 from tests.helpers import DATA, REPO, base_env, h100, run_cli, stdio_client, with_fake_nvml, write_scenario
-from tools._steps import read_steps
-from tools.context import ToolContext
-from tools.errors import BadInput
-from tools.stragglers import FindStragglersInput, FindStragglersResult, find_stragglers
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput
+from tools.stragglers.find import FindStragglersInput, FindStragglersResult, find_stragglers
+from tools.stragglers.steps import read_steps
 
 pytestmark = pytest.mark.anyio
 

@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from tests.helpers import REPO, base_env, run_cli
-from tools.context import ToolContext
-from tools.trace_summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
+from tools.core.context import ToolContext
+from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
 
 SHARED = REPO.parent / "shared" / "data" / "traces"
 # Produced by the shared-data curators with HTA itself: pip install holistictraceanalysis==0.5.0;
