@@ -1,7 +1,7 @@
 """A real HTTP /metrics endpoint for the inference_metrics tests: prometheus_client metrics under vLLM's names,
 fed known latency samples, served by http.server with prometheus_client's own exposition (generate_latest).
 
-    python tests/tools/metrics_server.py PORT_FILE HOST [HOST ...]
+    python tests/tools/serving/metrics_server.py PORT_FILE HOST [HOST ...]
 
 Listens on an ephemeral port on each HOST (the same port number when it can), writes "HOST PORT" lines to
 PORT_FILE, and serves until killed:

@@ -1,5 +1,5 @@
-"""inference_metrics against a real HTTP /metrics endpoint (tests/tools/metrics_server.py: prometheus_client metrics
-under vLLM's names, fed known samples, served by http.server) and on recorded expositions of each version's
+"""inference_metrics against a real HTTP /metrics endpoint (tests/tools/serving/metrics_server.py: prometheus_client
+metrics under vLLM's names, fed known samples, served by http.server) and on recorded expositions of each version's
 naming (tests/data/inference, PROVENANCE.md there). Quantiles are checked against the samples: the value the
 bucket interpolation must give, and the bucket that holds the samples' own quantile.
 """
@@ -26,7 +26,7 @@ from tools.serving.metrics import InferenceMetricsInput, InferenceMetricsResult,
 
 pytestmark = pytest.mark.anyio
 
-SERVER = REPO / "tests" / "tools" / "metrics_server.py"
+SERVER = REPO / "tests" / "tools" / "serving" / "metrics_server.py"
 INFERENCE = DATA / "inference"
 HOSTNAME = socket.gethostname()
 
