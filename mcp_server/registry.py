@@ -1,8 +1,8 @@
 """The table of tools: one row per tool, read by the MCP server and the CLI alike.
 
-The tool name is the function name; the CLI subcommand is the same with dashes. A row names its module
-and objects instead of importing them, so the CLI imports only the tool it runs (startup time); the
-server imports every tool once, when it registers them.
+The tool name is the function name; the CLI subcommand is the same with dashes. A row names its package
+(tools/<domain>/) and objects instead of importing them, so the CLI imports only the package of the tool it runs
+(startup time); the server imports every tool once, when it registers them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["TOOLS", "ToolSpec", "tool_by_name"]
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
-    module: str
+    package: str
     input_name: str
     result_name: str
     title: str
@@ -32,20 +32,20 @@ class ToolSpec:
     open_world: bool = False
 
     @cached_property
-    def _module(self) -> Any:
-        return importlib.import_module(self.module)
+    def _package(self) -> Any:
+        return importlib.import_module(self.package)
 
     @property
     def function(self) -> Callable[[Any, ToolContext], Awaitable[ToolResult]]:
-        return getattr(self._module, self.name)  # type: ignore[no-any-return]
+        return getattr(self._package, self.name)  # type: ignore[no-any-return]
 
     @property
     def input_model(self) -> type[InputModel]:
-        return getattr(self._module, self.input_name)  # type: ignore[no-any-return]
+        return getattr(self._package, self.input_name)  # type: ignore[no-any-return]
 
     @property
     def result_model(self) -> type[ToolResult]:
-        return getattr(self._module, self.result_name)  # type: ignore[no-any-return]
+        return getattr(self._package, self.result_name)  # type: ignore[no-any-return]
 
     @property
     def cli_name(self) -> str:
@@ -57,31 +57,30 @@ class ToolSpec:
 
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("health_check", "tools.gpu.health", "HealthCheckInput", "HealthCheckResult", "GPU and host health check",
+    ToolSpec("health_check", "tools.gpu", "HealthCheckInput", "HealthCheckResult", "GPU and host health check",
              open_world=True),
-    ToolSpec("nvidia_smi_query", "tools.gpu.smi_query", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
+    ToolSpec("nvidia_smi_query", "tools.gpu", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
              "nvidia-smi query (allow-listed)"),
-    ToolSpec("grep_logs", "tools.logs.grep", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
-    ToolSpec("diagnose_logs", "tools.logs.diagnose", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
-    ToolSpec("summarize_trace", "tools.traces.summary", "SummarizeTraceInput", "SummarizeTraceResult",
+    ToolSpec("grep_logs", "tools.logs", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
+    ToolSpec("diagnose_logs", "tools.logs", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
+    ToolSpec("summarize_trace", "tools.traces", "SummarizeTraceInput", "SummarizeTraceResult",
              "Profiler trace summary"),
-    ToolSpec("dump_stacks", "tools.hangs.stacks", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks",
+    ToolSpec("dump_stacks", "tools.hangs", "DumpStacksInput", "DumpStacksResult", "Per-rank Python stacks",
              open_world=True),
-    ToolSpec("analyze_flight_recorder", "tools.hangs.flight_recorder", "AnalyzeFlightRecorderInput",
+    ToolSpec("analyze_flight_recorder", "tools.hangs", "AnalyzeFlightRecorderInput",
              "AnalyzeFlightRecorderResult", "Flight-recorder analysis"),
-    ToolSpec("find_stragglers", "tools.stragglers.find", "FindStragglersInput", "FindStragglersResult",
+    ToolSpec("find_stragglers", "tools.stragglers", "FindStragglersInput", "FindStragglersResult",
              "Straggler ranks"),
-    ToolSpec("analyze_memory", "tools.memory.analyze", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
+    ToolSpec("analyze_memory", "tools.memory", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
              "GPU memory / OOM analysis"),
-    ToolSpec("inference_metrics", "tools.serving.metrics", "InferenceMetricsInput", "InferenceMetricsResult",
+    ToolSpec("inference_metrics", "tools.serving", "InferenceMetricsInput", "InferenceMetricsResult",
              "Inference server metrics (vLLM / SGLang)", open_world=True),
-    ToolSpec("diagnose_compile", "tools.compile.diagnose", "DiagnoseCompileInput", "DiagnoseCompileResult",
+    ToolSpec("diagnose_compile", "tools.compile", "DiagnoseCompileInput", "DiagnoseCompileResult",
              "torch.compile graph breaks and recompiles"),
-    ToolSpec("triage_plan", "tools.triage.plan", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
-    ToolSpec("triage_report", "tools.triage.report", "TriageReportInput", "TriageReportResult", "Triage report",
+    ToolSpec("triage_plan", "tools.triage", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
+    ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult", "Triage report",
              open_world=True),
-    ToolSpec("compare_runs", "tools.triage.compare", "CompareRunsInput", "CompareRunsResult",
-             "Before/after comparison"),
+    ToolSpec("compare_runs", "tools.triage", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 
 

@@ -1,5 +1,7 @@
 """The triage tools: plain async functions over pydantic inputs, returning pydantic results.
 
+One package per kind of evidence (gpu, logs, traces, hangs, stragglers, memory, serving, compile; cluster for the
+job's processes and nodes; triage for the SOP's own tools over the others), each over the shared tools.core.
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
@@ -22,28 +24,27 @@ __all__ = [
     "triage_report",
 ]
 
-# Tool name -> its module; imported on first use, so importing one tool does not import them all. A module never
-# bears its tool's name: importing the submodule tools.X would replace the attribute tools.X (the function).
-_MODULES = {
-    "analyze_flight_recorder": "tools.hangs.flight_recorder",
-    "analyze_memory": "tools.memory.analyze",
-    "compare_runs": "tools.triage.compare",
-    "diagnose_compile": "tools.compile.diagnose",
-    "diagnose_logs": "tools.logs.diagnose",
-    "dump_stacks": "tools.hangs.stacks",
-    "find_stragglers": "tools.stragglers.find",
-    "grep_logs": "tools.logs.grep",
-    "health_check": "tools.gpu.health",
-    "inference_metrics": "tools.serving.metrics",
-    "nvidia_smi_query": "tools.gpu.smi_query",
-    "summarize_trace": "tools.traces.summary",
-    "triage_plan": "tools.triage.plan",
-    "triage_report": "tools.triage.report",
+# Tool name -> its package; imported on first use, so importing one tool does not import every package.
+_PACKAGES = {
+    "analyze_flight_recorder": "tools.hangs",
+    "analyze_memory": "tools.memory",
+    "compare_runs": "tools.triage",
+    "diagnose_compile": "tools.compile",
+    "diagnose_logs": "tools.logs",
+    "dump_stacks": "tools.hangs",
+    "find_stragglers": "tools.stragglers",
+    "grep_logs": "tools.logs",
+    "health_check": "tools.gpu",
+    "inference_metrics": "tools.serving",
+    "nvidia_smi_query": "tools.gpu",
+    "summarize_trace": "tools.traces",
+    "triage_plan": "tools.triage",
+    "triage_report": "tools.triage",
 }
 
 
 def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
+    package = _PACKAGES.get(name)
+    if package is None:
         raise AttributeError(name)
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(package), name)

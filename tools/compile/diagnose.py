@@ -35,9 +35,10 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
+from tools.core.files import InputFile, expand_inputs
 from tools.core.limits import COMPILE_MAX_FINDINGS, LOG_MAX_FILES
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
-from tools.logs.reader import LineMatcher, LogFile, ScanStats, display_line, expand_inputs, map_files, scan_file
+from tools.logs import LineMatcher, ScanStats, display_line, map_files, scan_file
 
 __all__ = ["DiagnoseCompileInput", "DiagnoseCompileResult", "diagnose_compile"]
 
@@ -214,7 +215,7 @@ def _matcher() -> LineMatcher:
     return LineMatcher(list(_PATTERNS), case_sensitive=True)
 
 
-def _lines(file: LogFile, deadline: float, stats: ScanStats) -> list[tuple[int, str]]:
+def _lines(file: InputFile, deadline: float, stats: ScanStats) -> list[tuple[int, str]]:
     """The matching lines of `file` and their context, in order, each once."""
     seen: dict[int, str] = {}
     for match in scan_file(file, _matcher(), context=_CONTEXT, deadline=deadline, stats=stats):
@@ -346,7 +347,7 @@ def _strip_comment(guard: str) -> str:
     return re.split(r"\s{2,}#\s", guard, maxsplit=1)[0].strip()
 
 
-def _scan_one(file: LogFile, deadline: float) -> _FileEvents:
+def _scan_one(file: InputFile, deadline: float) -> _FileEvents:
     events = _FileEvents()
     try:
         records = _records(_lines(file, deadline, events.stats))

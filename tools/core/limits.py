@@ -110,27 +110,16 @@ FR_STACK_FRAMES: Final = 8
 FR_PARALLEL_BYTES: Final = 32 * 1024 * 1024
 FR_MAX_WORKERS: Final = 4
 
-# Stragglers (find_stragglers): a rank this much slower than the median rank (same-model GPUs differ < 5%).
-STRAGGLER_WARN_PCT: Final = 5.0
-STRAGGLER_CRIT_PCT: Final = 15.0
+# Stragglers (find_stragglers).
 STRAGGLER_MAX_TRACE_PATHS: Final = 64
 STRAGGLER_MAX_LOG_FILES: Final = 4096  # one log per rank of a large job
 STRAGGLER_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # above this much log text, worker processes read it
 STRAGGLER_MAX_WORKERS: Final = 4
 
-# compare_runs: before/after. A difference counts when the two runs' steady-state steps differ beyond their
-# step-to-step noise (two-sided Mann-Whitney U, p below this) AND by at least this much (a 0.5% shift over
-# 10,000 steps is "significant" and still nothing anyone should act on).
-COMPARE_P_VALUE: Final = 0.05
-COMPARE_MIN_CHANGE_PCT: Final = 2.0
+# compare_runs: before/after.
 COMPARE_MIN_STEPS: Final = 3  # fewer steady-state steps on a side: no test is made
 COMPARE_EXACT_MAX_STEPS: Final = 60  # up to this many steps a side (and no ties), the exact U distribution
 COMPARE_MAX_WARMUP_STEPS: Final = 50
-# A cause's time per step: changed when it moves by more than COMPARE_CAUSE_REL of the larger side and
-# COMPARE_CAUSE_ABS_PCT of the baseline step; resolved when at most COMPARE_RESOLVED_FRACTION of it is left.
-COMPARE_CAUSE_REL: Final = 0.2
-COMPARE_CAUSE_ABS_PCT: Final = 2.0
-COMPARE_RESOLVED_FRACTION: Final = 0.1
 COMPARE_TOP_KERNELS: Final = 10
 COMPARE_MAX_LOG_FILES: Final = 4096
 COMPARE_SNIFF_BYTES: Final = 4096
@@ -148,17 +137,6 @@ MEM_FRAMES_READ: Final = 64  # frames looked at per block or trace entry (innerm
 MEM_DEFAULT_SITES: Final = 10
 MEM_MAX_SITES: Final = 50
 MEM_MAX_OOM_LINES: Final = 1000
-# analyze_memory's verdict: cached-but-free bytes this large a share of reserved (and at least this many bytes) are
-# fragmentation; an OOM demand this many times the earlier steps' peak is a transient peak; live bytes whose
-# trough rises by this share of the peak across the trace are growth; devices whose peaks differ this much are
-# unbalanced.
-MEM_FRAGMENTED_PCT: Final = 30.0
-MEM_FRAGMENTED_MIN_BYTES: Final = 512 * 1024 * 1024
-MEM_TRANSIENT_RATIO: Final = 1.25
-MEM_GROWTH_PCT: Final = 10.0
-MEM_GROWTH_MIN_EVENTS: Final = 40
-MEM_UNBALANCED_RATIO: Final = 1.5
-MEM_UNBALANCED_MIN_BYTES: Final = 1024 * 1024 * 1024
 
 # inference_metrics: a vLLM / SGLang /metrics page, from a file or scraped over HTTP.
 INFER_MAX_BYTES: Final = 16 * 1024 * 1024  # a V1 server with many engines and LoRAs is ~1 MB

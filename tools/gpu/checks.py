@@ -1,5 +1,5 @@
-"""GPU and host checks with the thresholds of the source documents, shared by health_check and
-nvidia_smi_query so a value means the same thing whichever tool read it.
+"""GPU and host checks against the thresholds of the source documents (tools.core.thresholds), shared by
+health_check and nvidia_smi_query so a value means the same thing whichever tool read it.
 
 Each check turns values into Findings. Per-GPU results are folded: a check that is ok on every GPU
 is one row ("GPU 0-7 temperature: max 61 C"), a GPU that fails it gets its own row.
@@ -12,31 +12,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tools.core.models import Finding, Severity
+from tools.core.ranks import compact_ranges
+from tools.core.thresholds import (
+    CORE_SATURATED_PCT,
+    CRIT_THROTTLE,
+    GPU_MEMORY_WARN_PCT,
+    GPU_TEMP_CRIT_C,
+    GPU_TEMP_WARN_C,
+    IOWAIT_CRIT_PCT,
+    IOWAIT_WARN_PCT,
+    LOAD_PER_CORE_WARN,
+    MEM_AVAILABLE_CRIT_PCT,
+    MEM_AVAILABLE_WARN_PCT,
+    POWER_AT_CAP_PCT,
+    SM_CLOCK_LOW_PCT,
+    SWAP_USED_WARN_MIB,
+    UNDER_LOAD_PCT,
+    WARN_THROTTLE,
+)
 
-__all__ = ["GpuValues", "HostValues", "gpu_findings", "host_findings", "index_ranges"]
-
-# GPU temperature: clocks come down around 85-90 C; the straggler article flags >= 90 C.
-GPU_TEMP_WARN_C = 85
-GPU_TEMP_CRIT_C = 90
-# Memory nearly full: the next allocation spike OOMs or the allocator thrashes.
-GPU_MEMORY_WARN_PCT = 95.0
-# Power at the enforced cap: boost clocks cannot rise.
-POWER_AT_CAP_PCT = 98.0
-# "Under load": below this utilisation low clocks and a down-trained PCIe link are normal power saving.
-UNDER_LOAD_PCT = 30
-SM_CLOCK_LOW_PCT = 80.0
-# Reasons that mean the GPU is slowed by hardware protection.
-CRIT_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"})
-WARN_THROTTLE = frozenset({"sw_power_cap"})
-
-# Host.
-LOAD_PER_CORE_WARN = 1.5
-MEM_AVAILABLE_WARN_PCT = 10.0
-MEM_AVAILABLE_CRIT_PCT = 5.0
-SWAP_USED_WARN_MIB = 64.0
-IOWAIT_WARN_PCT = 10.0
-IOWAIT_CRIT_PCT = 30.0
-CORE_SATURATED_PCT = 95.0
+__all__ = ["GpuValues", "HostValues", "by_severity", "gpu_findings", "host_findings"]
 
 
 @dataclass
@@ -76,24 +71,6 @@ class HostValues:
     swapping_mib_s: float
     iowait_pct: float | None
     blocked_processes: list[str]
-
-
-def index_ranges(indices: Sequence[int]) -> str:
-    """[0,1,2,3,5] -> '0-3,5'."""
-    ordered = sorted(set(indices))
-    parts: list[str] = []
-    start = prev = None
-    for i in ordered:
-        if start is None:
-            start = prev = i
-        elif prev is not None and i == prev + 1:
-            prev = i
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = i
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
 
 
 @dataclass
@@ -241,7 +218,7 @@ def gpu_findings(gpus: Sequence[GpuValues]) -> list[Finding]:
         if check.ok_gpus:
             findings.append(
                 Finding(
-                    check=f"GPU {index_ranges(check.ok_gpus)} {check.name}",
+                    check=f"GPU {compact_ranges(check.ok_gpus)} {check.name}",
                     value=_fold_values(check.ok_values),
                     threshold=check.threshold,
                     severity=Severity.ok,
@@ -326,17 +303,3 @@ def by_severity(findings: list[Finding]) -> list[Finding]:
     for finding in findings:
         buckets[finding.severity.rank].append(finding)
     return [f for rank in sorted(buckets, reverse=True) for f in buckets[rank]]
-
-
-# Inference serving (inference_metrics). Latency targets are the caller's SLO; these defaults are common
-# interactive-chat targets (TTFT p90 under 2 s, 100 ms between tokens = 10 tokens/s per stream).
-INFER_TTFT_TARGET_S = 2.0
-INFER_ITL_TARGET_S = 0.1
-# A p90 this many times its target is critical, not a warning.
-INFER_CRIT_FACTOR = 3.0
-# KV cache this full leaves no room for the next long request: vLLM preempts, SGLang retracts.
-KV_CACHE_WARN_PCT = 90.0
-# Queue time at least this share of TTFT: the wait is queueing, not prefill compute.
-QUEUE_SHARE_OF_TTFT = 0.5
-# Below this prefix-cache hit rate, prefix caching saves little prefill (or is off).
-PREFIX_HIT_LOW_PCT = 10.0

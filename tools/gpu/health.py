@@ -18,8 +18,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
-from tools.cluster.nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
-from tools.cluster.processes import discover_job
+from tools.cluster import collect_from_nodes, discover_job, job_backend, node_name, slurm_pids_on_this_node
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, TriageError
 from tools.core.limits import (
@@ -36,9 +35,10 @@ from tools.core.limits import (
 )
 from tools.core.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
 from tools.core.proc import run_program
+from tools.core.thresholds import CORE_SATURATED_PCT
+from tools.core.xid import xid_meaning
 from tools.gpu import nvml as _nvml
 from tools.gpu.checks import (
-    CORE_SATURATED_PCT,
     GpuValues,
     HostValues,
     by_severity,
@@ -46,7 +46,6 @@ from tools.gpu.checks import (
     host_findings,
 )
 from tools.gpu.health_nodes import NodeHealthRow, NodeSpreadRow, merge_health_findings, node_measures
-from tools.gpu.xid import xid_meaning
 
 __all__ = [
     "GpuHealth", "GpuProcess", "HealthCheckInput", "HealthCheckResult", "HostHealth", "RankPlacement", "gpu_values",

@@ -34,6 +34,7 @@ from tools.core.limits import (
 )
 from tools.core.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
 from tools.core.proc import run_program
+from tools.core.thresholds import UTIL_LOW_PCT, UTIL_MIN_SAMPLES
 from tools.gpu import nvml as _nvml
 from tools.gpu.checks import GpuValues, by_severity, gpu_findings
 from tools.gpu.smi_fields import (
@@ -49,9 +50,6 @@ __all__ = ["NvidiaSmiQueryInput", "NvidiaSmiQueryResult", "nvidia_smi_query", "p
 Value = int | float | str | None
 QueryKind = Literal["gpu", "compute_apps"]
 
-# Utilisation the SOP calls low when it persists (ideal is > 90%).
-UTIL_LOW_PCT = 70.0
-UTIL_MIN_SAMPLES = 5
 _ONE_RUN_TIMEOUT_S = 15.0
 _STATIC_MARKERS = (".max", "total", "limit", "count")
 _MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.frames import Frame, is_library
 from tools.core.limits import (
     FR_MAX_FILE_BYTES,
     FR_MAX_FILES,
@@ -40,10 +41,9 @@ from tools.core.limits import (
     FR_STACK_FRAMES,
 )
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.ranks import compact_ranges
 from tools.core.unpickle import UnsafePickle, load_plain_pickle
 from tools.core.workers import run_in_shares, worker_count
-from tools.hangs.stack_formats import Frame, is_library
-from tools.hangs.stacks import compact_ranks
 
 __all__ = ["AnalyzeFlightRecorderInput", "AnalyzeFlightRecorderResult", "analyze_flight_recorder"]
 
@@ -118,7 +118,6 @@ class AnalyzeFlightRecorderResult(ToolResult):
                   [[str(r.rank), r.file, r.format, str(r.entries), cell(r.last_enqueued), cell(r.last_completed),
                     r.in_flight_op or "-", r.error or ""] for r in self.ranks], "ranks"),
         ]
-
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -436,7 +435,7 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
     newest = max((r.newest for r in holders.values() if r.newest is not None), default=-1)
     start = max(oldest, (last_common or 0) + 1)
     suspects: list[FlightSuspect] = []
-    report = ProcessGroupReport(pg=name, desc=desc, ranks=compact_ranks(members), last_common_seq=last_common,
+    report = ProcessGroupReport(pg=name, desc=desc, ranks=compact_ranges(members), last_common_seq=last_common,
                                 first_mismatch_seq=None)
     no_dump = [r for r in members if r not in holders]
     for seq in range(start, newest + 1):
@@ -451,7 +450,7 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
             last = holders[rank].last_enqueued
             found.append(FlightSuspect(rank=rank, pg=name, seq=seq, reason="missing",
                                        detail=f"never entered it (last enqueued {cell(last)}) while ranks "
-                                       f"{compact_ranks(list(present))} did"))
+                                       f"{compact_ranges(list(present))} did"))
         for rank, entry in present.items():
             if entry.op != expected_op:
                 found.append(_suspect(rank, name, seq, "mismatched_op", entry, f"runs {entry.op} where "
@@ -476,7 +475,7 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
                 for rank, entry in present.items():
                     if entry.state not in _STARTED:
                         found.append(_suspect(rank, name, seq, "not_started", entry,
-                                              f"still {entry.state} while ranks {compact_ranks(started)} started it: "
+                                              f"still {entry.state} while ranks {compact_ranges(started)} started it: "
                                               "this rank's previous work (compute) has not finished"))
         if found:
             report.first_mismatch_seq = seq
@@ -575,7 +574,7 @@ def _conclude(reports: list[ProcessGroupReport], suspects: list[FlightSuspect], 
                 "not_started": "has not started it while the others have"}.get(first.reason, first.reason)
         where = f" (issued at {first.location})" if first.location else ""
         text.append(f"Process group {first.pg}: the ranks agree up to seq {cell(report.last_common_seq)}; at seq "
-                    f"{first.seq} rank {compact_ranks(same)} {what}{where}.")
+                    f"{first.seq} rank {compact_ranges(same)} {what}{where}.")
         text.append("That rank is the culprit: a collective called by only some ranks, or in another order — "
                     "fix the call so every rank makes the same collectives in the same order.")
     elif reports:

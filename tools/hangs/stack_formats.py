@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from tools.core.frames import Frame, is_library
+
 __all__ = [
-    "Frame",
     "ProcessDump",
     "ThreadStack",
     "Whereabouts",
@@ -29,26 +29,9 @@ __all__ = [
     "main_thread",
     "parse_dump",
     "collective_family",
-    "is_library",
     "parse_pyspy_json",
     "signature",
 ]
-
-
-_INSTALLED_PREFIX = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python3\.\d+)/")
-
-
-@dataclass(frozen=True)
-class Frame:
-    function: str
-    file: str  # as the dump gives it: full path, or py-spy's short package path
-    line: int | None
-    native: bool = False
-
-    def display(self) -> str:
-        file = _INSTALLED_PREFIX.sub("", self.file)  # package-relative, as py-spy shows it; the user's paths stay
-        where = file if self.line is None else f"{file}:{self.line}"
-        return f"{where} {self.function}"
 
 
 @dataclass
@@ -206,28 +189,6 @@ def main_thread(dump: ProcessDump) -> ThreadStack | None:
 
 
 # ------------------------------------------------------------------------------------------------ meaning
-
-# Code that is not the user's: installed packages, the standard library, interpreter internals.
-_LIBRARY_TOPS = (frozenset(sys.stdlib_module_names) - {"test"}) | {
-    "torch", "torchvision", "torchaudio", "functorch", "triton", "numpy", "transformers", "accelerate",
-    "deepspeed", "lightning", "pytorch_lightning", "lightning_fabric", "apex", "fairscale", "datasets",
-    "safetensors", "huggingface_hub", "vllm", "sglang", "xformers", "flash_attn", "transformer_engine",
-    "tqdm", "wandb", "mlflow", "tensorboard", "hydra", "omegaconf",
-}
-_SITE = re.compile(r"(?:site|dist)-packages/|/lib/python3\.\d+/|^<frozen ")
-
-
-def is_library(frame: Frame) -> bool:
-    if frame.native:
-        return True
-    file = frame.file.replace("\\", "/")
-    if _SITE.search(file):
-        return True
-    if file.startswith("/"):
-        return False  # a full path outside site-packages and the standard library: the user's code
-    top = file.split("/", 1)[0].removesuffix(".py")
-    return top in _LIBRARY_TOPS
-
 
 # Python functions of torch.distributed that are a collective or point-to-point call, by name.
 _C10D_CALLS = frozenset({

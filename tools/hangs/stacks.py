@@ -19,10 +19,20 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
-from tools.cluster.nodes import collect_from_nodes, job_backend, node_name, slurm_pids_on_this_node
-from tools.cluster.processes import RankProcess, discover_job, processes_by_match, processes_by_pid
+from tools.cluster import (
+    RankProcess,
+    collect_from_nodes,
+    discover_job,
+    job_backend,
+    node_name,
+    processes_by_match,
+    processes_by_pid,
+    slurm_pids_on_this_node,
+)
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded
+from tools.core.files import expand_inputs, natural_key
+from tools.core.frames import Frame
 from tools.core.limits import (
     STACK_DEFAULT_PROCESSES,
     STACK_DEFAULT_TIMEOUT_S,
@@ -37,8 +47,8 @@ from tools.core.limits import (
 )
 from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, cell
 from tools.core.proc import find_program, run_program
+from tools.core.ranks import compact_ranges, rank_of_path
 from tools.hangs.stack_formats import (
-    Frame,
     ProcessDump,
     ThreadStack,
     Whereabouts,
@@ -48,7 +58,6 @@ from tools.hangs.stack_formats import (
     parse_dump,
     signature,
 )
-from tools.logs.reader import expand_inputs, natural_key, rank_of_path
 
 __all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks", "merge_nodes", "node_name"]
 
@@ -138,27 +147,12 @@ class DumpStacksResult(ToolResult):
                   [[str(s.rank), s.node or "-", s.function, s.location, s.reason] for s in self.suspects],
                   "suspects"),
             Table("Groups of ranks at the same place", ["group", "ranks", "collective / wait", "user frame"],
-                  [[str(g.group), compact_ranks(g.ranks), g.collective or "-", g.location] for g in self.groups],
+                  [[str(g.group), compact_ranges(g.ranks), g.collective or "-", g.location] for g in self.groups],
                   "groups"),
             Table("Ranks", ["rank", "node", "pid", "status", "group", "collective / wait", "user frame", "detail"],
                   [[cell(r.rank), r.node or "-", cell(r.pid), r.status, cell(r.group), r.collective or "-",
                     r.innermost_user_frame or "-", r.detail or r.state or ""] for r in self.ranks], "ranks"),
         ]
-
-
-
-def compact_ranks(ranks: Sequence[int]) -> str:
-    """[0, 1, 2, 3, 7] -> '0-3,7'."""
-    out: list[str] = []
-    ordered = sorted(set(ranks))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 # ------------------------------------------------------------------------------------------- collection
@@ -322,7 +316,7 @@ def _number_unranked(rows: list[_Collected], notes: list[str]) -> None:
     taken = Counter(r.rank for r in rows if r.rank is not None)
     duplicates = sorted(rank for rank, count in taken.items() if count > 1)
     if duplicates:
-        notes.append(f"rank {compact_ranks(duplicates)} appears in more than one file; each copy is its own row.")
+        notes.append(f"rank {compact_ranges(duplicates)} appears in more than one file; each copy is its own row.")
     unranked = [r for r in rows if r.rank is None]
     if unranked:
         free = (n for n in range(len(rows) * 2 + 1) if n not in taken)
@@ -371,7 +365,7 @@ def _function(item: _Placed) -> str:
 def _suspect_reason(odd: _Placed, majority: _Placed, majority_ranks: list[int]) -> str:
     """Why the odd group is the suspect, in terms of the majority (the odd group's own place is in its row)."""
     assert odd.where is not None and majority.where is not None
-    others = f"ranks {compact_ranks(majority_ranks)}"
+    others = f"ranks {compact_ranges(majority_ranks)}"
     c_odd, c_maj = odd.where.collective, majority.where.collective
     there = f"{c_maj} at {majority.where.location}" if c_maj else ""
     if c_odd and c_maj and collective_family(c_odd) != collective_family(c_maj):
@@ -420,7 +414,7 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
                     suspects.append(Suspect(rank=member.row.rank, node=member.row.node, function=_function(member),
                                             location=member.where.location, reason=reason))
     elif len(ordered) > 1 and not with_frames:  # a collector's part of a job: the job-level merge judges
-        notes.insert(0, f"no majority: the largest group (ranks {compact_ranks(groups[0].ranks)}) holds "
+        notes.insert(0, f"no majority: the largest group (ranks {compact_ranges(groups[0].ranks)}) holds "
                      f"{len(ordered[0])} of {placed_total} ranks, so no rank is named the odd one; compare the groups' "
                      "stacks, or dump again to see which ranks move.")
     gone = [i for i in placed if i.row.status == "gone" and i.row.rank is not None]
@@ -437,7 +431,7 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
     if missing and not with_frames:
         where = (f"on the nodes that answered: they run on {', '.join(unreachable)} (no answer) or have exited"
                  if unreachable else "here: they run on other nodes (dump them there) or have exited")
-        notes.append(f"WORLD_SIZE is {world} but ranks {compact_ranks(missing)} were not found {where}.")
+        notes.append(f"WORLD_SIZE is {world} but ranks {compact_ranges(missing)} were not found {where}.")
     group_of = {id(m): g.group for g, members in zip(groups, ordered, strict=True) for m in members}
     suspect_ranks = {s.rank for s in suspects}
     rank_rows = [RankStack(node=i.row.node, rank=i.row.rank, pid=i.row.pid, status=i.row.status,
@@ -455,7 +449,7 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
     conclusion = _conclude(groups, suspects, [r for r in rank_rows if r.status != "node_unreachable"], placed)
     if unreachable:
         silent = [r for r in rank_rows if r.status == "node_unreachable"]
-        lost = f": ranks {compact_ranks(missing)} are not in this verdict" if missing else ""
+        lost = f": ranks {compact_ranges(missing)} are not in this verdict" if missing else ""
         head = (f"{len(silent)} node(s) gave no answer ({', '.join(unreachable[:4])}"
                 f"{' ...' if len(unreachable) > 4 else ''}: {silent[0].detail}){lost}.")
         if len(silent) == len(rank_rows):  # nothing to judge: the reason is the whole answer
@@ -482,7 +476,7 @@ def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[Rank
         odd = sorted({s.rank for s in suspects if s.reason == first.reason})
         nodes = sorted({s.node for s in suspects if s.reason == first.reason and s.node})
         on = f" on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}" if nodes else ""
-        head = f"Rank {compact_ranks(odd)}{on} is at {first.location}, {first.reason}"
+        head = f"Rank {compact_ranges(odd)}{on} is at {first.location}, {first.reason}"
         return [head, failed_text] if failed_text else [head]
     if len(groups) == 1:
         g = groups[0]

@@ -1,0 +1,25 @@
+"""Job logs: the line scanner (Hyperscan / RE2), grep_logs, and diagnose_logs with its rule set (sop/log_rules.toml).
+
+These names are the package's public surface: another domain imports them from here, never from its modules.
+"""
+
+from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs, extract_facts, load_rules
+from tools.logs.grep import GrepLogsInput, GrepLogsResult, grep_logs
+from tools.logs.reader import LineMatcher, ScanStats, compile_pattern, display_line, map_files, scan_file
+
+__all__ = [
+    "DiagnoseLogsInput",
+    "DiagnoseLogsResult",
+    "GrepLogsInput",
+    "GrepLogsResult",
+    "LineMatcher",
+    "ScanStats",
+    "compile_pattern",
+    "diagnose_logs",
+    "display_line",
+    "extract_facts",
+    "grep_logs",
+    "load_rules",
+    "map_files",
+    "scan_file",
+]

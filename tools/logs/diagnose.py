@@ -21,18 +21,17 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
+from tools.core.files import InputFile, expand_inputs
 from tools.core.limits import LOG_MAX_PATTERNS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
-from tools.gpu.xid import xid_meaning
+from tools.core.ranks import compact_ranges, rank_of_line
+from tools.core.xid import xid_meaning
 from tools.logs.grep import FileTotal
 from tools.logs.reader import (
     LineMatcher,
-    LogFile,
     ScanStats,
     display_line,
-    expand_inputs,
     map_files,
-    rank_of_line,
     scan_file,
 )
 
@@ -143,9 +142,8 @@ class DiagnoseLogsResult(ToolResult):
 
 
 def _ranks(ranks: list[int]) -> str:
-    from tools.gpu.checks import index_ranges
 
-    return index_ranges(ranks) if ranks else "-"
+    return compact_ranges(ranks) if ranks else "-"
 
 
 def _facts(facts: dict[str, FactValue]) -> str:
@@ -204,7 +202,7 @@ def classify(line: bytes, matched: frozenset[int] | None = None) -> tuple[Rule, 
 
 @dataclass
 class _Hit:
-    file: LogFile
+    file: InputFile
     number: int
     rank: int | None
     text: bytes
@@ -229,7 +227,7 @@ class _FileHits:
     total: FileTotal
 
 
-def _scan_one(file: LogFile, deadline: float) -> _FileHits:
+def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     _, candidates = load_rules()
     stats = ScanStats()
     status = "scanned"
@@ -262,7 +260,7 @@ def _scan_one(file: LogFile, deadline: float) -> _FileHits:
     return _FileHits(hits, total)
 
 
-def _scan(files: list[LogFile], deadline: float) -> tuple[dict[str, _Group], list[FileTotal], set[int]]:
+def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], list[FileTotal], set[int]]:
     """Group every file's hits by rule (and group_by facts), in file order, and note the ranks seen."""
     groups: dict[str, _Group] = {}
     seen_ranks: set[int] = {f.rank for f in files if f.rank is not None}

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, model_validator
 from sop import log_presets
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
+from tools.core.files import InputFile, expand_inputs
 from tools.core.limits import (
     LOG_DEFAULT_MATCHES,
     LOG_GROUPS_FACTOR,
@@ -29,15 +30,13 @@ from tools.core.limits import (
     LOG_MAX_PATTERNS,
 )
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.ranks import rank_of_line
 from tools.logs.reader import (
     LineMatcher,
-    LogFile,
     ScanStats,
     compile_pattern,
     display_line,
-    expand_inputs,
     map_files,
-    rank_of_line,
     scan_file,
 )
 
@@ -141,7 +140,7 @@ def fold_key(text: str) -> str:
 class _FileScan:
     """Folded matches of one file, bounded in memory."""
 
-    def __init__(self, file: LogFile, keep: int, mode: str) -> None:
+    def __init__(self, file: InputFile, keep: int, mode: str) -> None:
         self.file = file
         self.keep = keep
         self.mode = mode
@@ -184,7 +183,7 @@ def _compiled(pattern: str) -> LineMatcher:
     return compile_pattern(pattern)
 
 
-def _scan_one(file: LogFile, pattern: str, context: int, mode: str, keep: int, deadline: float) -> _FileScan:
+def _scan_one(file: InputFile, pattern: str, context: int, mode: str, keep: int, deadline: float) -> _FileScan:
     """One file: its folded matches and totals."""
     scan = _FileScan(file, keep, mode)
     try:
@@ -199,7 +198,7 @@ def _scan_one(file: LogFile, pattern: str, context: int, mode: str, keep: int, d
     return scan
 
 
-def _scan(params: GrepLogsInput, files: list[LogFile], pattern: str, deadline: float) -> list[_FileScan]:
+def _scan(params: GrepLogsInput, files: list[InputFile], pattern: str, deadline: float) -> list[_FileScan]:
     return map_files(lambda f: _scan_one(f, pattern, params.context, params.mode, params.max_matches, deadline),
                      files)
 

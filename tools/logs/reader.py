@@ -1,61 +1,36 @@
-"""The one reader of log files, shared by grep_logs and diagnose_logs.
+"""The one line scanner of logs, shared by grep_logs, diagnose_logs and the other domains' log readers.
 
-- Inputs are files or globs inside the roots (`logs/rank*.log`, `node*/stderr*`, `**/*.log`), confined
-  like every other path, bounded in number, in natural order (rank2 before rank10).
-- Files are streamed in blocks of whole lines (never read whole); gzip is detected by its magic bytes
-  and decompressed on the fly; a file whose first block holds NUL bytes is binary and skipped with a
-  note; invalid UTF-8 is replaced; a line longer than a block is matched in pieces and reported once.
-- Ranks come from the file name (rank3.log, rank_3, -r3-, node1/rank-03, torchrun's attempt_0/3/) or
-  from launcher prefixes on the line ([rank3]:, [default3]:, `3: ` from srun --label).
-- Matching uses RE2 (google-re2): linear time in the input, so no pattern can hang the server.
+- Files come from tools.core.files (confined, natural order, gzip detected, bounded blocks); a file whose first
+  block holds NUL bytes is binary and skipped with a note; invalid UTF-8 is replaced; a line longer than a block
+  is matched in pieces and reported once.
+- Ranks come from the file name or from launcher prefixes on the line (tools.core.ranks).
+- Matching is linear-time: Hyperscan on x86-64 for many patterns at once, RE2 (google-re2) elsewhere, so no
+  pattern can hang the server.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import threading
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
-from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.errors import BadInput, UnreadableInput
+from tools.core.files import InputFile, open_input, read_blocks
 from tools.core.limits import (
-    LOG_CHUNK_BYTES,
-    LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
     LOG_SNIFF_BYTES,
 )
-from tools.core.paths import confine
 
-__all__ = [
-    "LineMatcher", "LogFile", "MatchedLine", "ScanStats", "compile_pattern", "display_line", "expand_inputs",
-    "map_files", "rank_of_line", "rank_of_path", "scan_file",
-]
+__all__ = ["LineMatcher", "MatchedLine", "ScanStats", "compile_pattern", "display_line", "map_files", "scan_file"]
 
 T = TypeVar("T")
-_GLOB_CHARS = frozenset("*?[")
-_RANK_IN_PATH = re.compile(
-    r"(?:^|[/_.\-])(?:rank|r|worker|proc|local_rank)[_\-]?0*(\d{1,5})(?=[/_.\-]|$)"
-    r"|attempt_\d+/0*(\d{1,5})/(?:stdout|stderr)",
-    re.IGNORECASE,
-)
-_RANK_PREFIX = re.compile(rb"^\s*(?:\[(?:rank|default)(\d{1,5})\]:|(\d{1,5}): )")
-_NATURAL = re.compile(r"(\d+)")
-
-
-@dataclass(frozen=True)
-class LogFile:
-    path: Path
-    name: str = field(compare=False)
-    rank: int | None = field(compare=False)
 
 
 @dataclass
@@ -73,87 +48,6 @@ class ScanStats:
     bytes: int = 0
     binary: bool = False
     compressed: bool = False
-
-
-def rank_of_path(relative: str) -> int | None:
-    """The rank named closest to the file name (a folder like `run_rank3_test/` above it matters less)."""
-    matches = list(_RANK_IN_PATH.finditer(relative))
-    if not matches:
-        return None
-    last = matches[-1]
-    return int(last.group(1) or last.group(2))
-
-
-def rank_of_line(line: bytes) -> int | None:
-    match = _RANK_PREFIX.match(line)
-    if not match:
-        return None
-    return int(match.group(1) or match.group(2))
-
-
-def natural_key(path: Path) -> list[Any]:
-    """Sort key that puts rank2 before rank10."""
-    return [int(part) if part.isdigit() else part for part in _NATURAL.split(str(path))]
-
-
-def _display(path: Path, roots: Sequence[Path]) -> str:
-    for root in roots:
-        if path.is_relative_to(root):
-            return str(path.relative_to(root))
-    return str(path)
-
-
-def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
-    """Where to start globbing: each root for a relative pattern; for an absolute one, its fixed leading
-    folders, which must lie inside a root (so `/**/*.log` never walks the whole filesystem)."""
-    path = Path(pattern)
-    if not path.is_absolute():
-        return [(root, pattern) for root in roots]
-    fixed: list[str] = []
-    for part in path.parts[1:]:
-        if any(ch in _GLOB_CHARS for ch in part):
-            break
-        fixed.append(part)
-    base = Path("/", *fixed)
-    if not any(base.resolve().is_relative_to(root) for root in roots):
-        raise BadInput(f"glob {pattern!r} starts outside the allowed roots.",
-                       "Use a glob inside the roots: " + ", ".join(map(str, roots)))
-    return [(base, str(path.relative_to(base)))]
-
-
-def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES) -> list[LogFile]:
-    """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order."""
-    found: dict[Path, None] = {}
-    for pattern in patterns:
-        if not any(ch in _GLOB_CHARS for ch in pattern):
-            path = confine(pattern, roots)
-            if path.is_dir():
-                raise BadInput(f"{pattern!r} is a directory.", f"Pass a glob such as '{pattern.rstrip('/')}/*.log'.")
-            found[path] = None
-            continue
-        if ".." in Path(pattern).parts or pattern.startswith("-"):
-            confine(pattern, roots)  # raises the standard refusal
-        matched = 0
-        for base, relative in _glob_bases(pattern, roots):
-            for candidate in base.glob(relative):
-                if not candidate.is_file():
-                    continue
-                try:
-                    resolved = confine(str(candidate), roots)
-                except BadInput:
-                    continue  # a glob never reaches outside the roots, through symlinks or otherwise
-                found[resolved] = None
-                matched += 1
-                if len(found) > max_files:
-                    raise LimitExceeded(f"the inputs match more than {max_files} files.",
-                                        "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
-        if matched == 0:
-            raise BadInput(f"no file under the allowed roots matches {pattern!r}.",
-                           "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
-    files = sorted(found, key=natural_key)
-    if len(files) > max_files:
-        raise LimitExceeded(f"{len(files)} files given; the limit is {max_files}.", "Pass fewer files.")
-    return [LogFile(p, _display(p, roots), rank_of_path(_display(p, roots))) for p in files]
 
 
 def _re2_options(case_sensitive: bool) -> Any:
@@ -313,34 +207,6 @@ def display_line(raw: bytes, limit: int = LOG_MAX_LINE_CHARS) -> str:
     return text
 
 
-def _open(path: Path) -> tuple[IO[bytes], bool]:
-    """The file's byte stream, decompressed when it starts with gzip's magic bytes (whatever its name)."""
-    try:
-        with path.open("rb") as probe:
-            compressed = probe.read(2) == b"\x1f\x8b"
-        stream: IO[bytes] = gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[assignment]
-        return stream, compressed
-    except OSError as exc:
-        raise UnreadableInput(f"cannot open {path.name}: {exc.strerror}.") from exc
-
-
-def _blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:
-    """Blocks that end at a newline (or, for a line longer than a block, at the block's end)."""
-    while True:
-        if time.monotonic() > deadline:
-            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
-        try:
-            block = stream.read(LOG_CHUNK_BYTES)
-            if block and not block.endswith(b"\n"):
-                # Finish the line the block cut; a line longer than a block is matched in pieces.
-                block += stream.readline(LOG_CHUNK_BYTES)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
-        if not block:
-            return
-        yield block
-
-
 def _lines_before(block: bytes, line_start: int, context: int, tail: deque[tuple[int, bytes]],
                   line_no: int) -> list[tuple[int, bytes]]:
     """Up to `context` lines before the line starting at `line_start` (numbered `line_no`)."""
@@ -359,13 +225,13 @@ def _lines_before(block: bytes, line_start: int, context: int, tail: deque[tuple
 
 
 def scan_file(
-    file: LogFile, matcher: LineMatcher, *, context: int, deadline: float, stats: ScanStats
+    file: InputFile, matcher: LineMatcher, *, context: int, deadline: float, stats: ScanStats
 ) -> Iterator[MatchedLine]:
     """Lines of `file` that `matcher` matches, with up to `context` lines before and after, in order.
 
     The search runs over whole blocks; Python only touches the matching lines and their context.
     """
-    stream, stats.compressed = _open(file.path)
+    stream, stats.compressed = open_input(file.path)
     with stream:
         try:
             head = stream.read(LOG_SNIFF_BYTES)
@@ -388,7 +254,7 @@ def scan_file(
             yield from (m for m in waiting if len(m.after) >= context)
             waiting = [m for m in waiting if len(m.after) < context]
 
-        for block in _blocks(stream, deadline):
+        for block in read_blocks(stream, deadline):
             stats.bytes += len(block)
             size = len(block)
             position = 0
@@ -443,7 +309,7 @@ def _last_lines(block: bytes, count: int, newlines_after: int) -> list[tuple[int
     return lines
 
 
-def map_files(scan: Callable[[LogFile], T], files: Sequence[LogFile]) -> list[T]:
+def map_files(scan: Callable[[InputFile], T], files: Sequence[InputFile]) -> list[T]:
     """`scan(file)` for every file, in order, on up to two threads.
 
     Hyperscan and file reads release the GIL, so a second thread gains about 10-15% on two cores; more

@@ -34,17 +34,16 @@ import anyio
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.limits import (
-    MEM_DEFAULT_SITES,
+from tools.core.limits import MEM_DEFAULT_SITES, MEM_MAX_SITES
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.thresholds import (
     MEM_FRAGMENTED_MIN_BYTES,
     MEM_FRAGMENTED_PCT,
     MEM_GROWTH_PCT,
-    MEM_MAX_SITES,
     MEM_TRANSIENT_RATIO,
     MEM_UNBALANCED_MIN_BYTES,
     MEM_UNBALANCED_RATIO,
 )
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.memory.formats import (
     NO_SITE,
     MemoryInput,

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import LimitExceeded, UnreadableInput
+from tools.core.files import InputFile
+from tools.core.frames import Frame, is_library
 from tools.core.limits import (
     MEM_FRAMES_READ,
     MEM_MAX_BLOCKS,
@@ -35,9 +37,9 @@ from tools.core.limits import (
     MEM_MAX_TEXT_BYTES,
     MEM_MAX_TRACE_ENTRIES,
 )
+from tools.core.ranks import rank_of_line, rank_of_path
 from tools.core.unpickle import load_plain_pickle
-from tools.hangs.stack_formats import Frame, is_library
-from tools.logs.reader import LogFile, ScanStats, compile_pattern, rank_of_line, rank_of_path, scan_file
+from tools.logs import ScanStats, compile_pattern, scan_file
 
 __all__ = [
     "ACTIONS", "MemoryInput", "OomLine", "Segment", "Snapshot", "StatsDevice", "Trace", "read_memory_input",
@@ -424,7 +426,7 @@ def _summary_line(line: str, current: StatsDevice | None, summaries: list[StatsD
 
 
 def _oom_line(text: bytes, where: str, rank: int | None) -> OomLine | None:
-    from tools.logs.diagnose import extract_facts, load_rules  # the one reader of the OOM message
+    from tools.logs import extract_facts, load_rules  # the one reader of the OOM message
 
     rule = next(r for r in load_rules()[0] if r.id == "cuda_oom")
     if rule.match.search(text) is None:
@@ -448,14 +450,14 @@ def _oom_line(text: bytes, where: str, rank: int | None) -> OomLine | None:
                    reserved=reserved, private_pools=b"private pools" in text)
 
 
-def _rank(line: bytes, file: LogFile) -> int | None:
+def _rank(line: bytes, file: InputFile) -> int | None:
     rank = rank_of_line(line)
     return rank if rank is not None else file.rank
 
 
 def _text_input(path: Path, name: str, deadline: float) -> MemoryInput:
     matcher = compile_pattern(_TEXT_PATTERN)
-    file = LogFile(path, name, rank_of_path(name))
+    file = InputFile(path, name, rank_of_path(name))
     stats = ScanStats()
     summaries: list[StatsDevice] = []
     ooms: list[OomLine] = []

@@ -38,7 +38,7 @@ from tools.core.limits import (
     MAX_PATH_CHARS,
 )
 from tools.core.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, cell, worst
-from tools.gpu.checks import (
+from tools.core.thresholds import (
     INFER_CRIT_FACTOR,
     INFER_ITL_TARGET_S,
     INFER_TTFT_TARGET_S,

@@ -24,25 +24,24 @@ import anyio.to_thread
 import numpy as np
 from pydantic import BaseModel, Field
 
-from tools.cluster.nodes import NodeBackend, collect_from_nodes, job_backend
+from tools.cluster import NodeBackend, collect_from_nodes, job_backend
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, TriageError
+from tools.core.files import expand_inputs
 from tools.core.intervals import clip, merge, total
 from tools.core.limits import (
-    STRAGGLER_CRIT_PCT,
     STRAGGLER_MAX_LOG_FILES,
     STRAGGLER_MAX_TRACE_PATHS,
     STRAGGLER_MAX_WORKERS,
     STRAGGLER_PARALLEL_BYTES,
-    STRAGGLER_WARN_PCT,
 )
 from tools.core.models import Finding, JobInput, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.ranks import compact_ranges
+from tools.core.thresholds import STRAGGLER_CRIT_PCT, STRAGGLER_MIN_STEPS, STRAGGLER_SIGNIFICANCE, STRAGGLER_WARN_PCT
 from tools.core.workers import run_in_shares, worker_count
-from tools.gpu.checks import gpu_findings
-from tools.hangs.stacks import compact_ranks
-from tools.logs.reader import expand_inputs
+from tools.gpu import gpu_findings
 from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
-from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.traces import TraceHeader, rank_of_trace, read_trace, trace_files
 
 __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers", "stragglers_in_steps"]
 
@@ -51,8 +50,6 @@ Verdict = Literal["straggler", "none", "inconclusive"]
 
 _COMM_EVENT = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl|hccl|rccl):|^nccl(?:Dev)?Kernel|^ncclKernel|AllReduce_Sum|"
                          r"^c10d::(?:allreduce|allgather|reduce_scatter|broadcast|alltoall)")
-_SIGNIFICANCE = 3.0  # a rank's median must differ by this many standard errors to count
-_MIN_STEPS = 3
 
 
 class FindStragglersInput(JobInput):
@@ -156,8 +153,6 @@ class FindStragglersResult(ToolResult):
         ]
 
 
-
-
 # ------------------------------------------------------------------------------------------------- statistics
 
 
@@ -172,7 +167,7 @@ class _Stats:
 
 def _stats(values: np.ndarray) -> _Stats | None:
     clean = values[np.isfinite(values)]
-    if clean.size < _MIN_STEPS:
+    if clean.size < STRAGGLER_MIN_STEPS:
         return None
     median = float(np.median(clean))
     mad = float(np.median(np.abs(clean - median)))
@@ -186,7 +181,7 @@ def _warmup(count: int, given: int | None) -> int:
 
 def _trend_pct(values: np.ndarray) -> float | None:
     third = values.size // 3
-    if third < _MIN_STEPS:
+    if third < STRAGGLER_MIN_STEPS:
         return None
     first, last = float(np.median(values[:third])), float(np.median(values[-third:]))
     return 100.0 * (last - first) / first if first > 0 else None
@@ -357,7 +352,7 @@ def _severity(pct: float) -> Severity:
 
 
 def _significant(stats: _Stats, reference: float, others_se: float) -> bool:
-    return abs(stats.median - reference) > _SIGNIFICANCE * math.hypot(stats.se, others_se)
+    return abs(stats.median - reference) > STRAGGLER_SIGNIFICANCE * math.hypot(stats.se, others_se)
 
 
 @dataclass
@@ -494,7 +489,7 @@ def _conclude(verdict: Verdict, flagged: list[FlaggedRank], waited_on: int | Non
             text.append(f"The other ranks wait for rank {waited_on} at each collective, so they look idle while it "
                         "works; fix that rank, not the idle ones.")
         if len(flagged) > 1:
-            text.append(f"{len(flagged)} ranks flagged: {compact_ranks([f.rank for f in flagged])}.")
+            text.append(f"{len(flagged)} ranks flagged: {compact_ranges([f.rank for f in flagged])}.")
         return text[:3]
     if verdict == "inconclusive":
         return [f"Step times of the {count} ranks agree within {spread or 0:.1f}%: in synchronous data parallelism "
@@ -530,7 +525,7 @@ def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
 
 
 async def _hardware(result: FindStragglersResult, params: FindStragglersInput, ctx: ToolContext) -> None:
-    from tools.gpu.smi_query import NvidiaSmiQueryInput, nvidia_smi_query
+    from tools.gpu import NvidiaSmiQueryInput, nvidia_smi_query
 
     query = NvidiaSmiQueryInput(csv_path=params.gpu_csv) if params.gpu_csv else NvidiaSmiQueryInput(count=3,
                                                                                                      interval_s=0.5)
@@ -556,7 +551,7 @@ async def _hardware_on_nodes(result: FindStragglersResult, backend: NodeBackend,
                              ctx: ToolContext) -> None:
     """Each flagged rank's own GPU on its own node: the health collector of every node says which ranks run there
     and on which GPU (RANK, LOCAL_RANK, CUDA_VISIBLE_DEVICES), and that GPU's readings are checked."""
-    from tools.gpu.health import HealthCheckResult, gpu_values
+    from tools.gpu import HealthCheckResult, gpu_values
 
     answers = await collect_from_nodes(backend, "health-check", HealthCheckResult, ctx, params.node_timeout_s,
                                        ["--sample-s", "0.2", "--top-processes", "0", "--no-include-kernel-log"])

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from tools.core.errors import BadInput
-from tools.logs.reader import _blocks, _open, rank_of_line, rank_of_path
+from tools.core.files import open_input, read_blocks
+from tools.core.ranks import rank_of_line, rank_of_path
 
 __all__ = ["FORMATS", "RankSteps", "StepFormat", "StepReader", "compile_user_format", "read_steps"]
 
@@ -274,13 +275,13 @@ def read_steps(path: Path, display: str, deadline: float, user: StepFormat | Non
                hint: tuple[StepFormat, _Fast] | None = None) -> tuple[list[RankSteps], tuple[StepFormat, _Fast] | None]:
     """Per rank, the step times found in one file (a per-rank log, or a combined one with rank prefixes), and
     the spelling used when the fast path applied."""
-    stream, _ = _open(path)
+    stream, _ = open_input(path)
     file_rank = rank_of_path(display)
     by_rank: dict[int, RankSteps] = {}
     fmt: StepFormat | None = user
     fast: _Fast | None = None
     with stream:
-        for block in _blocks(stream, deadline):
+        for block in read_blocks(stream, deadline):
             if fmt is None and hint is not None and file_rank is not None and hint[1].fits(block[:_SNIFF_BYTES]):
                 fmt, fast = hint
             if fmt is None:

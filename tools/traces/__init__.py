@@ -1,0 +1,29 @@
+"""Profiler traces: the Kineto (torch.profiler) JSON reader and summarize_trace's step breakdown and causes.
+
+These names are the package's public surface: another domain imports them from here, never from its modules.
+"""
+
+from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.traces.summary import (
+    SummarizeTraceInput,
+    SummarizeTraceResult,
+    TraceBreakdown,
+    branch_of_cause,
+    breakdown,
+    short_name,
+    summarize_trace,
+)
+
+__all__ = [
+    "SummarizeTraceInput",
+    "SummarizeTraceResult",
+    "TraceBreakdown",
+    "TraceHeader",
+    "branch_of_cause",
+    "breakdown",
+    "rank_of_trace",
+    "read_trace",
+    "short_name",
+    "summarize_trace",
+    "trace_files",
+]

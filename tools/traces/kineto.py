@@ -26,7 +26,7 @@ import msgspec
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.limits import TRACE_MAX_FILES, TRACE_MAX_METADATA_CHARS, TRACE_READ_CHARS
 from tools.core.paths import confine
-from tools.logs.reader import rank_of_path
+from tools.core.ranks import rank_of_path
 
 __all__ = ["TraceArgs", "TraceEvent", "TraceHeader", "rank_of_trace", "read_trace", "trace_files"]
 

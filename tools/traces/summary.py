@@ -32,6 +32,7 @@ from tools.core.context import ToolContext
 from tools.core.intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.thresholds import LONG_OP_US, MIN_CAUSE_PCT, SHORT_KERNEL_US, SMALL_GAP_US
 from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
@@ -57,15 +58,10 @@ _SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero
 _LAUNCH = re.compile(r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|hipModuleLaunch")
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 _KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
-SHORT_KERNEL_US = 10.0
-SMALL_GAP_US = 30.0  # HTA's consecutive_kernel_delay: below this a gap is launch overhead
-MIN_CAUSE_PCT = 0.5
 _NESTING_LOOKBACK = 16  # ops started before a sync call that are checked for enclosing it
 _LAUNCH_SAMPLE = 100_000  # launch-call durations kept for the median
 _KINDS = ("compute", "comm", "memory", "other")
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
-# CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
-LONG_OP_US = 100.0
 _CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
 
 _FIX = {

@@ -32,26 +32,26 @@ from pydantic import BaseModel, Field
 from sop import branches, tool_call
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput
+from tools.core.files import expand_inputs, open_input
 from tools.core.limits import (
-    COMPARE_CAUSE_ABS_PCT,
-    COMPARE_CAUSE_REL,
     COMPARE_EXACT_MAX_STEPS,
     COMPARE_MAX_LOG_FILES,
     COMPARE_MAX_WARMUP_STEPS,
-    COMPARE_MIN_CHANGE_PCT,
     COMPARE_MIN_STEPS,
-    COMPARE_P_VALUE,
-    COMPARE_RESOLVED_FRACTION,
     COMPARE_SNIFF_BYTES,
     COMPARE_TOP_KERNELS,
     LOG_MAX_PATTERN_CHARS,
 )
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
-from tools.logs.reader import _open, expand_inputs
-from tools.stragglers.find import FindStragglersResult, stragglers_in_steps
-from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
-from tools.traces.kineto import trace_files
-from tools.traces.summary import TraceBreakdown, branch_of_cause, breakdown, short_name
+from tools.core.thresholds import (
+    COMPARE_CAUSE_ABS_PCT,
+    COMPARE_CAUSE_REL,
+    COMPARE_MIN_CHANGE_PCT,
+    COMPARE_P_VALUE,
+    COMPARE_RESOLVED_FRACTION,
+)
+from tools.stragglers import FindStragglersResult, RankSteps, StepReader, compile_user_format, stragglers_in_steps
+from tools.traces import TraceBreakdown, branch_of_cause, breakdown, short_name, trace_files
 
 __all__ = ["CompareRunsInput", "CompareRunsResult", "compare_runs", "mann_whitney_binned_p", "mann_whitney_p"]
 
@@ -348,7 +348,7 @@ def _significance(before: _Run, after: _Run, unit: str, per: float) -> _Outcome:
 
 
 def _sniff(path: Path) -> InputKind:
-    stream, _ = _open(path)
+    stream, _ = open_input(path)
     with stream:
         head = stream.read(COMPARE_SNIFF_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
     if head[:1] in (b"{", b"["):
@@ -678,8 +678,7 @@ _QUANTILES: tuple[tuple[Literal["p50", "p90", "p99"], float], ...] = (("p50", 0.
 
 
 async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> CompareRunsResult:
-    from tools.serving.metrics import InferenceMetricsInput, fetch_exposition, inference_metrics
-    from tools.serving.prometheus import parse_exposition
+    from tools.serving import InferenceMetricsInput, fetch_exposition, inference_metrics, parse_exposition
 
     expositions = [parse_exposition(await fetch_exposition(raw, ctx)) for raw in (params.before, params.after)]
     # inference_metrics' own verdict on each page (what the SOP branch acts on): did it change?

@@ -149,7 +149,7 @@ def _straggler_rows(result: Any) -> list[ReportRow]:
 
 async def _slurm_job_logs(job_id: str, runs: list[ToolRun]) -> list[str]:
     """The job's stdout/stderr paths from scontrol (diagnose_logs reads them when they are inside the roots)."""
-    from tools.cluster.nodes import SlurmJob
+    from tools.cluster import SlurmJob
     from tools.core.errors import TriageError
 
     job = SlurmJob(job_id)
@@ -268,13 +268,12 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     before/after and what dominates now. The CLI `gpu-triage report` prints it (`--demo` on bundled sample
     artifacts).
     """
-    from tools.gpu.health import HealthCheckInput, health_check
-    from tools.hangs.flight_recorder import AnalyzeFlightRecorderInput, analyze_flight_recorder
-    from tools.hangs.stacks import DumpStacksInput, dump_stacks
-    from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
-    from tools.memory.analyze import AnalyzeMemoryInput, analyze_memory
-    from tools.stragglers.find import FindStragglersInput, find_stragglers
-    from tools.traces.summary import SummarizeTraceInput, summarize_trace
+    from tools.gpu import HealthCheckInput, health_check
+    from tools.hangs import AnalyzeFlightRecorderInput, DumpStacksInput, analyze_flight_recorder, dump_stacks
+    from tools.logs import DiagnoseLogsInput, diagnose_logs
+    from tools.memory import AnalyzeMemoryInput, analyze_memory
+    from tools.stragglers import FindStragglersInput, find_stragglers
+    from tools.traces import SummarizeTraceInput, summarize_trace
     from tools.triage.compare import CompareRunsInput, compare_runs
 
     rows: list[ReportRow] = []
@@ -309,12 +308,12 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
                    rows, runs)
     if params.metrics:
-        from tools.serving.metrics import InferenceMetricsInput, inference_metrics
+        from tools.serving import InferenceMetricsInput, inference_metrics
 
         metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
         await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
     if params.compile_logs:
-        from tools.compile.diagnose import DiagnoseCompileInput, diagnose_compile
+        from tools.compile import DiagnoseCompileInput, diagnose_compile
 
         compile_input = DiagnoseCompileInput(paths=params.compile_logs)
         await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)

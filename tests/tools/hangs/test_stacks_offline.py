@@ -14,7 +14,7 @@ from tests.helpers import DATA, REPO, base_env, run_cli
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput
 from tools.hangs.stack_formats import locate, main_thread, parse_dump
-from tools.hangs.stacks import DumpStacksInput, DumpStacksResult, compact_ranks, dump_stacks
+from tools.hangs.stacks import DumpStacksInput, DumpStacksResult, dump_stacks
 
 STACKS = DATA / "stacks" / "rank_conditional_allgather"
 ALL_GATHER = "rank_conditional_allgather.py:40 save_checkpoint"  # as recorded (tests/data/stacks/PROVENANCE.md)
@@ -115,11 +115,6 @@ def test_bad_selectors_and_paths_are_refused(tmp_path: Path) -> None:
         run(tmp_path, match="(unclosed")
     with pytest.raises(BadInput, match="the same pid is given twice"):
         run(tmp_path, pid=[1, 1])
-
-
-def test_compact_ranks() -> None:
-    assert compact_ranks([7, 0, 1, 2, 3, 5]) == "0-3,5,7"
-    assert compact_ranks([]) == ""
 
 
 def test_cli_repeatable_from_files_flag() -> None:

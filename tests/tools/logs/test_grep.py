@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import base_env, run_cli
+from tools.core.files import InputFile
 from tools.logs.grep import fold_key
-from tools.logs.reader import LogFile, ScanStats, compile_pattern, rank_of_line, rank_of_path, scan_file
+from tools.logs.reader import ScanStats, compile_pattern, scan_file
 
 
 def _grep(tmp_path: Path, *args: str, timeout: str = "60") -> tuple[int, dict, str]:
@@ -36,7 +37,7 @@ def test_scan_matches_a_line_by_line_reference_across_blocks(tmp_path: Path, eng
         stats = ScanStats()
         matcher = compile_pattern(r"\berror\b", engine)
         assert matcher.engine == ("hyperscan" if engine == "auto" else "re2")
-        found = list(scan_file(LogFile(tmp_path / name, name, None), matcher, context=2,
+        found = list(scan_file(InputFile(tmp_path / name, name, None), matcher, context=2,
                                deadline=time.monotonic() + 60, stats=stats))
         assert [m.number for m in found] == expected
         assert stats.lines == len(lines) and stats.compressed is (name.endswith(".gz"))
@@ -136,23 +137,6 @@ def test_paths_stay_inside_the_roots(tmp_path: Path) -> None:
         assert code == 3 and message in err, (bad, err)
 
 
-@pytest.mark.parametrize(("path", "rank"), [
-    ("rank3.log", 3), ("logs/rank_12.txt", 12), ("job-r7-out.log", 7), ("node1/rank-03.log", 3),
-    ("run/attempt_0/5/stderr.log", 5), ("worker_2.log", 2), ("node1/stderr.log", None), ("train.log", None),
-    ("ranking.log", None),
-])
-def test_rank_from_path(path: str, rank: int | None) -> None:
-    assert rank_of_path(path) == rank
-
-
-@pytest.mark.parametrize(("line", "rank"), [
-    (b"[rank3]:[E501] Watchdog caught", 3), (b"[default12]:step 1", 12), (b"7: NCCL WARN x", 7),
-    (b"step 7: loss 1.0", None), (b"2024-05-01 10:00:00 INFO", None),
-])
-def test_rank_from_line(line: bytes, rank: int | None) -> None:
-    assert rank_of_line(line) == rank
-
-
 def test_fold_key_ignores_prefix_timestamp_and_digits() -> None:
     a = fold_key("[default1]:2024-05-01 11:00:00 ERROR NCCL timeout on attempt 0")
     b = fold_key("[default1]:2024-05-01 11:02:07 ERROR NCCL timeout on attempt 2")
@@ -178,7 +162,7 @@ def test_a_pattern_matching_every_byte_stays_linear(tmp_path: Path) -> None:
     big.write_bytes((b"z" * 99 + b"\n") * 60_000)  # 6 MB, 6 million single-byte matches
     matcher = compile_pattern(".")
     stats = ScanStats()
-    found = list(scan_file(LogFile(big, "big.log", None), matcher, context=0, deadline=time.monotonic() + 60,
+    found = list(scan_file(InputFile(big, "big.log", None), matcher, context=0, deadline=time.monotonic() + 60,
                            stats=stats))
     assert [m.number for m in found] == list(range(1, 60_001))
 
@@ -192,7 +176,7 @@ def test_one_cached_matcher_serves_concurrent_scans(tmp_path: Path) -> None:
     counts: list[int] = []
 
     def scan() -> None:
-        counts.append(len(list(scan_file(LogFile(path, "a.log", None), matcher, context=0,
+        counts.append(len(list(scan_file(InputFile(path, "a.log", None), matcher, context=0,
                                          deadline=time.monotonic() + 60, stats=ScanStats()))))
 
     threads = [threading.Thread(target=scan) for _ in range(4)]

@@ -1,0 +1,130 @@
+"""The files a call reads: paths and globs confined to the roots, in natural order, streamed in bounded blocks.
+
+- Inputs are files or globs inside the roots (`logs/rank*.log`, `node*/stderr*`, `**/*.log`), confined
+  like every other path, bounded in number, in natural order (rank2 before rank10), each with the rank its name says.
+- A file is streamed in blocks of whole lines (never read whole), within the call's deadline; gzip is detected by
+  its magic bytes, whatever the name, and decompressed on the fly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.limits import LOG_CHUNK_BYTES, LOG_MAX_FILES
+from tools.core.paths import confine
+from tools.core.ranks import rank_of_path
+
+__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "read_blocks"]
+
+_GLOB_CHARS = frozenset("*?[")
+_NATURAL = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A file the caller named, confined to the roots: its path, its name relative to a root, its rank."""
+
+    path: Path
+    name: str = field(compare=False)
+    rank: int | None = field(compare=False)
+
+
+def natural_key(path: Path) -> list[Any]:
+    """Sort key that puts rank2 before rank10."""
+    return [int(part) if part.isdigit() else part for part in _NATURAL.split(str(path))]
+
+
+def _display(path: Path, roots: Sequence[Path]) -> str:
+    for root in roots:
+        if path.is_relative_to(root):
+            return str(path.relative_to(root))
+    return str(path)
+
+
+def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
+    """Where to start globbing: each root for a relative pattern; for an absolute one, its fixed leading
+    folders, which must lie inside a root (so `/**/*.log` never walks the whole filesystem)."""
+    path = Path(pattern)
+    if not path.is_absolute():
+        return [(root, pattern) for root in roots]
+    fixed: list[str] = []
+    for part in path.parts[1:]:
+        if any(ch in _GLOB_CHARS for ch in part):
+            break
+        fixed.append(part)
+    base = Path("/", *fixed)
+    if not any(base.resolve().is_relative_to(root) for root in roots):
+        raise BadInput(f"glob {pattern!r} starts outside the allowed roots.",
+                       "Use a glob inside the roots: " + ", ".join(map(str, roots)))
+    return [(base, str(path.relative_to(base)))]
+
+
+def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES) -> list[InputFile]:
+    """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order."""
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        if not any(ch in _GLOB_CHARS for ch in pattern):
+            path = confine(pattern, roots)
+            if path.is_dir():
+                raise BadInput(f"{pattern!r} is a directory.", f"Pass a glob such as '{pattern.rstrip('/')}/*.log'.")
+            found[path] = None
+            continue
+        if ".." in Path(pattern).parts or pattern.startswith("-"):
+            confine(pattern, roots)  # raises the standard refusal
+        matched = 0
+        for base, relative in _glob_bases(pattern, roots):
+            for candidate in base.glob(relative):
+                if not candidate.is_file():
+                    continue
+                try:
+                    resolved = confine(str(candidate), roots)
+                except BadInput:
+                    continue  # a glob never reaches outside the roots, through symlinks or otherwise
+                found[resolved] = None
+                matched += 1
+                if len(found) > max_files:
+                    raise LimitExceeded(f"the inputs match more than {max_files} files.",
+                                        "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
+        if matched == 0:
+            raise BadInput(f"no file under the allowed roots matches {pattern!r}.",
+                           "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
+    files = sorted(found, key=natural_key)
+    if len(files) > max_files:
+        raise LimitExceeded(f"{len(files)} files given; the limit is {max_files}.", "Pass fewer files.")
+    return [InputFile(p, _display(p, roots), rank_of_path(_display(p, roots))) for p in files]
+
+
+def open_input(path: Path) -> tuple[IO[bytes], bool]:
+    """The file's byte stream, decompressed when it starts with gzip's magic bytes (whatever its name)."""
+    try:
+        with path.open("rb") as probe:
+            compressed = probe.read(2) == b"\x1f\x8b"
+        stream: IO[bytes] = gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[assignment]
+        return stream, compressed
+    except OSError as exc:
+        raise UnreadableInput(f"cannot open {path.name}: {exc.strerror}.") from exc
+
+
+def read_blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:
+    """Blocks that end at a newline (or, for a line longer than a block, at the block's end)."""
+    while True:
+        if time.monotonic() > deadline:
+            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
+        try:
+            block = stream.read(LOG_CHUNK_BYTES)
+            if block and not block.endswith(b"\n"):
+                # Finish the line the block cut; a line longer than a block is matched in pieces.
+                block += stream.readline(LOG_CHUNK_BYTES)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
+        if not block:
+            return
+        yield block

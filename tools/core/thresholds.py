@@ -1,0 +1,86 @@
+"""Every threshold a verdict compares a measured value with, in one place, with the reason for its value
+(the source documents' numbers where they give one). Limits on what a call may read or return are in limits.py.
+"""
+
+from __future__ import annotations
+
+# GPU temperature: clocks come down around 85-90 C; the straggler article flags >= 90 C.
+GPU_TEMP_WARN_C = 85
+GPU_TEMP_CRIT_C = 90
+# Memory nearly full: the next allocation spike OOMs or the allocator thrashes.
+GPU_MEMORY_WARN_PCT = 95.0
+# Power at the enforced cap: boost clocks cannot rise.
+POWER_AT_CAP_PCT = 98.0
+# "Under load": below this utilisation low clocks and a down-trained PCIe link are normal power saving.
+UNDER_LOAD_PCT = 30
+SM_CLOCK_LOW_PCT = 80.0
+# Reasons that mean the GPU is slowed by hardware protection.
+CRIT_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"})
+WARN_THROTTLE = frozenset({"sw_power_cap"})
+
+# Host.
+LOAD_PER_CORE_WARN = 1.5
+MEM_AVAILABLE_WARN_PCT = 10.0
+MEM_AVAILABLE_CRIT_PCT = 5.0
+SWAP_USED_WARN_MIB = 64.0
+IOWAIT_WARN_PCT = 10.0
+IOWAIT_CRIT_PCT = 30.0
+CORE_SATURATED_PCT = 95.0
+
+
+# Inference serving (inference_metrics). Latency targets are the caller's SLO; these defaults are common
+# interactive-chat targets (TTFT p90 under 2 s, 100 ms between tokens = 10 tokens/s per stream).
+INFER_TTFT_TARGET_S = 2.0
+INFER_ITL_TARGET_S = 0.1
+# A p90 this many times its target is critical, not a warning.
+INFER_CRIT_FACTOR = 3.0
+# KV cache this full leaves no room for the next long request: vLLM preempts, SGLang retracts.
+KV_CACHE_WARN_PCT = 90.0
+# Queue time at least this share of TTFT: the wait is queueing, not prefill compute.
+QUEUE_SHARE_OF_TTFT = 0.5
+# Below this prefix-cache hit rate, prefix caching saves little prefill (or is off).
+PREFIX_HIT_LOW_PCT = 10.0
+
+# nvidia_smi_query: utilisation the SOP calls low when it persists (ideal is > 90%), over at least this many samples
+# (one reading proves nothing).
+UTIL_LOW_PCT = 70.0
+UTIL_MIN_SAMPLES = 5
+
+# Stragglers (find_stragglers): a rank this much slower than the median rank (same-model GPUs differ < 5%).
+STRAGGLER_WARN_PCT = 5.0
+STRAGGLER_CRIT_PCT = 15.0
+# A rank's median step time must differ from the others' by this many standard errors to count, over at least
+# this many steps.
+STRAGGLER_SIGNIFICANCE = 3.0
+STRAGGLER_MIN_STEPS = 3
+
+# summarize_trace: kernels shorter than this with gaps under SMALL_GAP_US between them are launch-bound (HTA's
+# consecutive_kernel_delay is the gap); a cause below MIN_CAUSE_PCT of the step is noise, left out.
+SHORT_KERNEL_US = 10.0
+SMALL_GAP_US = 30.0
+MIN_CAUSE_PCT = 0.5
+# CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
+LONG_OP_US = 100.0
+
+# compare_runs: before/after. A difference counts when the two runs' steady-state steps differ beyond their
+# step-to-step noise (two-sided Mann-Whitney U, p below this) AND by at least this much (a 0.5% shift over
+# 10,000 steps is "significant" and still nothing anyone should act on).
+COMPARE_P_VALUE = 0.05
+COMPARE_MIN_CHANGE_PCT = 2.0
+# A cause's time per step: changed when it moves by more than COMPARE_CAUSE_REL of the larger side and
+# COMPARE_CAUSE_ABS_PCT of the baseline step; resolved when at most COMPARE_RESOLVED_FRACTION of it is left.
+COMPARE_CAUSE_REL = 0.2
+COMPARE_CAUSE_ABS_PCT = 2.0
+COMPARE_RESOLVED_FRACTION = 0.1
+
+# analyze_memory's verdict: cached-but-free bytes this large a share of reserved (and at least this many bytes) are
+# fragmentation; an OOM demand this many times the earlier steps' peak is a transient peak; live bytes whose
+# trough rises by this share of the peak across the trace are growth; devices whose peaks differ this much are
+# unbalanced.
+MEM_FRAGMENTED_PCT = 30.0
+MEM_FRAGMENTED_MIN_BYTES = 512 * 1024 * 1024
+MEM_TRANSIENT_RATIO = 1.25
+MEM_GROWTH_PCT = 10.0
+MEM_GROWTH_MIN_EVENTS = 40
+MEM_UNBALANCED_RATIO = 1.5
+MEM_UNBALANCED_MIN_BYTES = 1024 * 1024 * 1024
