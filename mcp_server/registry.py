@@ -80,7 +80,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("triage_plan", "tools.triage", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult", "Triage report",
              open_world=True),
-    ToolSpec("compare_runs", "tools.triage", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
+    ToolSpec("compare_runs", "tools.compare", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 
 

@@ -1,7 +1,8 @@
 """The triage tools: plain async functions over pydantic inputs, returning pydantic results.
 
 One package per kind of evidence (gpu, logs, traces, hangs, stragglers, memory, serving, compile; cluster for the
-job's processes and nodes; triage for the SOP's own tools over the others), each over the shared tools.core.
+job's processes and nodes; compare for before/after; triage for the plan and the report over the others), each over
+the shared tools.core.
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
@@ -28,7 +29,7 @@ __all__ = [
 _PACKAGES = {
     "analyze_flight_recorder": "tools.hangs",
     "analyze_memory": "tools.memory",
-    "compare_runs": "tools.triage",
+    "compare_runs": "tools.compare",
     "diagnose_compile": "tools.compile",
     "diagnose_logs": "tools.logs",
     "dump_stacks": "tools.hangs",

@@ -268,13 +268,13 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     before/after and what dominates now. The CLI `gpu-triage report` prints it (`--demo` on bundled sample
     artifacts).
     """
+    from tools.compare import CompareRunsInput, compare_runs
     from tools.gpu import HealthCheckInput, health_check
     from tools.hangs import AnalyzeFlightRecorderInput, DumpStacksInput, analyze_flight_recorder, dump_stacks
     from tools.logs import DiagnoseLogsInput, diagnose_logs
     from tools.memory import AnalyzeMemoryInput, analyze_memory
     from tools.stragglers import FindStragglersInput, find_stragglers
     from tools.traces import SummarizeTraceInput, summarize_trace
-    from tools.triage.compare import CompareRunsInput, compare_runs
 
     rows: list[ReportRow] = []
     runs: list[ToolRun] = []

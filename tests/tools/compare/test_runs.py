@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, base_env, run_cli, stdio_client
+from tools.compare.runs import CompareRunsInput, CompareRunsResult, compare_runs, mann_whitney_p
 from tools.core.context import ToolContext
-from tools.triage.compare import CompareRunsInput, CompareRunsResult, compare_runs, mann_whitney_p
 
 pytestmark = pytest.mark.anyio
 
