@@ -1,0 +1,158 @@
+"""diagnose_logs against an evaluation set of real log excerpts from public sources, one excerpt at a time.
+
+The set: tests/data/logs/wild (one `.log` per excerpt; its label, source URL and versions in the cases_*.jsonl
+beside it: category, also, severity, facts), and the older tests/data/logs/public (category from the file name,
+no labelled facts; sources in its PROVENANCE.md). Labels say what a good triage answers, written from the
+excerpt, not from this tool's output.
+
+Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see it:
+- recall: a finding of the labelled category (at warn or crit when the label is warn/crit; any severity for an
+  `info` label);
+- benign quiet: a benign excerpt gets no warn or crit finding;
+- facts: each labelled fact is found, with the same value, in a finding of the labelled category (numbers
+  compared within 0.5 %, strings without case or surrounding punctuation);
+- extra: warn/crit categories reported that are neither the label nor in `also`.
+Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
+
+Usage: .venv/bin/python benchmarks/accuracy_logs.py [--misses] [--category C]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tools.core.context import ToolContext  # noqa: E402
+from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs  # noqa: E402
+
+WILD = REPO / "tests" / "data" / "logs" / "wild"
+PUBLIC = REPO / "tests" / "data" / "logs" / "public"
+SERIOUS = frozenset({"warn", "crit"})
+
+
+@dataclass
+class Case:
+    path: Path
+    category: str
+    severity: str
+    also: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass
+class Score:
+    recalled: bool
+    facts_found: int
+    facts_total: int
+    extra: list[str]
+    missing_facts: dict[str, Any]
+    got: list[str]
+
+
+def load_cases() -> list[Case]:
+    cases: list[Case] = []
+    for manifest in sorted(WILD.glob("cases_*.jsonl")):
+        for line in manifest.read_text().splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            cases.append(Case(WILD / row["file"], row["category"], row.get("severity", "crit"),
+                              list(row.get("also", [])), dict(row.get("facts", {})), row.get("url", "")))
+    for path in sorted(PUBLIC.glob("*.log")):
+        category = path.name.split("__", 1)[0]
+        cases.append(Case(path, category, "ok" if category == "benign" else "any", source="public/PROVENANCE.md"))
+    return cases
+
+
+def _same(want: Any, got: Any) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return want == got
+    if isinstance(want, int | float) and isinstance(got, int | float):
+        return abs(want - got) <= 0.005 * max(abs(want), 1e-9)
+    if isinstance(want, list) and isinstance(got, list):
+        return sorted(map(str, want)) == sorted(map(str, got))
+    strip = " .,:;'\"()[]"
+    return str(want).strip(strip).lower() == str(got).strip(strip).lower()
+
+
+def score(case: Case, result: DiagnoseLogsResult) -> Score:
+    serious = {f.category for f in result.findings if f.severity in SERIOUS}
+    got = sorted({f"{f.category}:{f.severity}" for f in result.findings})
+    if case.category == "benign":
+        return Score(not serious, 0, 0, sorted(serious), {}, got)
+    mine = [f for f in result.findings if f.category == case.category]
+    if case.severity in SERIOUS:
+        recalled = any(f.severity in SERIOUS for f in mine)
+    else:
+        recalled = bool(mine)
+    missing = {name: want for name, want in case.facts.items()
+               if not any(name in f.facts and _same(want, f.facts[name]) for f in mine)}
+    extra = sorted(serious - {case.category, *case.also})
+    return Score(recalled, len(case.facts) - len(missing), len(case.facts), extra, missing, got)
+
+
+async def run_all(cases: list[Case]) -> list[tuple[Case, Score]]:
+    out = []
+    for case in cases:
+        ctx = ToolContext(roots=(case.path.parent.resolve(),), timeout_s=60)
+        result = await diagnose_logs(DiagnoseLogsInput(paths=[case.path.name]), ctx)
+        out.append((case, score(case, result)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--misses", action="store_true", help="list every missed excerpt and missing fact")
+    parser.add_argument("--category", help="only this category")
+    args = parser.parse_args()
+    cases = [c for c in load_cases() if args.category in (None, c.category)]
+    missing_files = [c.path.name for c in cases if not c.path.is_file()]
+    if missing_files:
+        sys.exit(f"labelled excerpts without a file: {missing_files}")
+    scored = anyio.run(run_all, cases)
+    by_category: dict[str, list[Score]] = defaultdict(list)
+    for case, result in scored:
+        by_category[case.category].append(result)
+    print(f"{'category':22} {'n':>4} {'recall':>7} {'facts':>11} {'extra/exc':>9}")
+    for category in sorted(by_category):
+        rows = by_category[category]
+        found, total = sum(r.facts_found for r in rows), sum(r.facts_total for r in rows)
+        label = "quiet" if category == "benign" else "recall"
+        print(f"{category:22} {len(rows):4} {sum(r.recalled for r in rows) / len(rows):7.2f} "
+              f"{(f'{found}/{total}' if total else '-'):>11} {sum(len(r.extra) for r in rows) / len(rows):9.2f}"
+              + (f"  ({label})" if category == "benign" else ""))
+    failing = [r for c, r in scored if c.category != "benign"]
+    benign = [r for c, r in scored if c.category == "benign"]
+    found = sum(r.facts_found for r in failing)
+    total = sum(r.facts_total for r in failing)
+    print()
+    print(f"excerpts {len(scored)} ({len(benign)} benign) in {len(by_category)} categories")
+    if failing:
+        print(f"recall {sum(r.recalled for r in failing) / len(failing):.3f} (target >= 0.97)")
+    if total:
+        print(f"facts {found}/{total} = {found / total:.3f} (target >= 0.95)")
+    if benign:
+        print(f"benign quiet {sum(r.recalled for r in benign)}/{len(benign)} (target all)")
+    print(f"extra serious categories per excerpt {sum(len(r.extra) for _, r in scored) / len(scored):.3f} "
+          f"(target <= 0.1)")
+    if args.misses:
+        print()
+        for case, result in scored:
+            if not result.recalled or result.missing_facts or result.extra:
+                print(f"{case.category:20} {case.path.name}: recalled={result.recalled} got={result.got} "
+                      f"missing={result.missing_facts} extra={result.extra}")
+
+
+if __name__ == "__main__":
+    main()
