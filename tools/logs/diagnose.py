@@ -43,6 +43,7 @@ _LEVEL_RANK = {"info": 0, "warn": 1, "crit": 2}
 _SIZE = re.compile(r"^([\d.]+) ?([KMGTP]?)i?B$|^(\d+) bytes$")
 _SIZE_FACTOR = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 _INT = re.compile(r"^-?\d+$")
+_GROUPED_INT = re.compile(r"^\d{1,3}(?:,\d{3})+$")
 _FLOAT = re.compile(r"^-?\d+\.\d*(?:e[+-]?\d+)?$|^-?\d+e[+-]?\d+$", re.IGNORECASE)
 _TIMESTAMP = re.compile(
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"  # ISO / Python logging
@@ -162,6 +163,8 @@ def _convert(name: str, value: str, sizes: frozenset[str]) -> tuple[str, FactVal
             return f"{name}_bytes", int(float(size.group(1)) * _SIZE_FACTOR[size.group(2)])
     if _INT.match(value):
         return name, int(value)
+    if _GROUPED_INT.match(value):
+        return name, int(value.replace(",", ""))  # vLLM prints '2,042,016 tokens'
     if _FLOAT.match(value):
         return name, float(value)
     return name, value.strip()
@@ -217,6 +220,9 @@ class _Group:
     last: _Hit | None = None
     by_rank: dict[int, _Hit] = field(default_factory=dict)
     last_by_rank: dict[int, _Hit] = field(default_factory=dict)
+    # Status rules (info) print their numbers over several lines (blocks, then tokens, then concurrency): the
+    # finding shows the latest value of each.
+    latest: dict[str, FactValue] = field(default_factory=dict)
 
 
 @dataclass
@@ -274,6 +280,8 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group.hits += 1
             group.first = group.first or hit
             group.last = hit
+            if rule.level == "info":
+                group.latest.update(hit.facts)
             if hit.rank is not None:
                 group.by_rank.setdefault(hit.rank, hit)
                 group.last_by_rank[hit.rank] = hit
@@ -349,8 +357,7 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     rule = group.rule
     assert group.first is not None and group.last is not None
     # Periodic status lines (throughput) report their latest value; failures their first.
-    source = group.last if rule.level == "info" else group.first
-    facts = dict(source.facts)
+    facts = dict(group.latest) if rule.level == "info" else dict(group.first.facts)
     level: Level = rule.level
     if rule.cross_rank:
         progress = next((g for g in groups.values() if g.rule.id == "nccl_last_work"), None)
