@@ -3,8 +3,8 @@
 The SOP ends every branch the same way: fix the cause, measure again, compare like with like. BEFORE and AFTER
 are the same kind of input, told from the files themselves: two profiler traces (files or folders of per-rank
 traces, measured by summarize_trace's own breakdown) or two sets of step-time logs (read by the one step-line
-reader, tools/_steps.py; the straggler verdict is find_stragglers' own) or two inference-server /metrics pages
-(the one Prometheus reader, tools/_prometheus.py, and inference_metrics' own verdict on each).
+reader, tools/stragglers/steps.py; the straggler verdict is find_stragglers' own) or two inference-server /metrics pages
+(the one Prometheus reader, tools/serving/prometheus.py, and inference_metrics' own verdict on each).
 
 Honest statistics: the steps compared are steady-state steps (warm-up left out; for traces also the last
 ProfilerStep, as HTA does), per step the median over ranks; each side says how many it has. A change counts only
@@ -63,7 +63,7 @@ Side = Literal["before", "after"]
 _GLOB_CHARS = frozenset("*?[")
 _TRACE_NAMES = (".json", ".json.gz")
 _METRICS_LINE = re.compile(rb"^(?:# (?:HELP|TYPE) \S+|(?:vllm|sglang)[:_][A-Za-z_:]+[{ ])", re.MULTILINE)
-# What a log's step value is per unit (tools/_steps.py StepFormat.unit) -> (throughput unit, value per ms^-1).
+# What a log's step value is per unit (tools/stragglers/steps.py StepFormat.unit) -> (throughput unit, value per ms^-1).
 _THROUGHPUT = {"ms": ("steps/s", 1e3), "ms (tqdm rate)": ("steps/s", 1e3), "ms per 1k tokens": ("tokens/s", 1e6),
                "ms per 1k samples": ("samples/s", 1e6)}
 _NO_CAUSE_FIX = ("The GPU is busy: make the kernels faster (mixed precision and tensor cores, torch.compile, a larger "

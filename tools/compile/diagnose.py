@@ -1,8 +1,8 @@
 """diagnose_compile: graph breaks, recompiles and recompile-limit hits of torch.compile, from the job's logs.
 
 Reads what `TORCH_LOGS=graph_breaks,recompiles` writes (and what torch prints without it: the `.item()` graph-break
-warning, the recompile-limit warning, fullgraph errors), through the one log reader (tools/_logfiles.py: globs,
-gzip, bounded streaming; only the lines of dynamo's records are decoded). Grammars:
+warning, the recompile-limit warning, fullgraph errors), through the one log reader (tools/logs/reader.py over
+tools/core/files.py: globs, gzip, bounded streaming; only the lines of dynamo's records are decoded). Grammars:
 
 - glog records (2.2+): `<L><MMDD> <time> <pid> torch/_dynamo/<file>.py:<n>] [<frame>/<compile>] [__<artifact>] text`,
   the prefix repeated on every line of a multi-line message; `[rankN]:` prefixes under torchrun are dropped.

@@ -9,7 +9,7 @@
 The server turns these into MCP tool errors (text visible to the model) and the CLI into exit
 code 3. Anything else is a bug: logged with its traceback on stderr, never shown to the client.
 Foreign errors (OSError, NVMLError, psutil.Error, ...) are mapped to these at the seams
-(`_paths`, `_proc`, `_nvml`) with `raise ... from`.
+(core/paths, core/proc, gpu/nvml) with `raise ... from`.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ STACK_MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 STACK_MAX_MATCH_CHARS: Final = 256
 STACK_FRAMES_SHOWN: Final = 12
 
-# Multi-node fan-out (tools/_nodes.py): one collector per node through Slurm or SSH.
+# Multi-node fan-out (tools/cluster/nodes.py): one collector per node through Slurm or SSH.
 NODES_MAX: Final = 1024
 NODES_MAX_HOST_CHARS: Final = 253
 # Time a collector gets on its node; the fan-out waits this plus NODES_FANOUT_MARGIN_S for the launcher.

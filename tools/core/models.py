@@ -88,8 +88,8 @@ class InputModel(BaseModel):
 
 
 class JobInput(InputModel):
-    """Job-level arguments of the tools that reach every node of a job (tools/_nodes.py): a Slurm job id, or hosts
-    reached over SSH. Without them the tool looks at this node only."""
+    """Job-level arguments of the tools that reach every node of a job (tools/cluster/nodes.py): a Slurm job id, or
+    hosts reached over SSH. Without them the tool looks at this node only."""
 
     slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
                                   description="Slurm job id (digits): collect from every node of this running job "

@@ -26,7 +26,7 @@ __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 
 # Read-only diagnostics only. Adding a program here is a security decision: it must not change state.
 # scontrol is run only with `show job` / `listpids`; srun and ssh only to start our own collector with fixed
-# arguments on a job's nodes (tools/_nodes.py), never with caller text.
+# arguments on a job's nodes (tools/cluster/nodes.py), never with caller text.
 ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh"})
 
 

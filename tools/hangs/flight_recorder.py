@@ -3,7 +3,7 @@
 PyTorch's flight recorder keeps the last N collectives of every process group with their sequence number, op,
 sizes, state and the Python stack that issued them. It is dumped per rank (TORCH_NCCL_DUMP_ON_TIMEOUT=1 with
 TORCH_FR_DUMP_TEMP_FILE=<prefix>, or on demand with torch._C._distributed_c10d._dump_fr_trace()) as a pickle,
-or as JSON without stacks. The pickles are loaded with tools/_unpickle.py (plain containers only).
+or as JSON without stacks. The pickles are loaded with tools/core/unpickle.py (plain containers only).
 
 Per process group: the last sequence number every rank completed, then the first sequence number where a rank
 never entered the collective (missing), entered another op (mismatched_op), other sizes or dtypes, or has not
@@ -402,7 +402,7 @@ def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
                        "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")
     total = sum(file.stat().st_size for file, _, _ in files)
     workers = worker_count(len(files), total, FR_PARALLEL_BYTES, FR_MAX_WORKERS)
-    # Unpickling is CPU-bound: large jobs are read by worker processes (tools/_workers.py).
+    # Unpickling is CPU-bound: large jobs are read by worker processes (tools/core/workers.py).
     chunks = run_in_shares(_read_chunk, files, workers, deadline)
     dumps = _merge(chunks) if workers > 1 else chunks[0][0]
     dumps.sort(key=lambda d: d.rank)

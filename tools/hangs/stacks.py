@@ -1,9 +1,9 @@
 """dump_stacks: every rank's Python stack in one call, grouped, with the rank that is not where the others are.
 
 Live: the job's processes (given pids, a command-line pattern, or discovered from RANK / WORLD_SIZE in their
-environment, tools/_ranks.py) are dumped with `py-spy dump --json` concurrently, each with its own timeout.
+environment, tools/cluster/processes.py) are dumped with `py-spy dump --json` concurrently, each with its own timeout.
 Offline: files captured earlier (py-spy text or JSON, faulthandler, torch's debug-server bundles), parsed by
-tools/_stacks.py. Either way the main thread of each rank is reduced to where it stands (the collective or
+tools/hangs/stack_formats.py. Either way the main thread of each rank is reduced to where it stands (the collective or
 wait it sits in, the innermost frame of the user's code), ranks standing at the same place form a group, and
 the groups that differ from the majority are the suspects. SOP: nccl_hang_or_slow.
 """

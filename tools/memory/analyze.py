@@ -1,6 +1,6 @@
 """analyze_memory: why a job ran out of GPU memory, from what the CUDA caching allocator recorded.
 
-Inputs (tools/_memory_formats.py reads them): an allocator snapshot (`torch.cuda.memory._dump_snapshot`, every
+Inputs (tools/memory/formats.py reads them): an allocator snapshot (`torch.cuda.memory._dump_snapshot`, every
 generation, loaded with the restricted unpickler), `memory_summary()` text, a `memory_stats()` dump, or logs with
 CUDA OOM messages.
 

@@ -1,13 +1,13 @@
 """Readers of the CUDA caching allocator's outputs, for analyze_memory.
 
 - Snapshots (`torch.cuda.memory._dump_snapshot`): a pickle of plain containers, loaded with the restricted
-  unpickler of tools/_unpickle.py. Every generation is normalised to one shape:
+  unpickler of tools/core/unpickle.py. Every generation is normalised to one shape:
   2.0 (blocks carry `history: [{addr, real_size, frames}]` and no address), 2.1-2.4 (blocks with `address`,
   `requested_size`, `frames`; segments with `is_expandable`; trace entries with `time_us`), 2.5+ (adds
   `allocator_settings` and `external_annotations`), and the bare segment list of `torch.cuda.memory_snapshot()`.
   The block state written as `active_pending_free` by the C++ side is documented as `active_awaiting_free`: both
   are read.
-- `memory_summary()` text and CUDA OOM messages: streamed through the log reader (tools/_logfiles.py); the OOM
+- `memory_summary()` text and CUDA OOM messages: streamed through the log reader (tools/logs/reader.py); the OOM
   facts come from diagnose_logs' `cuda_oom` rule, so both tools read the message the same way.
 - `memory_stats()` dumps: JSON, or the `OrderedDict([...])` / dict repr people paste.
 

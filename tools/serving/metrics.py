@@ -4,7 +4,7 @@ The page comes from a file inside the roots, or is scraped over HTTP from loopba
 explicitly (no redirects, no proxies, a size cap and a deadline). One scrape describes everything since the
 server started; two scrapes `interval_s` apart (or a file and a `later` file) describe the last interval: the
 histogram bucket deltas give its latency quantiles, the counter deltas its rates. Names across versions (vLLM
-V0/V1, the KV-cache, prefix-cache and inter-token renames, SGLang) are resolved in tools/_prometheus.py.
+V0/V1, the KV-cache, prefix-cache and inter-token renames, SGLang) are resolved in tools/serving/prometheus.py.
 
 Verdicts (the SOP's rules, sop/branches/inference_latency.toml): kv_cache_pressure (usage near full, preemptions
 or retractions), queueing (requests waiting, growing, or queue time most of TTFT), prefill_bound (TTFT over its

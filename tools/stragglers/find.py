@@ -3,8 +3,8 @@
 The trap this tool is built around: in synchronous data parallelism every rank waits for the slowest one at the
 gradient all-reduce, so per-rank step times come out nearly equal and the waiting ranks look idle. The straggler
 is the rank whose compute is longest and who waits LEAST inside the collective. So: step times per rank first
-(tools/_steps.py reads the logs); then compute-only times where the logs carry them, and per-step collective wait
-vs the rest of the step from profiler traces (tools/_traces.py); then, for a flagged rank, its GPU's clocks,
+(tools/stragglers/steps.py reads the logs); then compute-only times where the logs carry them, and per-step collective
+wait vs the rest of the step from profiler traces (tools/traces/kineto.py); then, for a flagged rank, its GPU's clocks,
 throttle reasons, temperature, power and links from an nvidia-smi sample or capture. Statistics are robust (median,
 MAD, warm-up dropped); a difference within the run's own noise is not flagged. SOP: straggler.
 """

@@ -1,7 +1,7 @@
 """summarize_trace: where the step time goes and why the GPU is idle, from PyTorch profiler traces.
 
 Reads a Kineto Chrome trace (.json / .json.gz, object or bare-array form, 2021 to current category
-spellings) or a folder of per-rank traces, streamed (tools/_traces.py). Per rank it reports step time,
+spellings) or a folder of per-rank traces, streamed (tools/traces/kineto.py). Per rank it reports step time,
 GPU busy as the union of GPU intervals, compute / communication / memory time, exposed communication,
 and HTA's temporal breakdown (idle / compute / non-compute) computed HTA's way on HTA's window (all
 ProfilerSteps but the last, GPU work matched to CPU launches by correlation), so the two compare number
