@@ -99,7 +99,8 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
     files = sorted(found, key=natural_key)
     if len(files) > max_files:
         raise LimitExceeded(f"{len(files)} files given; the limit is {max_files}.", "Pass fewer files.")
-    return [InputFile(p, _display(p, roots), rank_of_path(_display(p, roots))) for p in files]
+    named = [(p, _display(p, roots)) for p in files]
+    return [InputFile(p, name, rank_of_path(name)) for p, name in named]
 
 
 def open_input(path: Path) -> tuple[IO[bytes], bool]:

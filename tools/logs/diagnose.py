@@ -64,6 +64,11 @@ class Rule:
     group_by: tuple[str, ...]
     cross_rank: bool
     context_only: bool
+    # A problem only between nodes (e.g. the socket transport): its severity holds when the logs show more than one
+    # node, else the finding is info.
+    multi_node: bool
+    # Not a finding: what the line says (NCCL's transport, a communicator's node count) is evidence for other rules.
+    evidence_only: bool
     cause: str
     fix: str
     sop_branch: str
@@ -86,7 +91,8 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
         Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(r["match"]),
              facts=tuple(_compile(f) for f in r["facts"]), size_facts=frozenset(r.get("size_facts", [])),
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
-             context_only=bool(r.get("context_only", False)),
+             context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
+             evidence_only=bool(r.get("evidence_only", False)),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -196,6 +202,7 @@ def classify(line: bytes, matched: frozenset[int] | None = None) -> tuple[Rule, 
     matcher already found for this line (Hyperscan reports them all at once)."""
     rules, _ = load_rules()
     candidates = sorted(matched) if matched else range(len(rules))
+    line = line.rstrip(b"\r\n")  # RE2 with never_nl: a pattern's `$` cannot match before a kept newline
     for index in candidates:
         rule = rules[index]
         if rule.match.search(line) is not None:
@@ -221,8 +228,10 @@ class _Group:
     by_rank: dict[int, _Hit] = field(default_factory=dict)
     last_by_rank: dict[int, _Hit] = field(default_factory=dict)
     # Status rules (info) print their numbers over several lines (blocks, then tokens, then concurrency): the
-    # finding shows the latest value of each.
+    # finding shows the latest value of each; a multi-node statement, the first.
     latest: dict[str, FactValue] = field(default_factory=dict)
+    # Hosts named by NCCL's line prefix: two are enough to know the logs span nodes.
+    hosts: set[bytes] = field(default_factory=set)
 
 
 @dataclass
@@ -282,6 +291,13 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group.last = hit
             if rule.level == "info":
                 group.latest.update(hit.facts)
+            elif rule.multi_node:  # a statement over several lines (IB not found, then the socket NIC): first values
+                for name, value in hit.facts.items():
+                    group.latest.setdefault(name, value)
+            if rule.multi_node or rule.evidence_only:
+                host = _nccl_host(hit.text)
+                if host is not None and len(group.hosts) < 2:
+                    group.hosts.add(host)
             if hit.rank is not None:
                 group.by_rank.setdefault(hit.rank, hit)
                 group.last_by_rank[hit.rank] = hit
@@ -353,12 +369,37 @@ def _number(facts: dict[str, FactValue], key: str) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
+def _nccl_host(line: bytes) -> bytes | None:
+    """The host of an NCCL line (`host:pid:tid [dev] NCCL INFO ...`, after any launcher prefix)."""
+    found = _nccl_prefix().search(line)
+    return None if found is None else found.group(1)
+
+
+@cache
+def _nccl_prefix() -> Any:
+    return _compile(r"(?:^|[\s:>\]])([\w.\-]+):\d+:\d+ \[\d+\] NCCL ")  # RE2: linear on any line
+
+
+def _spans_nodes(groups: dict[str, _Group]) -> bool:
+    """Whether the logs show more than one node: NCCL lines from two hosts, a communicator with nNodes > 1, or
+    channels that already run between nodes."""
+    hosts: set[bytes] = set()
+    for group in groups.values():
+        hosts |= group.hosts
+        nodes = group.first.facts.get("nnodes") if group.first else None
+        if group.rule.id == "nccl_socket_channel" or (isinstance(nodes, int) and nodes > 1):
+            return True
+    return len(hosts) > 1
+
+
 def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFinding:
     rule = group.rule
     assert group.first is not None and group.last is not None
     # Periodic status lines (throughput) report their latest value; failures their first.
-    facts = dict(group.latest) if rule.level == "info" else dict(group.first.facts)
+    facts = dict(group.latest) if rule.level == "info" or rule.multi_node else dict(group.first.facts)
     level: Level = rule.level
+    if rule.multi_node and not _spans_nodes(groups):
+        level = "info"
     if rule.cross_rank:
         progress = next((g for g in groups.values() if g.rule.id == "nccl_last_work"), None)
         facts.update(_hang_facts(group, progress, world))
@@ -436,7 +477,7 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     files = expand_inputs(params.paths, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
     groups, totals, world = await anyio.to_thread.run_sync(_scan, files, deadline, abandon_on_cancel=True)
-    findings = [_finding(g, groups, world) for g in groups.values()]
+    findings = [_finding(g, groups, world) for g in groups.values() if not g.rule.evidence_only]
     findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
     severity = [Severity.ok, Severity.warn, Severity.crit][worst]

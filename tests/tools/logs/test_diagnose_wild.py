@@ -33,7 +33,16 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     ("nccl_init_network__pytorch-78638.log", "nccl_error", "crit",
      {"nccl_error": "internal error", "nccl_version": "2.7.8", "location": "ProcessGroupNCCL.cpp:748"}),
     ("nccl_init_network__nccl-210.log", "nccl_warn", "warn", {"error": "Address family not supported by protocol"}),
-    ("nccl_init_network__nccl-tests-188.log", "nccl_socket_transport", "warn", {}),
+    # The socket transport is a problem only between nodes: one host's lines state it (info); lines of several hosts,
+    # or channels already running 'via NET/Socket', are the problem (warn). GPU Direct RDMA off for a GPU is printed
+    # per inter-node connection, so it needs no second host to count.
+    ("nccl_init_network__nccl-tests-188.log", "nccl_socket_transport", "info", {"transport": "Socket"}),
+    ("nccl_init_network__nccl-226.log", "nccl_socket_transport", "warn", {}),
+    ("nccl_init_network__nccl-tests-179.log", "nccl_socket_transport", "warn", {"transport": "Socket"}),
+    ("nccl_init_network__oneflow-3586.log", "nccl_socket_channel", "warn", {"transport": "NET/Socket"}),
+    ("nccl_init_network__deeplearningexamples-383.log", "nccl_gdr_distance", "warn",
+     {"distance": 5, "max_distance": 4}),
+    ("nccl_init_network__nccl-1537.log", "nccl_gdr_disabled", "info", {"interface": "mlx5_0"}),
     # Collectives that do not line up: NCCL's own check, TensorFlow's, c10d's argument checks.
     ("collective_mismatch__nccl-296.log", "nccl_collective_check", "crit", {"around_rank": 39}),
     ("collective_mismatch__tensorflow-62790.log", "nccl_collective_check", "crit",
@@ -47,6 +56,21 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     ("process_exit__brain-score-vision-950.log", "death_signal", "warn", {"oom_kill_events": 1}),
     ("process_exit__zssr-34.log", "death_signal", "warn", {"exitcode": 139, "signal": "SIGSEGV"}),
     ("process_exit__rtd-action-31.log", "death_signal", "warn", {"signal": 2}),
+    # JAX/XLA and TensorFlow out of memory; a GPU the driver cannot bring up; older and non-PyTorch CUDA errors.
+    ("cuda_oom__alphafold-1023.log", "xla_oom", "crit", {"requested_bytes": 7406166528}),
+    ("cuda_oom__jax-27354.log", "xla_oom", "crit", {"requested_bytes": 1374521760000, "gpu": 0}),
+    ("cuda_oom__azure-machinelearningnotebooks-880.log", "xla_oom", "crit", {"tensor_shape": "[16,112,112,147]"}),
+    ("gpu_hardware__workspace-19.log", "gpu_init_failed", "crit", {"pci": "0000:0B:00.0", "error": "Unknown Error"}),
+    ("gpu_hardware__cmpunlocker-4.log", "gpu_init_failed", "crit", {"pci": "0000:01:00.0"}),
+    ("cuda_error__cutorch-809.log", "cuda_error", "crit",
+     {"cuda_error_code": 35, "error": "CUDA driver version is insufficient for CUDA runtime version"}),
+    ("cuda_error__maskyolo-caffe-55.log", "cuda_error", "crit", {"cuda_error_code": 74, "error": "misaligned address"}),
+    ("cuda_error__nanoflow-23.log", "cuda_error", "crit", {"cuda_error_code": 716, "error": "misaligned address"}),
+    ("cuda_error__tensorrt-pro-162.log", "cuda_error", "crit",
+     {"error": "no kernel image is available for execution on the device"}),
+    # A fact anchored at the end of its line ('killed by signal: Killed.'), and a line that is only 'Killed'.
+    ("dataloader__pytorch-yolov3-300.log", "dataloader_worker_died", "crit", {"pids": 6164, "signal": "Killed"}),
+    ("process_exit__arjunausers-52.log", "death_signal", "warn", {}),
     # Inference engines: no room for the KV cache (vLLM, SGLang), and the start-up capacity (numbers over lines).
     ("inference__vllm-10439.log", "kv_cache_no_memory", "crit", {}),
     ("inference__sglang-4184.log", "kv_cache_no_memory", "crit", {"retracted_reqs": 1}),
@@ -68,3 +92,14 @@ def test_engine_that_cannot_hold_its_context_is_critical_with_both_numbers() -> 
     assert findings["kv_cache_no_memory"].facts["tokens"] == 23648
     assert findings["kv_cache_no_memory"].facts["max_model_len"] == 29000
     assert findings["kv_cache_capacity"].facts["max_concurrency"] == 0.82
+
+
+@pytest.mark.parametrize("name", [
+    "benign__nccl-428.log",  # one node, no libibverbs: NCCL WARNs and picks sockets, traffic stays on the node
+    "benign__nccl-1653.log",  # one node (nNodes 1) over sockets
+    "benign__nv-peer-memory-56.log",  # two nodes on IB; NCCL 2.4 lists the socket NICs all the same
+])
+def test_socket_chatter_of_a_healthy_job_stays_quiet(name: str) -> None:
+    result = diagnose(name)
+    assert [(f.rule, f.severity) for f in result.findings if f.severity != "info"] == []
+    assert result.severity == "ok"
