@@ -10,7 +10,7 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
   `info` label);
 - benign quiet: a benign excerpt gets no warn or crit finding;
 - facts: each labelled fact is found, with the same value, in a finding of the labelled category (numbers
-  compared within 0.5 %, strings without case or surrounding punctuation);
+  compared within 0.5 %, strings without case or surrounding punctuation; a rank among the finding's `ranks`);
 - extra: warn/crit categories reported that are neither the label nor in `also`.
 Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
 
@@ -33,7 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
-from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs  # noqa: E402
+from tools.logs.diagnose import (  # noqa: E402
+    DiagnoseLogsInput,
+    DiagnoseLogsResult,
+    LogFinding,
+    diagnose_logs,
+    nccl_result_name,
+)
 
 WILD = REPO / "tests" / "data" / "logs" / "wild"
 PUBLIC = REPO / "tests" / "data" / "logs" / "public"
@@ -86,6 +92,15 @@ def _same(want: Any, got: Any) -> bool:
     return str(want).strip(strip).lower() == str(got).strip(strip).lower()
 
 
+def _found(name: str, want: Any, finding: LogFinding) -> bool:
+    # The JSON contract gives a finding's ranks in `ranks`, not among its facts.
+    if name == "rank" and isinstance(want, int) and want in finding.ranks:
+        return True
+    if name == "nccl_error" and isinstance(want, str):  # one NCCL result, as its name or ncclGetErrorString's text
+        want = nccl_result_name(want)
+    return name in finding.facts and _same(want, finding.facts[name])
+
+
 def score(case: Case, result: DiagnoseLogsResult) -> Score:
     serious = {f.category for f in result.findings if f.severity in SERIOUS}
     got = sorted({f"{f.category}:{f.severity}" for f in result.findings})
@@ -96,8 +111,7 @@ def score(case: Case, result: DiagnoseLogsResult) -> Score:
         recalled = any(f.severity in SERIOUS for f in mine)
     else:
         recalled = bool(mine)
-    missing = {name: want for name, want in case.facts.items()
-               if not any(name in f.facts and _same(want, f.facts[name]) for f in mine)}
+    missing = {name: want for name, want in case.facts.items() if not any(_found(name, want, f) for f in mine)}
     extra = sorted(serious - {case.category, *case.also})
     return Score(recalled, len(case.facts) - len(missing), len(case.facts), extra, missing, got)
 

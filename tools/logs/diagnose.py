@@ -35,7 +35,7 @@ from tools.logs.reader import (
     scan_file,
 )
 
-__all__ = ["DiagnoseLogsInput", "DiagnoseLogsResult", "diagnose_logs", "load_rules"]
+__all__ = ["DiagnoseLogsInput", "DiagnoseLogsResult", "diagnose_logs", "load_rules", "nccl_result_name"]
 
 Level = Literal["info", "warn", "crit"]
 FactValue = int | float | str | bool | list[int]
@@ -69,6 +69,8 @@ class Rule:
     multi_node: bool
     # Not a finding: what the line says (NCCL's transport, a communicator's node count) is evidence for other rules.
     evidence_only: bool
+    # One statement printed over several lines (explain()'s counts): the finding shows the first value of each fact.
+    merge_facts: bool
     cause: str
     fix: str
     sop_branch: str
@@ -93,6 +95,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
              evidence_only=bool(r.get("evidence_only", False)),
+             merge_facts=bool(r.get("merge_facts", False)),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -176,6 +179,25 @@ def _convert(name: str, value: str, sizes: frozenset[str]) -> tuple[str, FactVal
     return name, value.strip()
 
 
+# NCCL's result codes and the text ncclGetErrorString gives each ('NCCL error in: ..., internal error, ...').
+NCCL_RESULTS = {
+    "unhandled cuda error": "ncclUnhandledCudaError",
+    "unhandled system error": "ncclSystemError",
+    "internal error": "ncclInternalError",
+    "invalid argument": "ncclInvalidArgument",
+    "invalid usage": "ncclInvalidUsage",
+    "remote process exited or there was a network error": "ncclRemoteError",
+    "operation in progress": "ncclInProgress",
+}
+
+
+def nccl_result_name(printed: str) -> str:
+    """An NCCL result as its enum name, whichever way the log printed it (the name, or ncclGetErrorString's text,
+    which may carry a suffix such as ' - please report this issue to the NCCL developers')."""
+    text = printed.strip().lower()
+    return next((name for words, name in NCCL_RESULTS.items() if text.startswith(words)), printed)
+
+
 def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     facts: dict[str, FactValue] = {}
     for pattern in rule.facts:
@@ -191,6 +213,9 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         facts["xid_meaning"] = xid_meaning(xid)[1]
+    printed = facts.get("nccl_error")
+    if isinstance(printed, str):
+        facts["nccl_error"] = nccl_result_name(printed)
     signal = facts.get("signal_number")
     if rule.id == "child_failed" and "exitcode" not in facts and isinstance(signal, int):
         facts["exitcode"] = -signal  # "Signal 15 (SIGTERM) received" is exit code -15
@@ -228,7 +253,7 @@ class _Group:
     by_rank: dict[int, _Hit] = field(default_factory=dict)
     last_by_rank: dict[int, _Hit] = field(default_factory=dict)
     # Status rules (info) print their numbers over several lines (blocks, then tokens, then concurrency): the
-    # finding shows the latest value of each; a multi-node statement, the first.
+    # finding shows the latest value of each; a merge_facts statement, the first.
     latest: dict[str, FactValue] = field(default_factory=dict)
     # Hosts named by NCCL's line prefix: two are enough to know the logs span nodes.
     hosts: set[bytes] = field(default_factory=set)
@@ -291,7 +316,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group.last = hit
             if rule.level == "info":
                 group.latest.update(hit.facts)
-            elif rule.multi_node:  # a statement over several lines (IB not found, then the socket NIC): first values
+            elif rule.merge_facts:
                 for name, value in hit.facts.items():
                     group.latest.setdefault(name, value)
             if rule.multi_node or rule.evidence_only:
@@ -396,7 +421,7 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     rule = group.rule
     assert group.first is not None and group.last is not None
     # Periodic status lines (throughput) report their latest value; failures their first.
-    facts = dict(group.latest) if rule.level == "info" or rule.multi_node else dict(group.first.facts)
+    facts = dict(group.latest) if rule.level == "info" or rule.merge_facts else dict(group.first.facts)
     level: Level = rule.level
     if rule.multi_node and not _spans_nodes(groups):
         level = "info"

@@ -31,7 +31,12 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     # NCCL: a bare return-code chain, the 'NCCL error in:' form, an old WARN without the NCCL prefix, sockets.
     ("nccl_init_network__nccl-1099.log", "nccl_return_chain", "crit", {"nccl_result": 2, "source": "misc/socket.cc"}),
     ("nccl_init_network__pytorch-78638.log", "nccl_error", "crit",
-     {"nccl_error": "internal error", "nccl_version": "2.7.8", "location": "ProcessGroupNCCL.cpp:748"}),
+     {"nccl_error": "ncclInternalError", "nccl_version": "2.7.8", "location": "ProcessGroupNCCL.cpp:748"}),
+    # NCCL's result as its enum name whichever way it was printed ('unhandled system error' in a user's check).
+    ("nccl_init_network__nccl-111.log", "nccl_error", "crit", {"nccl_error": "ncclSystemError"}),
+    # A socket WARN names the peer (IPv6 with its interface scope too) and the socket error.
+    ("nccl_init_network__nccl-975.log", "nccl_warn", "warn",
+     {"host": "fe80::966d:ae03:a2:8cf0%ib1", "port": 17943, "error": "Software caused connection abort"}),
     ("nccl_init_network__nccl-210.log", "nccl_warn", "warn", {"error": "Address family not supported by protocol"}),
     # The socket transport is a problem only between nodes: one host's lines state it (info); lines of several hosts,
     # or channels already running 'via NET/Socket', are the problem (warn). GPU Direct RDMA off for a GPU is printed
@@ -68,6 +73,10 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     ("cuda_error__nanoflow-23.log", "cuda_error", "crit", {"cuda_error_code": 716, "error": "misaligned address"}),
     ("cuda_error__tensorrt-pro-162.log", "cuda_error", "crit",
      {"error": "no kernel image is available for execution on the device"}),
+    # A DataLoader worker that crashed in native code; explain()'s counts over several lines, and its 2022 wording.
+    ("dataloader__pytorch-53894.log", "dataloader_worker_crash", "crit", {"signal": "segmentation fault"}),
+    ("compile__pytorch-102869.log", "dynamo_explain", "warn", {"graph_count": 2, "graph_break_count": 1}),
+    ("compile__pytorch-93656.log", "dynamo_explain", "warn", {"graph_count": 12, "graph_break_count": 11}),
     # A fact anchored at the end of its line ('killed by signal: Killed.'), and a line that is only 'Killed'.
     ("dataloader__pytorch-yolov3-300.log", "dataloader_worker_died", "crit", {"pids": 6164, "signal": "Killed"}),
     ("process_exit__arjunausers-52.log", "death_signal", "warn", {}),
