@@ -10,7 +10,9 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
   `info` label);
 - benign quiet: a benign excerpt gets no warn or crit finding;
 - facts: each labelled fact is found, with the same value, in a finding of the labelled category (numbers
-  compared within 0.5 %, strings without case or surrounding punctuation; a rank among the finding's `ranks`);
+  compared within 0.5 %, strings without case or surrounding punctuation; a rank among the finding's `ranks`;
+  a `location` "path:line" whose path may be a suffix of the other; an `error` text that holds, or is held by,
+  the other at no less than half its length);
 - extra: warn/crit categories reported that are neither the label nor in `also`.
 Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
 
@@ -92,13 +94,38 @@ def _same(want: Any, got: Any) -> bool:
     return str(want).strip(strip).lower() == str(got).strip(strip).lower()
 
 
+def _same_location(want: str, got: str) -> bool:
+    """'path:line' pairs: the same line of the same file, one path possibly a suffix of the other."""
+    want_path, _, want_line = want.rpartition(":")
+    got_path, _, got_line = got.rpartition(":")
+    if want_line != got_line:
+        return False
+    short, long = sorted((want_path, got_path), key=len)
+    return long == short or long.endswith("/" + short.lstrip("./"))
+
+
+def _same_text(want: str, got: str) -> bool:
+    """Free text (an error message): where a quoted message ends (a trailing period, ' See inner exception')
+    is taste, so one may hold the other, as long as the shorter is at least half the longer."""
+    want, got = (" ".join(t.lower().strip(" .,:;'\"`()[]").split()) for t in (want, got))
+    short, long = sorted((want, got), key=len)
+    return short in long and len(short) * 2 >= len(long)
+
+
 def _found(name: str, want: Any, finding: LogFinding) -> bool:
     # The JSON contract gives a finding's ranks in `ranks`, not among its facts.
     if name == "rank" and isinstance(want, int) and want in finding.ranks:
         return True
     if name == "nccl_error" and isinstance(want, str):  # one NCCL result, as its name or ncclGetErrorString's text
         want = nccl_result_name(want)
-    return name in finding.facts and _same(want, finding.facts[name])
+    if name not in finding.facts:
+        return False
+    got = finding.facts[name]
+    if name == "location" and isinstance(want, str) and isinstance(got, str):
+        return _same_location(want, got)
+    if name == "error" and isinstance(want, str) and isinstance(got, str):
+        return _same_text(want, got)
+    return _same(want, got)
 
 
 def score(case: Case, result: DiagnoseLogsResult) -> Score:

@@ -34,6 +34,7 @@ from tools.logs.reader import (
     map_files,
     scan_file,
 )
+from tools.logs.sites import SITE_CONTEXT_LINES, site_facts
 
 __all__ = ["DiagnoseLogsInput", "DiagnoseLogsResult", "diagnose_logs", "load_rules", "nccl_result_name"]
 
@@ -191,6 +192,11 @@ NCCL_RESULTS = {
 }
 
 
+# ncclResult_t by number, as the 'file.cc:LINE -> N' return chains print it.
+NCCL_RESULT_CODES = ("ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+                     "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress")
+
+
 def nccl_result_name(printed: str) -> str:
     """An NCCL result as its enum name, whichever way the log printed it (the name, or ncclGetErrorString's text,
     which may carry a suffix such as ' - please report this issue to the NCCL developers')."""
@@ -216,6 +222,9 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     printed = facts.get("nccl_error")
     if isinstance(printed, str):
         facts["nccl_error"] = nccl_result_name(printed)
+    code = facts.get("nccl_result")
+    if isinstance(code, int) and 0 < code < len(NCCL_RESULT_CODES):
+        facts.setdefault("nccl_error", NCCL_RESULT_CODES[code])
     signal = facts.get("signal_number")
     if rule.id == "child_failed" and "exitcode" not in facts and isinstance(signal, int):
         facts["exitcode"] = -signal  # "Signal 15 (SIGTERM) received" is exit code -15
@@ -267,14 +276,19 @@ class _FileHits:
     total: FileTotal
 
 
+def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
+    return "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
+
+
 def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     _, candidates = load_rules()
     stats = ScanStats()
     status = "scanned"
     hits: list[tuple[Rule, _Hit]] = []
     summary_rank: tuple[int, int] | None = None  # (line, rank) of torchrun's last "rank : N" line
+    sited: set[str] = set()  # findings (rule and group_by facts) whose first line in this file was sited
     try:
-        for match in scan_file(file, candidates, context=0, deadline=deadline, stats=stats):
+        for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats):
             classified = classify(match.text, match.patterns)
             if classified is None:
                 continue
@@ -288,6 +302,12 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
             fact_rank = facts.pop("rank", None)
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
+            key = _group_key(rule, facts)
+            if rule.level != "info" and not rule.evidence_only and key not in sited:
+                sited.add(key)  # only a finding's first line is shown with its facts: site that one
+                for name, value in site_facts(match.text, [t for _, t in match.before],
+                                              [t for _, t in match.after]).items():
+                    facts.setdefault(name, value)
             hits.append((rule, _Hit(file, match.number, rank, match.text, facts)))
     except TriageError as exc:
         if "ran out of time" in exc.message:
@@ -309,8 +329,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
         for rule, hit in file_hits.hits:
             if hit.rank is not None:
                 seen_ranks.add(hit.rank)
-            key = "|".join([rule.id, *(str(hit.facts.get(name)) for name in rule.group_by)])
-            group = groups.setdefault(key, _Group(rule))
+            group = groups.setdefault(_group_key(rule, hit.facts), _Group(rule))
             group.hits += 1
             group.first = group.first or hit
             group.last = hit

@@ -29,9 +29,11 @@ def diagnose(name: str) -> DiagnoseLogsResult:
      {"host": "localhost", "port": 44557, "timeout_ms": 10000}),
     ("nccl_init_network__av-hubert-19.log", "rendezvous_error", "crit", {}),
     # NCCL: a bare return-code chain, the 'NCCL error in:' form, an old WARN without the NCCL prefix, sockets.
-    ("nccl_init_network__nccl-1099.log", "nccl_return_chain", "crit", {"nccl_result": 2, "source": "misc/socket.cc"}),
+    ("nccl_init_network__nccl-1099.log", "nccl_return_chain", "crit",
+     {"nccl_result": 2, "nccl_error": "ncclSystemError", "location": "misc/socket.cc:564"}),
     ("nccl_init_network__pytorch-78638.log", "nccl_error", "crit",
-     {"nccl_error": "ncclInternalError", "nccl_version": "2.7.8", "location": "ProcessGroupNCCL.cpp:748"}),
+     {"nccl_error": "ncclInternalError", "nccl_version": "2.7.8", 
+      "location": "/opt/conda/conda-bld/pytorch_1607370120218/work/torch/lib/c10d/ProcessGroupNCCL.cpp:748"}),
     # NCCL's result as its enum name whichever way it was printed ('unhandled system error' in a user's check).
     ("nccl_init_network__nccl-111.log", "nccl_error", "crit", {"nccl_error": "ncclSystemError"}),
     # A socket WARN names the peer (IPv6 with its interface scope too) and the socket error.

@@ -1,0 +1,112 @@
+"""Where a failure was raised: the source `location` ("path:line") and `function`, read from the failure's
+line and the few lines around it (the Python traceback that ends at it, the C++ "Exception raised from"
+line PyTorch prints after it).
+
+The forms come from real logs (tests/data/logs/wild): PyTorch's C++ exceptions, NCCL's `file.cc:LINE NCCL
+WARN` prefix, gloo's `[file.cc:LINE]`, CUDA check macros (`file=X line=N`, `[X, N]`, `X: line N`), glog and
+TensorFlow's logger prefix, device-side asserts, Python and Lua tracebacks. These run only on the first line
+of each finding per file, so Python's `re` is fast enough; each pattern is linear (no nested repeats) and
+sees at most SITE_LINE_CHARS of a line.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["SITE_CONTEXT_LINES", "site_facts"]
+
+SITE_CONTEXT_LINES = 6  # a Python frame sits 2-4 lines above its error; "Exception raised from" 1-2 below
+SITE_LINE_CHARS = 2000
+
+_PATH = r"[\w./<>\-\[\]~+@:]*?[\w<>\-\]]"  # a source path, possibly with a drive letter or <ipython-input-3>
+_SOURCE = r"\.(?:cu|cuh|cc|cpp|cxx|c|h|hpp|py|lua|pyx)"
+
+# The line's own statement of where it failed, most explicit first: the first pattern that matches wins.
+_ON_LINE = [re.compile(p) for p in (
+    rf"Exception raised from (?P<function>[\w:~<>]+) at (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)",
+    rf"\((?P<function>\w+) at (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\)",  # PyTorch < 1.7: what(): ... (f at x:N)
+    rf"failed at (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)",  # TensorFlow: OP_REQUIRES failed at x.cc:253
+    rf"NCCL error in: (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)",
+    rf"\[(?:\w+\]\[)?(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\]",  # gloo [x.cc:81], TensorRT [error][x.cu:556]
+    rf"\bfile=(?P<path>{_PATH}{_SOURCE}) line=(?P<line>\d+)",  # THCudaCheck FAIL file=x line=70
+    rf"\[(?P<path>{_PATH}{_SOURCE}), (?P<line>\d+)\]",  # CUDA error 716 [x.cuh, 351]
+    rf"(?P<path>{_PATH}{_SOURCE}): line (?P<line>\d+)",
+    rf"\] (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+) NCCL (?:WARN|INFO)",  # host:pid:tid [dev] x.cc:N NCCL WARN
+    rf"(?:^|\s)(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+):? (?:in function '(?P<function>[\w.:]+)'|"
+    rf"(?:void )?(?P<kernel>\w+)(?:<[^>]{{0,200}}>)?\(|(?P<func2>\w+): block)",  # device assert, Lua
+    rf" \d+ (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\] ",  # glog: F0327 14:22:53.845 4828 x.hpp:179]
+    rf"\b[IWEF] (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\] ",  # TensorFlow: E tensorflow/x/ring_alg.cc:276]
+    rf"\bat (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)",
+    rf"^(?:\w+: )?(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)[:\]] ",
+)]
+
+# A function named on the line, when the location patterns did not name one.
+_FUNCTION_ON_LINE = [re.compile(p) for p in (
+    r"when calling `(?P<function>\w+)\(",  # CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm(
+    r"\bexpr=(?P<function>\w+)\(",  # CNTK: expr=cublas_gemm(
+    r" at function (?P<function>\w+)\(",
+    r"\bin function '(?P<function>[\w.:]+)'",
+    r"^(?:\S+\s+)?what\(\):\s+(?P<function>[A-Z]\w+) [Ff]ailed\b",  # what():  BatchPrefill... Failed with error
+)]
+
+_PYTHON_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line (?P<line>\d+), in (?P<function>[\w<>.]+)')
+_LUA_FRAME = re.compile(rf"(?P<path>{_PATH}\.lua):(?P<line>\d+): in function '(?P<function>[\w.:]+)'")
+_RAISED_FROM = _ON_LINE[0]
+
+
+def _text(raw: bytes) -> str:
+    return raw[:SITE_LINE_CHARS].decode("utf-8", "replace").rstrip("\r\n")
+
+
+def _from_line(text: str) -> tuple[str | None, str | None]:
+    location = function = None
+    for pattern in _ON_LINE:
+        found = pattern.search(text)
+        if found is not None:
+            named = found.groupdict()
+            location = f"{named['path']}:{named['line']}"
+            function = named.get("function") or named.get("kernel") or named.get("func2")
+            break
+    if function is None:
+        for pattern in _FUNCTION_ON_LINE:
+            found = pattern.search(text)
+            if found is not None:
+                function = found.group("function")
+                break
+    return location, function
+
+
+def _innermost_frame(before: list[str]) -> tuple[str, str] | None:
+    """The last frame of the Python traceback that ends right above the failure (`File "x", line N, in f`
+    within four lines of it: the frame, its source line, a caret line)."""
+    for text in reversed(before[-4:]):
+        found = _PYTHON_FRAME.search(text)
+        if found is not None:
+            return f"{found['path']}:{found['line']}", found["function"]
+    return None
+
+
+def site_facts(line: bytes, before: list[bytes], after: list[bytes]) -> dict[str, str]:
+    """`location` and `function` of the failure on `line`, from the line itself first, then the traceback
+    above it, then a C++ "Exception raised from f at x:N" below it; empty when none is printed."""
+    text = _text(line)
+    location, function = _from_line(text)
+    around_before = [_text(b) for b in before]
+    frame = _innermost_frame(around_before)
+    if frame is not None:
+        location = location or frame[0]
+        function = function or frame[1]
+    for raw in after[:3]:
+        lua = _LUA_FRAME.search(_text(raw))
+        raised = _RAISED_FROM.search(_text(raw))
+        if lua is not None and function is None:
+            function = lua["function"]
+        if raised is not None:
+            location = location or f"{raised['path']}:{raised['line']}"
+            function = function or raised["function"]
+    facts: dict[str, str] = {}
+    if location is not None:
+        facts["location"] = location
+    if function is not None:
+        facts["function"] = function
+    return facts
