@@ -10,7 +10,7 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
   `info` label);
 - benign quiet: a benign excerpt gets no warn or crit finding;
 - facts: each labelled fact is found, with the same value, in a finding of the labelled category (numbers
-  compared within 0.5 %, strings without case or surrounding punctuation; a rank among the finding's `ranks`;
+  compared within 0.5 %, strings without case, spaces or surrounding punctuation; a rank among the finding's `ranks`;
   a `location` "path:line" whose path may be a suffix of the other; an `error` text that holds, or is held by,
   the other at no less than half its length);
 - extra: warn/crit categories reported that are neither the label nor in `also`.
@@ -91,7 +91,7 @@ def _same(want: Any, got: Any) -> bool:
     if isinstance(want, list) and isinstance(got, list):
         return sorted(map(str, want)) == sorted(map(str, got))
     strip = " .,:;'\"()[]"
-    return str(want).strip(strip).lower() == str(got).strip(strip).lower()
+    return "".join(str(want).strip(strip).lower().split()) == "".join(str(got).strip(strip).lower().split())
 
 
 def _same_location(want: str, got: str) -> bool:

@@ -84,3 +84,7 @@ MEM_GROWTH_PCT = 10.0
 MEM_GROWTH_MIN_EVENTS = 40
 MEM_UNBALANCED_RATIO = 1.5
 MEM_UNBALANCED_MIN_BYTES = 1024 * 1024 * 1024
+
+# diagnose_logs: an NCCL communicator of more ranks than this spans nodes (8 GPUs is the most nearly any node
+# holds; a 16-GPU DGX-2 is the rare exception), for logs of an NCCL too old to print nNodes.
+GPUS_PER_NODE_MAX = 8

@@ -25,6 +25,7 @@ from tools.core.files import InputFile, expand_inputs
 from tools.core.limits import LOG_MAX_PATTERNS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
+from tools.core.thresholds import GPUS_PER_NODE_MAX
 from tools.core.xid import xid_meaning
 from tools.logs.grep import FileTotal
 from tools.logs.reader import (
@@ -70,8 +71,8 @@ class Rule:
     multi_node: bool
     # Not a finding: what the line says (NCCL's transport, a communicator's node count) is evidence for other rules.
     evidence_only: bool
-    # One statement printed over several lines (explain()'s counts): the finding shows the first value of each fact.
-    merge_facts: bool
+    # Facts of an evidence rule that fill in the findings of its category that lack them (the socket NIC).
+    lends: tuple[str, ...]
     cause: str
     fix: str
     sop_branch: str
@@ -96,7 +97,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
              evidence_only=bool(r.get("evidence_only", False)),
-             merge_facts=bool(r.get("merge_facts", False)),
+             lends=tuple(r.get("lends", [])),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -222,6 +223,9 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     printed = facts.get("nccl_error")
     if isinstance(printed, str):
         facts["nccl_error"] = nccl_result_name(printed)
+    transport = facts.get("transport")
+    if transport in ("Socket", "IB"):
+        facts["transport"] = f"NET/{transport}"  # 'Using network Socket' is the transport 'via NET/Socket' names
     code = facts.get("nccl_result")
     if isinstance(code, int) and 0 < code < len(NCCL_RESULT_CODES):
         facts.setdefault("nccl_error", NCCL_RESULT_CODES[code])
@@ -262,7 +266,8 @@ class _Group:
     by_rank: dict[int, _Hit] = field(default_factory=dict)
     last_by_rank: dict[int, _Hit] = field(default_factory=dict)
     # Status rules (info) print their numbers over several lines (blocks, then tokens, then concurrency): the
-    # finding shows the latest value of each; a merge_facts statement, the first.
+    # finding shows the latest value of each. A failure shows the first value of each: its first line's facts,
+    # then what its later lines add (the peer named two WARNs later, explain()'s counts line by line).
     latest: dict[str, FactValue] = field(default_factory=dict)
     # Hosts named by NCCL's line prefix: two are enough to know the logs span nodes.
     hosts: set[bytes] = field(default_factory=set)
@@ -301,6 +306,14 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             if "rank" not in facts and summary_rank and match.number - summary_rank[0] <= 3:
                 facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
             fact_rank = facts.pop("rank", None)
+            previous = hits[-1][1] if hits and hits[-1][0] is rule else None
+            if (previous is not None and previous.number == match.number - 1 and line_rank is None
+                    and fact_rank is None and facts and not facts.keys() & previous.facts.keys()):
+                # One message over two lines (a watchdog timeout and, below it, its WorkNCCL(...)): one hit. A
+                # repeated message would repeat its facts.
+                for name, value in facts.items():
+                    previous.facts.setdefault(name, value)
+                continue
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
             key = _group_key(rule, facts)
             if rule.level != "info" and not rule.evidence_only and key not in sited:
@@ -335,7 +348,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group.last = hit
             if rule.level == "info":
                 group.latest.update(hit.facts)
-            elif rule.merge_facts:
+            else:
                 for name, value in hit.facts.items():
                     group.latest.setdefault(name, value)
             if rule.multi_node or rule.evidence_only:
@@ -425,22 +438,29 @@ def _nccl_prefix() -> Any:
 
 
 def _spans_nodes(groups: dict[str, _Group]) -> bool:
-    """Whether the logs show more than one node: NCCL lines from two hosts, a communicator with nNodes > 1, or
-    channels that already run between nodes."""
+    """Whether the logs show more than one node: NCCL lines from two hosts, a communicator with nNodes > 1 or
+    with more ranks than a node has GPUs, or channels that already run between nodes."""
     hosts: set[bytes] = set()
     for group in groups.values():
         hosts |= group.hosts
         nodes = group.first.facts.get("nnodes") if group.first else None
+        ranks = group.first.facts.get("nranks") if group.first else None
         if group.rule.id == "nccl_socket_channel" or (isinstance(nodes, int) and nodes > 1):
             return True
+        if nodes is None and isinstance(ranks, int) and ranks > GPUS_PER_NODE_MAX:
+            return True  # older NCCL prints no nNodes
     return len(hosts) > 1
 
 
 def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFinding:
     rule = group.rule
     assert group.first is not None and group.last is not None
-    # Periodic status lines (throughput) report their latest value; failures their first.
-    facts = dict(group.latest) if rule.level == "info" or rule.merge_facts else dict(group.first.facts)
+    facts = dict(group.latest)
+    for lender in groups.values():
+        if lender.rule.lends and lender.rule.category == rule.category and lender.first is not None:
+            for name in lender.rule.lends:
+                if name in lender.first.facts:
+                    facts.setdefault(name, lender.first.facts[name])
     level: Level = rule.level
     if rule.multi_node and not _spans_nodes(groups):
         level = "info"
