@@ -25,7 +25,7 @@ from tools.core.files import InputFile, expand_inputs
 from tools.core.limits import LOG_MAX_PATTERNS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
-from tools.core.thresholds import GPUS_PER_NODE_MAX
+from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.xid import xid_meaning
 from tools.logs.grep import FileTotal
 from tools.logs.reader import (
@@ -73,6 +73,8 @@ class Rule:
     evidence_only: bool
     # Facts of an evidence rule that fill in the findings of its category that lack them (the socket NIC).
     lends: tuple[str, ...]
+    # Rules whose message this line goes on (within CONTINUATION_LINES below it); such a line is never a finding.
+    continues: tuple[str, ...]
     cause: str
     fix: str
     sop_branch: str
@@ -97,7 +99,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
              evidence_only=bool(r.get("evidence_only", False)),
-             lends=tuple(r.get("lends", [])),
+             lends=tuple(r.get("lends", [])), continues=tuple(r.get("continues", [])),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -166,6 +168,8 @@ def _facts(facts: dict[str, FactValue]) -> str:
 
 
 def _convert(name: str, value: str, sizes: frozenset[str]) -> tuple[str, FactValue]:
+    if name.endswith("_ranks"):  # a list of ranks, as the contract's `ranks`: "0, 3" or "1"
+        return name, [int(r) for r in re.findall(r"\d+", value)]
     if name in sizes:
         size = _SIZE.match(value.strip())
         if size:
@@ -174,6 +178,8 @@ def _convert(name: str, value: str, sizes: frozenset[str]) -> tuple[str, FactVal
             return f"{name}_bytes", int(float(size.group(1)) * _SIZE_FACTOR[size.group(2)])
     if _INT.match(value):
         return name, int(value)
+    if name.endswith("_frac") and _FLOAT.match(value):  # SGLang's 'token usage: 0.77' as vLLM's percentage
+        return f"{name.removesuffix('_frac')}_pct", round(float(value) * 100, 2)
     if _GROUPED_INT.match(value):
         return name, int(value.replace(",", ""))  # vLLM prints '2,042,016 tokens'
     if _FLOAT.match(value):
@@ -223,6 +229,9 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     printed = facts.get("nccl_error")
     if isinstance(printed, str):
         facts["nccl_error"] = nccl_result_name(printed)
+    file, line = facts.pop("loc_file", None), facts.pop("loc_line", None)
+    if file is not None and line is not None:
+        facts.setdefault("location", f"{file}:{line}")  # a frame's 'File "x", line N' as a location
     transport = facts.get("transport")
     if transport in ("Socket", "IB"):
         facts["transport"] = f"NET/{transport}"  # 'Using network Socket' is the transport 'via NET/Socket' names
@@ -255,6 +264,9 @@ class _Hit:
     rank: int | None
     text: bytes
     facts: dict[str, FactValue]
+    # Where the failure was raised (sites.py): fills in what the rule's own facts lack, never a group key.
+    site: dict[str, str] = field(default_factory=dict)
+    through: int = 0  # the last line of the message (continuation lines included)
 
 
 @dataclass
@@ -279,6 +291,9 @@ class _FileHits:
 
     hits: list[tuple[Rule, _Hit]]
     total: FileTotal
+
+
+CONTINUATION_LINES = 8  # dynamo prints a limit's function and reason, explain() a break's reason, a few lines below
 
 
 def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
@@ -306,22 +321,31 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             if "rank" not in facts and summary_rank and match.number - summary_rank[0] <= 3:
                 facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
             fact_rank = facts.pop("rank", None)
+            if rule.continues:
+                # A line that goes on a message above it (the function and reason under a recompile limit):
+                # its facts join that hit; alone it is nothing.
+                parent = next((h for r, h in reversed(hits[-4:]) if r.id in rule.continues), None)
+                if parent is not None and match.number - parent.through <= CONTINUATION_LINES:
+                    for name, value in facts.items():
+                        parent.facts.setdefault(name, value)
+                    parent.through = match.number
+                continue
             previous = hits[-1][1] if hits and hits[-1][0] is rule else None
-            if (previous is not None and previous.number == match.number - 1 and line_rank is None
+            if (previous is not None and previous.through == match.number - 1 and line_rank is None
                     and fact_rank is None and facts and not facts.keys() & previous.facts.keys()):
                 # One message over two lines (a watchdog timeout and, below it, its WorkNCCL(...)): one hit. A
                 # repeated message would repeat its facts.
                 for name, value in facts.items():
                     previous.facts.setdefault(name, value)
+                previous.through = match.number
                 continue
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
+            hit = _Hit(file, match.number, rank, match.text, facts, through=match.number)
             key = _group_key(rule, facts)
             if rule.level != "info" and not rule.evidence_only and key not in sited:
                 sited.add(key)  # only a finding's first line is shown with its facts: site that one
-                for name, value in site_facts(match.text, [t for _, t in match.before],
-                                              [t for _, t in match.after]).items():
-                    facts.setdefault(name, value)
-            hits.append((rule, _Hit(file, match.number, rank, match.text, facts)))
+                hit.site = site_facts(match.text, [t for _, t in match.before], [t for _, t in match.after])
+            hits.append((rule, hit))
     except TriageError as exc:
         if "ran out of time" in exc.message:
             raise
@@ -456,6 +480,8 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     rule = group.rule
     assert group.first is not None and group.last is not None
     facts = dict(group.latest)
+    for name, value in group.first.site.items():
+        facts.setdefault(name, value)
     for lender in groups.values():
         if lender.rule.lends and lender.rule.category == rule.category and lender.first is not None:
             for name in lender.rule.lends:
@@ -475,11 +501,8 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
-    if rule.id == "vllm_throughput":
-        if _number(facts, "pending") > 0 and _number(facts, "kv_cache_usage_pct") >= 90:
-            level = "warn"
-    if rule.id == "sglang_decode":
-        if _number(facts, "queued") > 0 and _number(facts, "token_usage") >= 0.9:
+    if rule.id in ("vllm_throughput", "sglang_decode"):  # requests wait while the KV cache is full
+        if _number(facts, "pending") > 0 and _number(facts, "kv_cache_usage_pct") >= KV_CACHE_WARN_PCT:
             level = "warn"
     return LogFinding(
         category=rule.category, rule=rule.id, severity=level, count=group.hits, first=_occurrence(group.first),
@@ -492,8 +515,9 @@ def _culprit(findings: list[LogFinding]) -> str | None:
     """The sentence naming the rank to look at, from whichever finding can name it."""
     for finding in findings:
         facts = finding.facts
-        if "missing_ranks" in facts:
-            return f"monitored_barrier names rank(s) {facts['missing_ranks']} as never arriving: look there first."
+        missing = facts.get("missing_ranks")
+        if isinstance(missing, list):
+            return f"{finding.rule} names rank(s) {_ranks(missing)} as never arriving: look there first."
         if "missing_rank" in facts:
             return f"Rank {facts['missing_rank']} never reached the rendezvous (store key): look there first."
         if "behind_ranks" in facts:

@@ -1,6 +1,6 @@
 """Where a failure was raised: the source `location` ("path:line") and `function`, read from the failure's
 line and the few lines around it (the Python traceback that ends at it, the C++ "Exception raised from"
-line PyTorch prints after it).
+line PyTorch prints after it, a Lua frame or TensorFlow's `{{node X}}` below it).
 
 The forms come from real logs (tests/data/logs/wild): PyTorch's C++ exceptions, NCCL's `file.cc:LINE NCCL
 WARN` prefix, gloo's `[file.cc:LINE]`, CUDA check macros (`file=X line=N`, `[X, N]`, `X: line N`), glog and
@@ -20,6 +20,7 @@ SITE_LINE_CHARS = 2000
 
 _PATH = r"[\w./<>\-\[\]~+@:]*?[\w<>\-\]]"  # a source path, possibly with a drive letter or <ipython-input-3>
 _SOURCE = r"\.(?:cu|cuh|cc|cpp|cxx|c|h|hpp|py|lua|pyx)"
+_NATIVE = r"\.(?:cu|cuh|cc|cpp|cxx|c|h|hpp)"  # a C++ logger's file:line is its CHECK's; a Python logger's is not
 
 # The line's own statement of where it failed, most explicit first: the first pattern that matches wins.
 _ON_LINE = [re.compile(p) for p in (
@@ -34,8 +35,8 @@ _ON_LINE = [re.compile(p) for p in (
     rf"\] (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+) NCCL (?:WARN|INFO)",  # host:pid:tid [dev] x.cc:N NCCL WARN
     rf"(?:^|\s)(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+):? (?:in function '(?P<function>[\w.:]+)'|"
     rf"(?:void )?(?P<kernel>\w+)(?:<[^>]{{0,200}}>)?\(|(?P<func2>\w+): block)",  # device assert, Lua
-    rf" \d+ (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\] ",  # glog: F0327 14:22:53.845 4828 x.hpp:179]
-    rf"\b[IWEF] (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\] ",  # TensorFlow: E tensorflow/x/ring_alg.cc:276]
+    rf" \d+ (?P<path>{_PATH}{_NATIVE}):(?P<line>\d+)\] ",  # glog: F0327 14:22:53.845 4828 x.hpp:179]
+    rf"\b[IWEF] (?P<path>{_PATH}{_NATIVE}):(?P<line>\d+)\] ",  # TensorFlow: E tensorflow/x/ring_alg.cc:276]
     rf"\bat (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)",
     rf"^(?:\w+: )?(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)[:\]] ",
 )]
@@ -49,9 +50,13 @@ _FUNCTION_ON_LINE = [re.compile(p) for p in (
     r"^(?:\S+\s+)?what\(\):\s+(?P<function>[A-Z]\w+) [Ff]ailed\b",  # what():  BatchPrefill... Failed with error
 )]
 
+# The last line of a Python traceback: 'RuntimeError: ...', 'torch.distributed.DistBackendError: ...' after any prefix.
+_EXCEPTION = re.compile(r"(?:^|[\s:\]|])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
+_RAISE = re.compile(r"(?:^|[\s\]|])raise [\w.]+\(")  # the innermost frame's source line: raise ValueError(
 _PYTHON_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line (?P<line>\d+), in (?P<function>[\w<>.]+)')
 _LUA_FRAME = re.compile(rf"(?P<path>{_PATH}\.lua):(?P<line>\d+): in function '(?P<function>[\w.:]+)'")
 _RAISED_FROM = _ON_LINE[0]
+_TF_NODE = re.compile(r"\[\[\{\{node (?P<function>[\w/.\-]+)\}\}\]\]")  # TensorFlow: [[{{node CollectiveReduceV2_2}}]]
 
 
 def _text(raw: bytes) -> str:
@@ -88,19 +93,21 @@ def _innermost_frame(before: list[str]) -> tuple[str, str] | None:
 
 def site_facts(line: bytes, before: list[bytes], after: list[bytes]) -> dict[str, str]:
     """`location` and `function` of the failure on `line`, from the line itself first, then the traceback
-    above it, then a C++ "Exception raised from f at x:N" below it; empty when none is printed."""
+    above it (when the line is a Python exception), then a C++ "Exception raised from f at x:N" below it;
+    empty when none is printed."""
     text = _text(line)
     location, function = _from_line(text)
-    around_before = [_text(b) for b in before]
-    frame = _innermost_frame(around_before)
+    in_traceback = _EXCEPTION.search(text) is not None or _RAISE.search(text) is not None
+    frame = _innermost_frame([_text(b) for b in before]) if in_traceback else None
     if frame is not None:
         location = location or frame[0]
         function = function or frame[1]
     for raw in after[:3]:
-        lua = _LUA_FRAME.search(_text(raw))
-        raised = _RAISED_FROM.search(_text(raw))
-        if lua is not None and function is None:
-            function = lua["function"]
+        text = _text(raw)
+        frame_below = _LUA_FRAME.search(text) or _TF_NODE.search(text)
+        raised = _RAISED_FROM.search(text)
+        if frame_below is not None and function is None:
+            function = frame_below["function"]
         if raised is not None:
             location = location or f"{raised['path']}:{raised['line']}"
             function = function or raised["function"]

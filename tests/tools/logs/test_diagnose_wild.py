@@ -54,7 +54,7 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     # Collectives that do not line up: NCCL's own check, TensorFlow's, c10d's argument checks.
     ("collective_mismatch__nccl-296.log", "nccl_collective_check", "crit", {"around_rank": 39}),
     ("collective_mismatch__tensorflow-62790.log", "nccl_collective_check", "crit",
-     {"shape_a": "[28678440]", "shape_b": "[39166184]"}),
+     {"shape": "[28678440]", "other_shape": "[39166184]", "gpu": 2}),
     ("collective_mismatch__colossalai-524.log", "collective_argument", "crit",
      {"error": "Tensor list input to scatter/gather must match number of collective participants"}),
     # Watchdog heartbeat and JAX's barrier.
