@@ -501,6 +501,9 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
+    if rule.id == "row_remapper":
+        remapped = _number(facts, "remapped_rows_uncorrectable") > 0 or facts.get("remap_pending") == "Yes"
+        level = "crit" if facts.get("remap_failed") == "Yes" else "warn" if remapped else "info"
     if rule.id in ("vllm_throughput", "sglang_decode"):  # requests wait while the KV cache is full
         if _number(facts, "pending") > 0 and _number(facts, "kv_cache_usage_pct") >= KV_CACHE_WARN_PCT:
             level = "warn"

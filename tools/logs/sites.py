@@ -46,6 +46,7 @@ _FUNCTION_ON_LINE = [re.compile(p) for p in (
     r"when calling `(?P<function>\w+)\(",  # CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm(
     r"\bexpr=(?P<function>\w+)\(",  # CNTK: expr=cublas_gemm(
     r" at function (?P<function>\w+)\(",
+    r"\bfailed call to (?P<function>\w+)",  # TensorFlow: failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_...
     r"\bin function '(?P<function>[\w.:]+)'",
     r"^(?:\S+\s+)?what\(\):\s+(?P<function>[A-Z]\w+) [Ff]ailed\b",  # what():  BatchPrefill... Failed with error
 )]
