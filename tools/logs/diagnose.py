@@ -90,9 +90,14 @@ def _compile(pattern: str) -> Any:
 
 
 @cache
+def _rule_file() -> dict[str, Any]:
+    return tomllib.loads(resources.files("sop").joinpath("log_rules.toml").read_text("utf-8"))
+
+
+@cache
 def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
     """The rules, and one matcher over every rule's `match` that also says which rules matched a line."""
-    raw = tomllib.loads(resources.files("sop").joinpath("log_rules.toml").read_text("utf-8"))
+    raw = _rule_file()
     rules = tuple(
         Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(r["match"]),
              facts=tuple(_compile(f) for f in r["facts"]), size_facts=frozenset(r.get("size_facts", [])),
@@ -501,6 +506,12 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
+    cause = rule.cause
+    ambiguous = _rule_file()["ambiguous_cuda_errors"]
+    error = str(facts.get("error", "")).lower()
+    if rule.category == "cuda_error" and any(error.startswith(e) for e in ambiguous["errors"]):
+        facts["hardware_possible"] = True  # the same words come from a bug and from a failing GPU
+        cause = f"{cause} {ambiguous['note']}"
     if rule.id == "row_remapper":
         remapped = _number(facts, "remapped_rows_uncorrectable") > 0 or facts.get("remap_pending") == "Yes"
         level = "crit" if facts.get("remap_failed") == "Yes" else "warn" if remapped else "info"
@@ -510,7 +521,7 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     return LogFinding(
         category=rule.category, rule=rule.id, severity=level, count=group.hits, first=_occurrence(group.first),
         ranks=sorted(group.by_rank), first_by_rank=[_occurrence(h) for _, h in sorted(group.by_rank.items())][:16],
-        facts=facts, cause=rule.cause, fix=rule.fix, sop_branch=rule.sop_branch,
+        facts=facts, cause=cause, fix=rule.fix, sop_branch=rule.sop_branch,
     )
 
 

@@ -121,7 +121,7 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("nan_inf__pytorch-51196.log", "anomaly_nan", "crit", {"function": "MulBackward0", "output": 0}),
     ("nan_inf__chinese-llama-alpaca-534.log", "overflow_skip", "warn", {"attempted_loss_scale": 64, "loss_scale": 32}),
     ("nan_inf__apex-318.log", "overflow_skip", "warn", {"loss_scale": 8.165126103939127e-202}),
-    ("dataloader__pytorch-8976.log", "dataloader_worker_died", "crit", {"pids": 1817}),
+    ("dataloader__pytorch-8976.log", "dataloader_worker_died", "crit", {"pid": 1817}),
     ("dataloader__dcpdn-58.log", "dataloader_shm", "crit", {}),
     ("dataloader__maskrcnn-benchmark-158.log", "too_many_open_files", "crit", {}),
     ("dataloader__pytorch-68643.log", "dataloader_timeout", "warn", {"timeout_s": 5}),

@@ -81,7 +81,7 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     ("compile__pytorch-102869.log", "dynamo_explain", "warn", {"graph_count": 2, "graph_break_count": 1}),
     ("compile__pytorch-93656.log", "dynamo_explain", "warn", {"graph_count": 12, "graph_break_count": 11}),
     # A fact anchored at the end of its line ('killed by signal: Killed.'), and a line that is only 'Killed'.
-    ("dataloader__pytorch-yolov3-300.log", "dataloader_worker_died", "crit", {"pids": 6164, "signal": "Killed"}),
+    ("dataloader__pytorch-yolov3-300.log", "dataloader_worker_died", "crit", {"pid": 6164, "signal": "Killed"}),
     ("process_exit__arjunausers-52.log", "death_signal", "warn", {}),
     # Inference engines: no room for the KV cache (vLLM, SGLang), and the start-up capacity (numbers over lines).
     ("inference__vllm-10439.log", "kv_cache_no_memory", "crit", {}),
