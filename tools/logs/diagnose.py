@@ -312,6 +312,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     hits: list[tuple[Rule, _Hit]] = []
     summary_rank: tuple[int, int] | None = None  # (line, rank) of torchrun's last "rank : N" line
     sited: set[str] = set()  # findings (rule and group_by facts) whose first line in this file was sited
+    waiting: list[tuple[int, Rule, dict[str, FactValue]]] = []  # continuation lines seen before their message
     try:
         for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats):
             classified = classify(match.text, match.patterns)
@@ -328,12 +329,15 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             fact_rank = facts.pop("rank", None)
             if rule.continues:
                 # A line that goes on a message above it (the function and reason under a recompile limit):
-                # its facts join that hit; alone it is nothing.
+                # its facts join that hit. TensorFlow prints its allocator stats above the OOM: a line with no
+                # message above waits for one below. Alone it is nothing.
                 parent = next((h for r, h in reversed(hits[-4:]) if r.id in rule.continues), None)
                 if parent is not None and match.number - parent.through <= CONTINUATION_LINES:
                     for name, value in facts.items():
                         parent.facts.setdefault(name, value)
                     parent.through = match.number
+                else:
+                    waiting.append((match.number, rule, facts))
                 continue
             previous = hits[-1][1] if hits and hits[-1][0] is rule else None
             if (previous is not None and previous.through == match.number - 1 and line_rank is None
@@ -346,6 +350,11 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 continue
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
             hit = _Hit(file, match.number, rank, match.text, facts, through=match.number)
+            waiting = [w for w in waiting if match.number - w[0] <= CONTINUATION_LINES]
+            for _, part, part_facts in waiting:
+                if rule.id in part.continues:
+                    for name, value in part_facts.items():
+                        hit.facts.setdefault(name, value)
             key = _group_key(rule, facts)
             if rule.level != "info" and not rule.evidence_only and key not in sited:
                 sited.add(key)  # only a finding's first line is shown with its facts: site that one
