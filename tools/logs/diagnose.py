@@ -73,6 +73,10 @@ class Rule:
     evidence_only: bool
     # Facts of an evidence rule that fill in the findings of its category that lack them (the socket NIC).
     lends: tuple[str, ...]
+    # Facts the rule states by what it is (the socket transport rule: transport = NET/Socket).
+    sets: dict[str, FactValue]
+    # A failure that changes as it repeats (the loss scale skip by skip): the finding shows the latest values.
+    latest: bool
     # Rules whose message this line goes on (within CONTINUATION_LINES below it); such a line is never a finding.
     continues: tuple[str, ...]
     cause: str
@@ -105,6 +109,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
              evidence_only=bool(r.get("evidence_only", False)),
              lends=tuple(r.get("lends", [])), continues=tuple(r.get("continues", [])),
+             latest=bool(r.get("latest", False)), sets=dict(r.get("sets", {})),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -310,7 +315,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     stats = ScanStats()
     status = "scanned"
     hits: list[tuple[Rule, _Hit]] = []
-    summary_rank: tuple[int, int] | None = None  # (line, rank) of torchrun's last "rank : N" line
+    # (last line, facts) of the entry of torchrun's failure summary being read: its host and rank lines come
+    # before its exitcode line.
+    summary: tuple[int, dict[str, FactValue]] = (0, {})
     sited: set[str] = set()  # findings (rule and group_by facts) whose first line in this file was sited
     waiting: list[tuple[int, Rule, dict[str, FactValue]]] = []  # continuation lines seen before their message
     try:
@@ -320,12 +327,13 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 continue
             rule, facts = classified
             if rule.context_only:
-                rank_fact = facts.get("rank")
-                summary_rank = (match.number, rank_fact) if isinstance(rank_fact, int) else None
+                earlier = summary[1] if match.number - summary[0] <= 3 else {}
+                summary = (match.number, {**earlier, **facts})
                 continue
             line_rank = rank_of_line(match.text)
-            if "rank" not in facts and summary_rank and match.number - summary_rank[0] <= 3:
-                facts["rank"] = summary_rank[1]  # an exitcode line of torchrun's failure summary
+            if match.number - summary[0] <= 3:  # an exitcode line of torchrun's failure summary
+                for name, value in summary[1].items():
+                    facts.setdefault(name, value)
             fact_rank = facts.pop("rank", None)
             if rule.continues:
                 # A line that goes on a message above it (the function and reason under a recompile limit):
@@ -384,7 +392,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group.hits += 1
             group.first = group.first or hit
             group.last = hit
-            if rule.level == "info":
+            if rule.level == "info" or rule.latest:
                 group.latest.update(hit.facts)
             else:
                 for name, value in hit.facts.items():
@@ -494,6 +502,8 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     rule = group.rule
     assert group.first is not None and group.last is not None
     facts = dict(group.latest)
+    for name, value in rule.sets.items():
+        facts.setdefault(name, value)
     for name, value in group.first.site.items():
         facts.setdefault(name, value)
     for lender in groups.values():
