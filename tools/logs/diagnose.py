@@ -55,6 +55,9 @@ _TIMESTAMP = re.compile(
 )
 
 
+CONTINUATION_LINES = 8  # dynamo prints a limit's function and reason, explain() a break's reason, a few lines below
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
@@ -79,6 +82,7 @@ class Rule:
     latest: bool
     # Rules whose message this line goes on (within CONTINUATION_LINES below it); such a line is never a finding.
     continues: tuple[str, ...]
+    within: int
     cause: str
     fix: str
     sop_branch: str
@@ -109,6 +113,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
              evidence_only=bool(r.get("evidence_only", False)),
              lends=tuple(r.get("lends", [])), continues=tuple(r.get("continues", [])),
+             within=int(r.get("within", CONTINUATION_LINES)),
              latest=bool(r.get("latest", False)), sets=dict(r.get("sets", {})),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
@@ -239,9 +244,9 @@ def extract_facts(rule: Rule, line: bytes) -> dict[str, FactValue]:
     printed = facts.get("nccl_error")
     if isinstance(printed, str):
         facts["nccl_error"] = nccl_result_name(printed)
-    file, line = facts.pop("loc_file", None), facts.pop("loc_line", None)
-    if file is not None and line is not None:
-        facts.setdefault("location", f"{file}:{line}")  # a frame's 'File "x", line N' as a location
+    frame_file, frame_line = facts.pop("loc_file", None), facts.pop("loc_line", None)
+    if frame_file is not None and frame_line is not None:
+        facts.setdefault("location", f"{frame_file}:{frame_line}")  # a frame's 'File "x", line N' as a location
     transport = facts.get("transport")
     if transport in ("Socket", "IB"):
         facts["transport"] = f"NET/{transport}"  # 'Using network Socket' is the transport 'via NET/Socket' names
@@ -291,6 +296,7 @@ class _Group:
     # finding shows the latest value of each. A failure shows the first value of each: its first line's facts,
     # then what its later lines add (the peer named two WARNs later, explain()'s counts line by line).
     latest: dict[str, FactValue] = field(default_factory=dict)
+    site: dict[str, str] = field(default_factory=dict)  # where it was raised, from its first line
     # Hosts named by NCCL's line prefix: two are enough to know the logs span nodes.
     hosts: set[bytes] = field(default_factory=set)
 
@@ -301,9 +307,6 @@ class _FileHits:
 
     hits: list[tuple[Rule, _Hit]]
     total: FileTotal
-
-
-CONTINUATION_LINES = 8  # dynamo prints a limit's function and reason, explain() a break's reason, a few lines below
 
 
 def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
@@ -340,7 +343,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 # its facts join that hit. TensorFlow prints its allocator stats above the OOM: a line with no
                 # message above waits for one below. Alone it is nothing.
                 parent = next((h for r, h in reversed(hits[-4:]) if r.id in rule.continues), None)
-                if parent is not None and match.number - parent.through <= CONTINUATION_LINES:
+                if parent is not None and match.number - parent.through <= rule.within:
                     for name, value in facts.items():
                         parent.facts.setdefault(name, value)
                     parent.through = match.number
@@ -359,8 +362,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
             hit = _Hit(file, match.number, rank, match.text, facts, through=match.number)
             waiting = [w for w in waiting if match.number - w[0] <= CONTINUATION_LINES]
-            for _, part, part_facts in waiting:
-                if rule.id in part.continues:
+            for number, part, part_facts in waiting:
+                if rule.id in part.continues and match.number - number <= part.within:
                     for name, value in part_facts.items():
                         hit.facts.setdefault(name, value)
             key = _group_key(rule, facts)
@@ -391,6 +394,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group = groups.setdefault(_group_key(rule, hit.facts), _Group(rule))
             group.hits += 1
             group.first = group.first or hit
+            group.site = group.site or hit.site  # the first hit in another file may be the one sited
             group.last = hit
             if rule.level == "info" or rule.latest:
                 group.latest.update(hit.facts)
@@ -504,7 +508,7 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     facts = dict(group.latest)
     for name, value in rule.sets.items():
         facts.setdefault(name, value)
-    for name, value in group.first.site.items():
+    for name, value in group.site.items():
         facts.setdefault(name, value)
     for lender in groups.values():
         if lender.rule.lends and lender.rule.category == rule.category and lender.first is not None:
@@ -525,6 +529,11 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
+    if rule.id == "xid" and "pci" in facts:  # every Xid of this GPU, in order: 13 then 31 reads as a story
+        xids = [g.first.facts["xid"] for g in groups.values() if g.rule.id == "xid" and g.first is not None
+                and g.first.facts.get("pci") == facts["pci"] and isinstance(g.first.facts.get("xid"), int)]
+        if len(xids) > 1:
+            facts["xids"] = [x for x in xids if isinstance(x, int)]
     cause = rule.cause
     ambiguous = _rule_file()["ambiguous_cuda_errors"]
     error = str(facts.get("error", "")).lower()

@@ -15,7 +15,7 @@ import re
 
 __all__ = ["SITE_CONTEXT_LINES", "site_facts"]
 
-SITE_CONTEXT_LINES = 6  # a Python frame sits 2-4 lines above its error; "Exception raised from" 1-2 below
+SITE_CONTEXT_LINES = 6  # a Python frame sits 2-4 lines above its error; "Exception raised from" up to 5 below
 SITE_LINE_CHARS = 2000
 
 _PATH = r"[\w./<>\-\[\]~+@:]*?[\w<>\-\]]"  # a source path, possibly with a drive letter or <ipython-input-3>
@@ -103,7 +103,7 @@ def site_facts(line: bytes, before: list[bytes], after: list[bytes]) -> dict[str
     if frame is not None:
         location = location or frame[0]
         function = function or frame[1]
-    for raw in after[:3]:
+    for raw in after:
         text = _text(raw)
         frame_below = _LUA_FRAME.search(text) or _TF_NODE.search(text)
         raised = _RAISED_FROM.search(text)
