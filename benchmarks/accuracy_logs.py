@@ -12,7 +12,8 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
 - facts: each labelled fact is found, with the same value, in a finding of the labelled category (numbers
   compared within 0.5 %, strings without case, spaces or surrounding punctuation; a rank among the finding's `ranks`;
   a `location` "path:line" whose path may be a suffix of the other; an `error` text that holds, or is held by,
-  the other at no less than half its length);
+  the other at no less than half its length; a fact of the process, pid, exitcode, signal or host, also in
+  the excerpt's process_exit finding, where the contract reports how a process ended);
 - extra: warn/crit categories reported that are neither the label nor in `also`.
 Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
 
@@ -46,6 +47,9 @@ from tools.logs.diagnose import (  # noqa: E402
 WILD = REPO / "tests" / "data" / "logs" / "wild"
 PUBLIC = REPO / "tests" / "data" / "logs" / "public"
 SERIOUS = frozenset({"warn", "crit"})
+# Facts of the process rather than of the failure: the contract reports how a process ended in its own
+# process_exit finding (torchrun's summary, a signal), so they count there too.
+PROCESS_FACTS = frozenset({"pid", "exitcode", "signal", "host"})
 
 
 @dataclass
@@ -138,7 +142,9 @@ def score(case: Case, result: DiagnoseLogsResult) -> Score:
         recalled = any(f.severity in SERIOUS for f in mine)
     else:
         recalled = bool(mine)
-    missing = {name: want for name, want in case.facts.items() if not any(_found(name, want, f) for f in mine)}
+    exits = [f for f in result.findings if f.category == "process_exit"]
+    missing = {name: want for name, want in case.facts.items()
+               if not any(_found(name, want, f) for f in mine + (exits if name in PROCESS_FACTS else []))}
     extra = sorted(serious - {case.category, *case.also})
     return Score(recalled, len(case.facts) - len(missing), len(case.facts), extra, missing, got)
 

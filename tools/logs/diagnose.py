@@ -76,6 +76,8 @@ class Rule:
     evidence_only: bool
     # Facts of an evidence rule that fill in the findings of its category that lack them (the socket NIC).
     lends: tuple[str, ...]
+    # A status shown at its worst line: the one where this fact peaked (KV cache usage).
+    peak: str | None
     # Facts the rule states by what it is (the socket transport rule: transport = NET/Socket).
     sets: dict[str, FactValue]
     # A failure that changes as it repeats (the loss scale skip by skip): the finding shows the latest values.
@@ -115,6 +117,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              lends=tuple(r.get("lends", [])), continues=tuple(r.get("continues", [])),
              within=int(r.get("within", CONTINUATION_LINES)),
              latest=bool(r.get("latest", False)), sets=dict(r.get("sets", {})),
+             peak=r.get("peak"),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
     )
@@ -297,6 +300,7 @@ class _Group:
     # then what its later lines add (the peer named two WARNs later, explain()'s counts line by line).
     latest: dict[str, FactValue] = field(default_factory=dict)
     site: dict[str, str] = field(default_factory=dict)  # where it was raised, from its first line
+    peak: float = float("-inf")  # the highest value of the rule's `peak` fact so far
     # Hosts named by NCCL's line prefix: two are enough to know the logs span nodes.
     hosts: set[bytes] = field(default_factory=set)
 
@@ -396,7 +400,15 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             group.first = group.first or hit
             group.site = group.site or hit.site  # the first hit in another file may be the one sited
             group.last = hit
-            if rule.level == "info" or rule.latest:
+            if rule.peak:  # the values of the line where the peak fact was highest, then what others add
+                value = hit.facts.get(rule.peak)
+                if isinstance(value, int | float) and value >= group.peak:
+                    group.peak = value
+                    group.latest.update(hit.facts)
+                else:
+                    for name, fact in hit.facts.items():
+                        group.latest.setdefault(name, fact)
+            elif rule.level == "info" or rule.latest:
                 group.latest.update(hit.facts)
             else:
                 for name, value in hit.facts.items():

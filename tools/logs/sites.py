@@ -32,7 +32,7 @@ _ON_LINE = [re.compile(p) for p in (
     rf"\bfile=(?P<path>{_PATH}{_SOURCE}) line=(?P<line>\d+)",  # THCudaCheck FAIL file=x line=70
     rf"\[(?P<path>{_PATH}{_SOURCE}), (?P<line>\d+)\]",  # CUDA error 716 [x.cuh, 351]
     rf"(?P<path>{_PATH}{_SOURCE}): line (?P<line>\d+)",
-    rf"\] (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+) NCCL (?:WARN|INFO)",  # host:pid:tid [dev] x.cc:N NCCL WARN
+    rf"(?:^|\] )(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+) NCCL (?:WARN|INFO)",  # host:pid:tid [dev] x.cc:N NCCL WARN
     rf"(?:^|\s)(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+):? (?:in function '(?P<function>[\w.:]+)'|"
     rf"(?:void )?(?P<kernel>\w+)(?:<[^>]{{0,200}}>)?\(|(?P<func2>\w+): block)",  # device assert, Lua
     rf" \d+ (?P<path>{_PATH}{_NATIVE}):(?P<line>\d+)\] ",  # glog: F0327 14:22:53.845 4828 x.hpp:179]
