@@ -80,7 +80,8 @@ class Rule:
     peak: str | None
     # Facts the rule states by what it is (the socket transport rule: transport = NET/Socket).
     sets: dict[str, FactValue]
-    # A failure that changes as it repeats (the loss scale skip by skip): the finding shows the latest values.
+    # The finding shows the latest values, not the first: a status (info rules, unless they say otherwise), or
+    # a failure that changes as it repeats (the loss scale skip by skip).
     latest: bool
     # Rules whose message this line goes on (within CONTINUATION_LINES below it); such a line is never a finding.
     continues: tuple[str, ...]
@@ -116,7 +117,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              evidence_only=bool(r.get("evidence_only", False)),
              lends=tuple(r.get("lends", [])), continues=tuple(r.get("continues", [])),
              within=int(r.get("within", CONTINUATION_LINES)),
-             latest=bool(r.get("latest", False)), sets=dict(r.get("sets", {})),
+             latest=bool(r.get("latest", r["severity"] == "info")), sets=dict(r.get("sets", {})),
              peak=r.get("peak"),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in raw["rule"]
@@ -408,7 +409,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
                 else:
                     for name, fact in hit.facts.items():
                         group.latest.setdefault(name, fact)
-            elif rule.level == "info" or rule.latest:
+            elif rule.latest:
                 group.latest.update(hit.facts)
             else:
                 for name, value in hit.facts.items():

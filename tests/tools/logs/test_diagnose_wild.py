@@ -89,6 +89,42 @@ def diagnose(name: str) -> DiagnoseLogsResult:
     ("inference__vllm-13596.log", "kv_cache_capacity", "info", {"tokens": 2042016, "max_concurrency": 997.08}),
     ("inference__vllm-10517-2.log", "kv_cache_capacity", "info",
      {"blocks": 1952, "max_concurrency": 1.56, "total_bytes": 25318832209}),
+    # Where a failure was raised: PyTorch < 1.7's '(f at x:N)', the Python traceback above a NCCL error (the
+    # location from the error line, the function from the innermost frame), 'Exception raised from' five lines
+    # below, a Lua frame below. Ambiguous CUDA errors say a failing GPU gives them too.
+    ("cuda_error__pytorch-49832.log", "cuda_error", "crit",
+     {"error": "unspecified launch failure", "location": "/pytorch/c10/cuda/CUDACachingAllocator.cpp:764",
+      "function": "insert_events", "hardware_possible": True}),
+    ("nccl_init_network__nccl-875.log", "nccl_error", "crit",
+     {"function": "all_gather", "nccl_error": "ncclSystemError"}),
+    ("cuda_error__cudnn-torch-374.log", "cuda_error", "crit",
+     {"location": "/home/<user>/torch/install/share/lua/5.1/cudnn/init.lua:145", "function": "getHandle"}),
+    # Messages over several lines: dynamo's function and reason under a limit, the failed guard under a
+    # recompile, explain()'s break reason, the profiler report's table, TensorFlow's allocator stats above its OOM.
+    ("compile__heavyball-16.log", "compile_limit", "warn",
+     {"limit": 8, "function": "_compilable_update_",
+      "location": "/home/<user>/.pyenv/versions/3.9.6/envs/minerl/lib/python3.9/site-packages/heavyball/utils.py:694",
+      "reason": "1/0: tensor 'L['p'][0]' size mismatch at index 0. expected 16, actual 64"}),
+    ("compile__pytorch-113585.log", "recompile", "warn", {"function": "fn", "reason": "len(L['x']) == 3"}),
+    ("compile__lightning-thunder-1810.log", "dynamo_explain", "warn",
+     {"graph_break_count": 1, "reason": "generic_jump TensorVariable()", "function": "fn"}),
+    ("compile__pytorch-113443.log", "graph_break", "warn", {"reason": "hasattr: UserDefinedClassVariable()"}),
+    ("cuda_oom__automatic-speech-recognition-78.log", "xla_oom", "crit",
+     {"limit_bytes": 10625279591, "in_use_bytes": 7350513920, "location": "tile_ops.cc:123"}),
+    ("collective_mismatch__horovod-534.log", "horovod_stalled", "crit", {"missing_ranks": [0]}),
+    ("gpu_hardware__gpud-80.log", "row_remapper", "warn",
+     {"remapped_rows_uncorrectable": 4, "remap_pending": "Yes"}),
+    # A watchdog timeout wrapped mid-word: the WorkNCCL(...) half still names the collective, as one hit.
+    ("nccl_timeout__sglang-3424.log", "nccl_watchdog_timeout", "crit",
+     {"op": "_ALLGATHER_BASE", "seq": 1522789, "process_group": 3, "pg_id": 2}),
+    # Facts lent by NCCL's start-up lines: the socket NIC and the version.
+    ("nccl_init_network__nccl-226.log", "nccl_socket_transport", "warn",
+     {"interface": "ens3", "nccl_version": "2.4.7+cuda9.2"}),
+    # A status at its fullest: the KV cache at 99.2 % with 9832 requests waiting (later lines show 76.6 %).
+    ("inference__vllm-5578.log", "vllm_throughput", "warn", {"kv_cache_usage_pct": 99.2, "pending": 9832}),
+    # Bystanders and exit codes as info: torchrun's first stopped worker, an IDE's exit code.
+    ("gpu_hardware__accelerate-1192.log", "torchrun_closing", "info", {"pid": 197, "signal": "SIGTERM"}),
+    ("dataloader__mc-gan-19.log", "process_finished", "info", {"exitcode": 1}),
 ])
 def test_rule_variant(name: str, rule: str, severity: str, facts: dict[str, Any]) -> None:
     found = [f for f in diagnose(name).findings if f.rule == rule]
@@ -115,3 +151,33 @@ def test_socket_chatter_of_a_healthy_job_stays_quiet(name: str) -> None:
     result = diagnose(name)
     assert [(f.rule, f.severity) for f in result.findings if f.severity != "info"] == []
     assert result.severity == "ok"
+
+
+def test_every_xid_of_a_gpu_is_listed_in_order_on_each_of_its_findings() -> None:
+    xids = [f for f in diagnose("gpu_hardware__dxvk-1027.log").findings if f.rule == "xid"]
+    assert [f.facts["xid"] for f in xids] == [31, 13, 32]
+    assert all(f.facts["xids"] == [31, 13, 32] and f.facts["pci"] == "0000:01:00" for f in xids)
+
+
+def test_two_line_timeout_is_one_hit_per_rank() -> None:
+    # milabench-269: each rank prints 'Watchdog caught collective operation timeout:' and, on the next line,
+    # its WorkNCCL(...): four ranks, four hits, each with the collective's facts.
+    found = next(f for f in diagnose("nccl_timeout__milabench-269.log").findings if f.rule == "nccl_watchdog_timeout")
+    assert (found.count, found.ranks) == (4, [11, 12, 14, 15])
+    assert (found.facts["op"], found.facts["seq"], found.facts["timeout_ms"]) == ("REDUCE", 2070, 600000)
+
+
+def test_socket_interface_setting_is_not_a_missing_interface() -> None:
+    # 'NCCL_SOCKET_IFNAME set by environment to eth0' is configuration, not 'no socket interface found'.
+    rules = {f.rule for f in diagnose("nccl_init_network__sglang-3398.log").findings}
+    assert "nccl_no_interface" not in rules and "nccl_socket_transport" in rules
+
+
+def test_graph_break_with_its_frame_on_the_next_line() -> None:
+    # The 2.3 form: 'Graph break: from user code at:' and the frame under it (public set, pytorch#126722).
+    public = DATA / "logs" / "public"
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["compile__pytorch-126722.log"]),
+                       ToolContext(roots=(public.resolve(),)))
+    found = [f for f in result.findings if f.rule == "graph_break"]
+    assert len(found) == 1
+    assert found[0].facts == {"location": "/data/users/<user>/pytorch3/playground4.py:5", "function": "f"}
