@@ -59,6 +59,13 @@ STRAGGLER_MIN_STEPS = 3
 SHORT_KERNEL_US = 10.0
 SMALL_GAP_US = 30.0
 MIN_CAUSE_PCT = 0.5
+# A GPU gap whose next kernel was launched after the gap began, or less than this before (a launch takes about
+# 5-10 us to reach the GPU), is host-bound: the queue ran dry and the GPU waited for the host. A kernel launched
+# earlier was queued and waited on something else (another stream, an event, a CUDA graph's own order).
+LAUNCH_AHEAD_US = 10.0
+# Such a host-bound gap shorter than this is dispatch overhead between consecutive ops (eager PyTorch spends 10-100
+# us of Python and dispatcher per op): launch-bound. A longer one is other host work (preprocessing, Python).
+DISPATCH_GAP_US = 200.0
 # CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
 LONG_OP_US = 100.0
 

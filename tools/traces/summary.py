@@ -7,8 +7,12 @@ and HTA's temporal breakdown (idle / compute / non-compute) computed HTA's way o
 ProfilerSteps but the last, GPU work matched to CPU launches by correlation), so the two compare number
 for number. Then it attributes the GPU-idle time of the analysed steps to causes: data loading (idle
 while DataLoader.__next__ runs), implicit sync (idle while a synchronising runtime call waits, with the
-Python op that made it), launch-bound (short kernels with small gaps), other host work; plus exposed
-communication and, across ranks, the straggler. SOP: gpu_utilization_low, straggler.
+Python op that made it); the rest gap by gap, from the kernel that ends the gap and its launch call: a
+kernel launched only after the GPU ran dry means the GPU waited for the host, in a short gap op-by-op
+dispatch overhead (launch-bound), at the start of a step host preprocessing, else other host work; a
+kernel queued before the gap means a wait on another stream or event (gpu_wait; a CUDA graph's kernels
+count as queued). Plus exposed communication and, across ranks, the straggler. SOP: gpu_utilization_low,
+straggler.
 """
 
 from __future__ import annotations
@@ -32,13 +36,20 @@ from tools.core.context import ToolContext
 from tools.core.intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
-from tools.core.thresholds import LONG_OP_US, MIN_CAUSE_PCT, SHORT_KERNEL_US, SMALL_GAP_US
+from tools.core.thresholds import (
+    DISPATCH_GAP_US,
+    LAUNCH_AHEAD_US,
+    LONG_OP_US,
+    MIN_CAUSE_PCT,
+    SMALL_GAP_US,
+)
 from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
 
-CauseKind = Literal["data_loading", "launch_bound", "implicit_sync", "exposed_comm", "straggler", "host_other"]
+CauseKind = Literal["data_loading", "input_preprocessing", "launch_bound", "implicit_sync", "exposed_comm",
+                    "gpu_wait", "straggler", "host_other"]
 
 # HTA's kernel classes (hta/utils/utils.py get_kernel_type), reproduced from its description for the
 # number-for-number comparison: communication by name prefix, memory by name, compute by exclusion.
@@ -46,10 +57,13 @@ _HTA_COMM = re.compile(r"^(?:nccl|hip|hccl)|ncclKernel")
 _HTA_MEMORY = re.compile(r"^(?:hip)?(?:Memcpy|Memset)|^dma", re.IGNORECASE)
 _HTA_NOT_COMPUTE = re.compile(r"nccl|Memcpy|Memset|^dma|Sync$|Stream Wait Event|^cuda\w*LaunchKernel|^hip|mtia",
                               re.IGNORECASE)
-# Our own notion of communication goes further than a name prefix: RCCL/HCCL, NVSHMEM and expert-parallel
-# all-to-all kernels, and any kernel carrying NCCL's collective metadata.
-_COMM_NAME = re.compile(r"nccl|rccl|hccl|nvshmem|all_?to_?all|allreduce|all_reduce|allgather|all_gather|"
-                        r"reduce_?scatter|deep_?ep|dispatch_kernel|combine_kernel", re.IGNORECASE)
+# Our own notion of communication goes further than a name prefix: NCCL's kernels under every name they have had
+# (ncclKernel_*, ncclDevKernel_*), RCCL/HCCL, MSCCL(++), NVSHMEM, torch's symmetric-memory (multimem) collectives,
+# vLLM's custom all-reduce, expert-parallel all-to-all (DeepEP dispatch/combine), and any kernel carrying NCCL's
+# collective metadata.
+_COMM_NAME = re.compile(r"nccl|rccl|hccl|msccl|nvshmem|multimem|symmetric_memory|cross_device_reduce|quick_?reduce|"
+                        r"custom_?all_?reduce|all_?to_?all|allreduce|all_reduce|allgather|all_gather|reduce_?scatter|"
+                        r"deep_?ep|dispatch_kernel|combine_kernel", re.IGNORECASE)
 _SYNC_CALLS = re.compile(r"^(?:cuda|hip)(?:StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|Memcpy2D|"
                          r"MemcpyDtoH|MemcpyFromSymbol)$")
 _SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
@@ -67,11 +81,16 @@ _CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
 _FIX = {
     "data_loading": "More DataLoader workers (num_workers), pin_memory=True, prefetch_factor, faster storage or "
                     "pre-decoded data.",
-    "launch_bound": "Fewer, larger kernels: torch.compile / fusion, CUDA graphs, a larger batch.",
+    "input_preprocessing": "Move decoding/transforms/tokenisation off the step: into DataLoader workers "
+                           "(num_workers > 0, prefetch), onto the GPU, or precompute them.",
+    "launch_bound": "Fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), torch.compile / "
+                    "fusion, a larger batch.",
     "implicit_sync": "Remove the host sync from the step: no .item()/.cpu()/printing of GPU values per step; "
                      "accumulate on the GPU and read every N steps.",
     "exposed_comm": "Overlap communication with compute (DDP bucket_cap_mb, FSDP prefetch), fewer/larger "
                     "collectives, check the interconnect (NCCL_DEBUG=INFO, nccl-tests).",
+    "gpu_wait": "Read the stream dependencies before those kernels (cudaStreamWaitEvent, event records, the "
+                "stream a copy waits behind): overlap or reorder the work it waits for.",
     "straggler": "Look at that rank's GPU (clocks, temperature, power cap, PCIe/NVLink) and its data loading; "
                  "run find_stragglers / health_check on its node.",
     "host_other": "Profile the CPU side of the step (py-spy record, or with_stack=True) to see what Python "
@@ -209,6 +228,7 @@ class _Collected:
     syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
     sync_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
     launch_durations: array[float] = field(default_factory=lambda: array("d"))  # a bounded sample
+    graph_launches: int = 0  # cudaGraphLaunch calls: kernels of a replayed graph have no launch of their own
     long_ops: list[tuple[float, float, str]] = field(default_factory=list)  # CPU ops >= LONG_OP_US
     kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
     kernel_durations: Counter[str] = field(default_factory=Counter)
@@ -296,8 +316,11 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
                     "launch" if _LAUNCH.search(name) else "")
             if role == "sync":
                 data.syncs.append((ts, end, _key(event.tid), name))
-            elif role == "launch" and len(data.launch_durations) < _LAUNCH_SAMPLE:
-                data.launch_durations.append(dur)
+            elif role == "launch":
+                if len(data.launch_durations) < _LAUNCH_SAMPLE:
+                    data.launch_durations.append(dur)
+                if "GraphLaunch" in name:
+                    data.graph_launches += 1
         elif name.startswith("ProfilerStep#"):
             data.steps.append((ts, end))
         elif "DataLoader" in name and "__next__" in name:
@@ -413,8 +436,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     sync_spans = merge((s, e) for s, e, *_ in data.syncs)
     sync_wait = intersect(rest, sync_spans)
     rest = subtract(rest, sync_wait)
-    small_gaps = [(s, e) for s, e in rest if e - s < SMALL_GAP_US]
-    other = total(rest) - total(small_gaps)
+    gaps = _idle_gaps(data, rest, sorted(s for s, _ in analysed), start, end)
     hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
 
     def share(value: float) -> float:
@@ -433,26 +455,40 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                             + ", ".join(f"{n} x{c}" for n, c in calls.most_common(3))
                             + (f"; called from {', '.join(f'{n} x{c}' for n, c in ops.most_common(3))}" if ops else ""),
                             fix=_FIX["implicit_sync"]))
+    if gaps.preprocess:
+        ops_run = _ops_during(data, gaps.preprocess)
+        causes.append(Cause(kind="input_preprocessing", share_pct=share(total(gaps.preprocess)),
+                            evidence=f"GPU idle {total(gaps.preprocess) / 1000:.1f} ms at the start of "
+                            f"{len(gaps.preprocess)} step(s) while the host worked before launching the step's first "
+                            "kernel (no DataLoader marker)"
+                            + (f"; host ops: {', '.join(f'{n} {ms:.1f} ms' for n, ms in ops_run)}" if ops_run else ""),
+                            fix=_FIX["input_preprocessing"]))
+    launch_gaps, other = gaps.dispatch, total(gaps.host)
     kernel_count = sum(v[0] for v in data.kernels.values())
     short = data.kernel_durations.get("<10us", 0)
-    if kernel_count and short / kernel_count >= 0.5 and total(small_gaps) > 0:
-        launch = statistics.median(data.launch_durations) if data.launch_durations else None
-        causes.append(Cause(kind="launch_bound", share_pct=share(total(small_gaps)),
-                            evidence=f"{short} of {kernel_count} kernels shorter than {SHORT_KERNEL_US:g} us; "
-                            f"{len(small_gaps)} gaps under {SMALL_GAP_US:g} us"
-                            + (f"; median launch call {launch:.1f} us" if launch is not None else ""),
-                            fix=_FIX["launch_bound"]))
+    unlinked_small = [(s, e) for s, e in gaps.unlinked if e - s < SMALL_GAP_US]
+    if kernel_count and short / kernel_count >= 0.5:
+        launch_gaps = merge([*launch_gaps, *unlinked_small])  # no launch call to tell: short kernels, short gaps
+        other += total(gaps.unlinked) - total(unlinked_small)
     else:
-        other += total(small_gaps)  # short gaps without short kernels are host work, not launch overhead
+        other += total(gaps.unlinked)  # short gaps without short kernels are host work, not launch overhead
+    if launch_gaps:
+        causes.append(Cause(kind="launch_bound", share_pct=share(total(launch_gaps)),
+                            evidence=_launch_evidence(data, gaps, launch_gaps), fix=_FIX["launch_bound"]))
     if exposed > 0:
         overlap = _pct(total(comm) - exposed, total(comm))
         causes.append(Cause(kind="exposed_comm", share_pct=share(exposed),
                             evidence=f"{exposed / 1000:.1f} ms of communication with no compute beside it "
                             f"({overlap:.0f}% of {total(comm) / 1000:.1f} ms overlapped)", fix=_FIX["exposed_comm"]))
+    if gaps.queued:
+        causes.append(Cause(kind="gpu_wait", share_pct=share(total(gaps.queued)),
+                            evidence=f"GPU idle {total(gaps.queued) / 1000:.1f} ms in {len(gaps.queued)} gaps with "
+                            "the next kernel or copy already queued: it waited on another stream or an event (or a "
+                            "CUDA graph's own order), not on the host", fix=_FIX["gpu_wait"]))
     if other > 0:
         causes.append(Cause(kind="host_other", share_pct=share(other),
-                            evidence=f"GPU idle {other / 1000:.1f} ms with no DataLoader or sync call running "
-                            "(Python/CPU work between launches)", fix=_FIX["host_other"]))
+                            evidence=f"GPU idle {other / 1000:.1f} ms waiting for the host with no DataLoader or sync "
+                            "call running (Python/CPU work between launches)", fix=_FIX["host_other"]))
     per_step = [
         StepSummary(rank=rank, step=i, step_time_ms=round((e - s) / 1000, 3),
                     gpu_busy_pct=_pct(total(clip(busy, s, e)), e - s),
@@ -508,6 +544,86 @@ def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
                 found[name] += 1
                 break
     return found
+
+
+@dataclass
+class _IdleGaps:
+    """The GPU-idle intervals left after data loading and syncs, by what the GPU waited for: the kernel that
+    ends a gap and its launch call say whether the GPU's queue was empty (it waited for the host)."""
+
+    dispatch: Intervals = field(default_factory=list)  # host-bound and short: op-by-op launch overhead
+    preprocess: Intervals = field(default_factory=list)  # host-bound, opening a step: work before its first kernel
+    host: Intervals = field(default_factory=list)  # other host-bound gaps
+    queued: Intervals = field(default_factory=list)  # the next kernel was queued already (streams, CUDA graphs)
+    unlinked: Intervals = field(default_factory=list)  # no launch call for the next kernel, or no next kernel
+    launch_to_start: list[float] = field(default_factory=list)  # of the kernels that end host-bound gaps
+    kernels_in_window: int = 0
+    kernel_us: list[float] = field(default_factory=list)  # durations of the kernels in the window (sampled)
+
+
+def _idle_gaps(data: _Collected, gaps: Intervals, step_starts: list[float], start: float, end: float) -> _IdleGaps:
+    found = _IdleGaps()
+    opened = {b: a for a, b in gaps}  # the gap each kernel start closes
+    launched_in_gap: dict[float, float] = {}  # gap end -> kernel start minus launch, when launched in the gap
+    queued: set[float] = set()  # gap ends whose kernel was launched before the gap
+    runtime, corr = data.runtime_ts, data.gpu_corr
+    compute = _KIND_CODE["compute"]
+    for i, ts in enumerate(data.gpu_ts):
+        if start <= ts < end and data.gpu_kind[i] == compute:
+            found.kernels_in_window += 1
+            if len(found.kernel_us) < _LAUNCH_SAMPLE:
+                found.kernel_us.append(data.gpu_end[i] - ts)
+        gap_start = opened.get(ts)
+        if gap_start is None:
+            continue
+        launch = runtime.get(corr[i]) if corr[i] is not None else None
+        if launch is None:
+            if data.graph_launches:
+                queued.add(ts)  # a CUDA graph's kernels have no launch of their own: the graph queued them
+        elif launch >= gap_start - LAUNCH_AHEAD_US:
+            launched_in_gap[ts] = min(launched_in_gap.get(ts, math.inf), ts - launch)
+        else:
+            queued.add(ts)
+    for a, b in gaps:
+        if b in launched_in_gap:
+            found.launch_to_start.append(launched_in_gap[b])
+            # Host work from a step's start to its first kernel is the step's input being prepared.
+            i = bisect.bisect_left(step_starts, a)
+            opens = step_starts[i] if i < len(step_starts) and step_starts[i] < b else None
+            if opens is not None and b - opens >= DISPATCH_GAP_US:
+                found.preprocess.append((opens, b))
+                b = opens
+                if b <= a:
+                    continue
+            (found.dispatch if b - a < DISPATCH_GAP_US else found.host).append((a, b))
+        elif b in queued:
+            found.queued.append((a, b))
+        else:
+            found.unlinked.append((a, b))
+    return found
+
+
+def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Intervals) -> str:
+    window_ms = sum(b - a for a, b in launch_gaps) / 1000
+    parts = [f"CPU overhead: GPU idle {window_ms:.1f} ms in {len(launch_gaps)} gaps between kernels, median gap "
+             f"{statistics.median(b - a for a, b in launch_gaps):.1f} us"]
+    if gaps.launch_to_start:
+        parts.append("the next kernel is launched only after the GPU ran dry and starts a median "
+                     f"{statistics.median(gaps.launch_to_start):.1f} us after its launch call (it waits for the host)")
+    if gaps.kernel_us:
+        parts.append(f"median kernel {statistics.median(gaps.kernel_us):.1f} us")
+    if data.launch_durations:
+        parts.append(f"median launch call {statistics.median(data.launch_durations):.1f} us")
+    return "; ".join(parts)
+
+
+def _ops_during(data: _Collected, spans: Intervals) -> list[tuple[str, float]]:
+    """The longest CPU ops (>= LONG_OP_US) running during `spans`, by overlap in ms, innermost ones included."""
+    overlap: dict[str, float] = defaultdict(float)
+    for s, e, name in data.long_ops:
+        if _overlaps(spans, s, e):
+            overlap[short_name(name)] += total(intersect(spans, [(s, e)]))
+    return [(n, v / 1000) for n, v in sorted(overlap.items(), key=lambda kv: kv[1], reverse=True)[:3]]
 
 
 # ---------------------------------------------------------------- files, ranks, the tool

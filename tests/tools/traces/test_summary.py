@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import REPO, base_env, run_cli
 from tools.core.context import ToolContext
-from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
+from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, short_name, summarize_trace
 
 SHARED = REPO.parent / "shared" / "data" / "traces"
 # Produced by the shared-data curators with HTA itself: pip install holistictraceanalysis==0.5.0;
@@ -129,6 +129,72 @@ def test_exposed_comm_and_launch_bound(tmp_path: Path) -> None:
     assert shares["launch_bound"] == 10.0
     rank = result.ranks[0]
     assert (rank.comm_pct, rank.exposed_comm_pct, rank.comm_overlap_pct) == (50.0, 30.0, 40.0)
+
+
+def test_overhead_bound_eager_loop_is_launch_bound_from_the_host_side(tmp_path: Path) -> None:
+    # Eager small-batch inference: a 5 us kernel every 50 us, each launched 5 us before it starts, i.e. after the
+    # GPU ran dry (45 us gaps, too long for the short-gap rule). Two analysed steps of 1000 us: 90 % idle, all of
+    # it waiting for the host to dispatch the next op.
+    events = _steps((0, 1000), (1000, 2000), (2000, 2100))
+    for k in range(42):
+        events += _kernel("void at::native::vectorized_elementwise_kernel<4>", 50 * k, 5, 100 + k)
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    assert result.ranks[0].gpu_busy_pct == 10.0
+    assert [(c.kind, c.share_pct) for c in result.causes] == [("launch_bound", 90.0)]
+    evidence = result.causes[0].evidence
+    assert "CPU overhead" in evidence and "40 gaps" in evidence and "median gap 45.0 us" in evidence
+    assert "median kernel 5.0 us" in evidence and "5.0 us after its launch call" in evidence
+
+
+@pytest.mark.parametrize("linked", [True, False])
+def test_busy_cuda_graph_replay_is_neither_idle_nor_launch_bound(tmp_path: Path, linked: bool) -> None:
+    # One cudaGraphLaunch before the steps replays 200 kernels of 9 us, 1 us apart: the GPU is 90 % busy and the
+    # gaps are the graph's own, not the host's, whether the kernels carry the launch's correlation or none.
+    events = _steps((0, 1000), (1000, 2000), (2000, 2100))
+    events.append(_x("cuda_runtime", "cudaGraphLaunch", -30, 10, correlation=1))
+    for k in range(201):
+        args = {"stream": 7, "device": 0, **({"correlation": 1} if linked else {})}
+        events.append(_x("kernel", "void gemv_kernel<256>", 10 * k, 9, pid=0, tid=7, **args))
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    assert result.ranks[0].gpu_busy_pct == 90.0
+    assert [(c.kind, c.share_pct) for c in result.causes] == [("gpu_wait", 10.0)]
+
+
+def test_host_preprocessing_without_a_dataloader_is_input_preprocessing(tmp_path: Path) -> None:
+    # Each step: 600 us of host image resizing (a CPU op that launches nothing, no DataLoader span), then the
+    # model's kernel 600-1000 launched at 595.
+    events = _steps((0, 1000), (1000, 2000), (2000, 3000))
+    for base, corr in ((0, 1), (1000, 2), (2000, 3)):
+        events.append(_x("cpu_op", "aten::upsample_bilinear2d", base + 10, 580))
+        events += _kernel("void cutlass_gemm_kernel", base + 600, 400, corr)
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    assert result.ranks[0].gpu_busy_pct == 40.0
+    assert [(c.kind, c.share_pct) for c in result.causes] == [("input_preprocessing", 60.0)]
+    evidence = result.causes[0].evidence
+    assert "start of 2 step(s)" in evidence and "no DataLoader marker" in evidence
+    assert "aten::upsample_bilinear2d 1.2 ms" in evidence
+
+
+def test_communication_kernels_under_their_newer_names(tmp_path: Path) -> None:
+    # 100 us each of NCCL's 2.19+ kernel name, torch's symmetric-memory all-reduce, DeepEP's dispatch, vLLM's custom
+    # all-reduce, an NVSHMEM kernel and an MSCCL++ one, back to back with nothing beside them; then compute.
+    names = ["ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+             "void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 16, 8>(c10::BFloat16*, "
+             "unsigned long, unsigned long, unsigned long, unsigned long)",
+             "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*)",
+             "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, "
+             "vllm::Signal*, __nv_bfloat16*, int, int)",
+             "void nvshmemi_transfer_rma_nbi_kernel<int>(void*, void const*, unsigned long, int)",
+             "void mscclpp::allreduce_kernel<float>(float*, float*, int)"]
+    events = _steps((0, 1000), (1000, 1001))
+    for k, name in enumerate(names):
+        events += _kernel(name, 100 * k, 100, 10 + k, stream=20)
+    events += _kernel("void cutlass_gemm_kernel", 600, 400, 1)
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    rank = result.ranks[0]
+    assert (rank.comm_pct, rank.exposed_comm_pct, rank.gpu_busy_pct) == (60.0, 60.0, 100.0)
+    assert {k.name: k.kind for k in result.top_kernels if k.name != "cutlass_gemm_kernel"} == {
+        short_name(n): "comm" for n in names}
 
 
 def test_straggler_across_ranks(tmp_path: Path) -> None:
