@@ -65,7 +65,7 @@ MIN_CAUSE_PCT = 0.5
 LAUNCH_AHEAD_US = 10.0
 # Such a host-bound gap shorter than this is dispatch overhead between consecutive ops (eager PyTorch spends 10-100
 # us of Python and dispatcher per op): launch-bound. A longer one is other host work (preprocessing, Python).
-DISPATCH_GAP_US = 200.0
+DISPATCH_GAP_US = 500.0
 # CPU ops kept to name what the host did while the GPU idled (shorter ones are many and explain little).
 LONG_OP_US = 100.0
 

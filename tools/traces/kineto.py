@@ -36,12 +36,20 @@ _SPACE = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
 
 
+_NO_RAW = msgspec.Raw(b"")
+
+
 class TraceArgs(msgspec.Struct, forbid_unknown_fields=False):
-    """The event args the summary uses; the rest (shapes, call stacks, metadata) is skipped unread."""
+    """The event args the summary uses; the rest (call stacks, metadata) is skipped unread. Shapes and input
+    types stay raw JSON until a matmul asks for them (record_shapes puts them on every op)."""
 
     stream: Any = None
     correlation: Any = None
+    device: Any = None
     collective: Any = msgspec.field(default=None, name="Collective name")
+    flops: Any = None  # with_flops=True: the op's FLOP count
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")  # b"" when absent
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
 class TraceEvent(msgspec.Struct, forbid_unknown_fields=False):
@@ -60,11 +68,17 @@ class TraceEvent(msgspec.Struct, forbid_unknown_fields=False):
 _BATCH_DECODER = msgspec.json.Decoder(list[TraceEvent])
 
 
+def _raw(value: Any) -> msgspec.Raw:
+    return _NO_RAW if value is None else msgspec.Raw(msgspec.json.encode(value))
+
+
 def _from_dict(raw: dict[str, Any]) -> TraceEvent:
     """The slow path's dicts, shaped like the fast path's events (wrong types become None)."""
     args = raw.get("args")
-    shaped = TraceArgs(stream=args.get("stream"), correlation=args.get("correlation"),
-                       collective=args.get("Collective name")) if isinstance(args, dict) else None
+    shaped = TraceArgs(stream=args.get("stream"), correlation=args.get("correlation"), device=args.get("device"),
+                       collective=args.get("Collective name"), flops=args.get("flops"),
+                       input_dims=_raw(args.get("Input Dims")), input_type=_raw(args.get("Input type"))
+                       ) if isinstance(args, dict) else None
     return TraceEvent(ph=raw.get("ph"), cat=raw.get("cat"), name=raw.get("name"), ts=raw.get("ts"),
                       dur=raw.get("dur"), tid=raw.get("tid"), args=shaped)
 

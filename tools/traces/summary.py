@@ -36,6 +36,7 @@ from tools.core.context import ToolContext
 from tools.core.intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.ranks import compact_ranges
 from tools.core.thresholds import (
     DISPATCH_GAP_US,
     LAUNCH_AHEAD_US,
@@ -43,6 +44,7 @@ from tools.core.thresholds import (
     MIN_CAUSE_PCT,
     SMALL_GAP_US,
 )
+from tools.traces.compute import FlopCounter, achieved, kernel_precision
 from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
@@ -59,11 +61,12 @@ _HTA_NOT_COMPUTE = re.compile(r"nccl|Memcpy|Memset|^dma|Sync$|Stream Wait Event|
                               re.IGNORECASE)
 # Our own notion of communication goes further than a name prefix: NCCL's kernels under every name they have had
 # (ncclKernel_*, ncclDevKernel_*), RCCL/HCCL, MSCCL(++), NVSHMEM, torch's symmetric-memory (multimem) collectives,
-# vLLM's custom all-reduce, expert-parallel all-to-all (DeepEP dispatch/combine), and any kernel carrying NCCL's
+# vLLM's custom all-reduce, expert-parallel all-to-all (DeepEP's and DeepSeek's dpsk::ep dispatch/combine), and any
+# kernel carrying NCCL's
 # collective metadata.
 _COMM_NAME = re.compile(r"nccl|rccl|hccl|msccl|nvshmem|multimem|symmetric_memory|cross_device_reduce|quick_?reduce|"
                         r"custom_?all_?reduce|all_?to_?all|allreduce|all_reduce|allgather|all_gather|reduce_?scatter|"
-                        r"deep_?ep|dispatch_kernel|combine_kernel", re.IGNORECASE)
+                        r"deep_?ep|::ep::(?:intra|inter)node|dispatch_kernel|combine_kernel", re.IGNORECASE)
 _SYNC_CALLS = re.compile(r"^(?:cuda|hip)(?:StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|Memcpy2D|"
                          r"MemcpyDtoH|MemcpyFromSymbol)$")
 _SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
@@ -72,6 +75,7 @@ _SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero
 _LAUNCH = re.compile(r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|hipModuleLaunch")
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 _KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+_MIN_ITERATIONS = 3  # DataLoader calls that make a loop's iterations when a trace has no ProfilerStep
 _NESTING_LOOKBACK = 16  # ops started before a sync call that are checked for enclosing it
 _LAUNCH_SAMPLE = 100_000  # launch-call durations kept for the median
 _KINDS = ("compute", "comm", "memory", "other")
@@ -122,6 +126,14 @@ class RankSummary(BaseModel):
     exposed_comm_pct: float | None = Field(description="% of step time with communication but no compute.")
     comm_overlap_pct: float | None = Field(description="% of communication time overlapped by compute.")
     data_wait_pct: float | None = Field(description="% of step time the GPU idles while the DataLoader runs.")
+    achieved_tflops: float | None = Field(default=None, description="FLOPs the trace records over the analysed "
+                                          "window, per second (with_flops counts, else matmul shapes).")
+    mfu_pct: float | None = Field(default=None, description="achieved_tflops as % of the device's dense peak for "
+                                  "the matmuls' precision.")
+    flops_from: str | None = Field(default=None, description="Where the FLOP counts come from.")
+    precision: str | None = Field(default=None, description="The matmuls' precision (inputs, else GEMM names).")
+    peak_tflops: float | None = None
+    device: str | None = Field(default=None, description="The GPU (deviceProperties), as the peak table names it.")
     gpu_events: int
     events: int
 
@@ -177,10 +189,11 @@ class SummarizeTraceResult(ToolResult):
                   [[c.kind, f"{c.share_pct:.1f}", "-" if c.rank is None else str(c.rank), c.evidence, c.fix]
                    for c in self.causes], "causes"),
             Table("Per rank", ["rank", "steps", "step ms", "busy %", "idle %", "compute %", "non-compute %", "comm %",
-                               "exposed comm %", "data wait %", "window"],
+                               "exposed comm %", "data wait %", "TFLOP/s", "MFU %", "window"],
                   [[str(r.rank), str(r.steps), _f(r.step_time_ms), _f(r.gpu_busy_pct), _f(r.idle_pct),
                     _f(r.compute_pct), _f(r.non_compute_pct), _f(r.comm_pct), _f(r.exposed_comm_pct),
-                    _f(r.data_wait_pct), r.window] for r in self.ranks], "ranks"),
+                    _f(r.data_wait_pct), _f(r.achieved_tflops), _f(r.mfu_pct), r.window] for r in self.ranks],
+                  "ranks"),
             Table("Top kernels", ["kernel", "kind", "count", "total ms", "mean us", "share %"],
                   [[k.name, k.kind, str(k.count), f"{k.total_ms:.2f}", f"{k.mean_us:.1f}", f"{k.share_pct:.1f}"]
                    for k in self.top_kernels], "top_kernels"),
@@ -233,6 +246,9 @@ class _Collected:
     kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
     kernel_durations: Counter[str] = field(default_factory=Counter)
     cpu_span: list[float] = field(default_factory=lambda: [float("inf"), float("-inf")])
+    flops: FlopCounter = field(default_factory=FlopCounter)
+    device: int | None = None  # the GPU this rank's kernels ran on (args.device)
+    device_name: str | None = None  # its name in deviceProperties
     events: int = 0
     float_ts: bool = False  # ns-resolution (float) timestamps: HTA rounds them to whole microseconds
 
@@ -259,7 +275,7 @@ def _bucket(duration: float) -> str:
 def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, TraceHeader]:
     data = _Collected()
     header = TraceHeader()
-    seen_kernels: dict[str, tuple[str, bool]] = {}
+    seen_kernels: dict[str, tuple[str, bool, str | None]] = {}
     runtime_roles: dict[str, str] = {}
     for event in read_trace(path, display, deadline, header):
         if event.ph != "X":
@@ -284,8 +300,13 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
             classes = seen_kernels.get(name)
             if classes is None:  # kernel names repeat and are long: classify each name once
                 kind = _hta_kind(name)
-                classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)))
-            kind, comm = classes
+                classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)),
+                                                kernel_precision(name))
+            kind, comm, precision = classes
+            if precision is not None:
+                data.flops.gemm_time[precision] = data.flops.gemm_time.get(precision, 0.0) + dur
+            if data.device is None and args is not None and isinstance(args.device, int):
+                data.device = args.device
             comm = comm or (args is not None and args.collective is not None)
             correlation = args.correlation if args is not None else None
             data.gpu_ts.append(ts)
@@ -327,6 +348,8 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
             data.dataloader.append((ts, end))
         elif name in _SYNC_OPS:
             data.sync_ops.append((ts, end, _key(event.tid), name))
+        if category in _CPU_OP_CATS and args is not None and (args.flops is not None or args.input_dims):
+            data.flops.add_op(name, ts, args.flops, args.input_dims, args.input_type)
         if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
             data.long_ops.append((ts, end, name))
     return data, header
@@ -387,11 +410,22 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
     gpu_all = _gpu_merged(data, lambda i: True)
-    if analysed:
+    loads = sorted(merge(data.dataloader))
+    if not steps and len(loads) >= _MIN_ITERATIONS:
+        # No ProfilerStep (the autograd-profiler API, a bare profile() block): a training loop's iterations run
+        # from one DataLoader call to the next. The first is left out: it holds the warm-up (cuDNN autotuning,
+        # the allocator's first growth), often seconds long.
+        iterations = [(a, b) for (a, _), (b, _) in zip(loads, loads[1:], strict=False)]
+        analysed = iterations[1:]
+        start, end = analysed[0][0], analysed[-1][1]
+        window = (f"DataLoader iterations {len(analysed)} of {len(iterations)} (no ProfilerStep; the first, with "
+                  "the warm-up, left out)")
+        step_ms: float | None = statistics.median(e - s for s, e in analysed) / 1000.0
+    elif analysed:
         start, end = analysed[0][0], analysed[-1][1]
         window = f"ProfilerSteps {len(analysed)} of {len(steps)}" + ("" if include_last or len(steps) < 2
                                                                       else " (last left out, as HTA)")
-        step_ms: float | None = statistics.median(e - s for s, e in analysed) / 1000.0
+        step_ms = statistics.median(e - s for s, e in analysed) / 1000.0
     elif gpu_all:
         start, end = gpu_all[0][0], gpu_all[-1][1]
         window = "first to last GPU activity (no ProfilerStep)"
@@ -430,23 +464,33 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     exposed = total(subtract(comm, compute))
     idle = subtract(step_window, busy)
 
-    # Attribute idle time: data loading first, then host syncs, then launch gaps, the rest to other host work.
+    # Attribute idle time: data loading first; then host work that opens a step before its first GPU work (input
+    # preprocessing, syncs in it included); then host syncs; then each gap by the GPU work that ends it.
     data_wait = intersect(idle, dataloader)
     rest = subtract(idle, data_wait)
+    gaps = _IdleGaps()
+    leads = _step_leads(busy, analysed)
+    launched = _launches(data, set(leads.values()) | {b for _, b in rest}, gaps, start, end)
+    for step_start, first in leads.items():
+        pieces = intersect(rest, [(step_start, first)])
+        if launched.get(first, _NO_LAUNCH) >= step_start - LAUNCH_AHEAD_US and total(pieces) >= DISPATCH_GAP_US:
+            gaps.preprocess.extend(pieces)
+            gaps.preprocess_steps += 1
+    rest = subtract(rest, gaps.preprocess)
     sync_spans = merge((s, e) for s, e, *_ in data.syncs)
     sync_wait = intersect(rest, sync_spans)
     rest = subtract(rest, sync_wait)
-    gaps = _idle_gaps(data, rest, sorted(s for s, _ in analysed), start, end)
+    _classify_gaps(data, rest, launched, gaps)
     hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
 
     def share(value: float) -> float:
         return _pct(value, length) or 0.0
 
     if total(data_wait) > 0:
-        loads = sum(1 for s, e in dataloader if e > start and s < end)
+        in_window = sum(1 for s, e in dataloader if e > start and s < end)
         causes.append(Cause(kind="data_loading", share_pct=share(total(data_wait)),
                             evidence=f"GPU idle {total(data_wait) / 1000:.1f} ms while DataLoader.__next__ ran "
-                            f"({loads} call(s) in the window)", fix=_FIX["data_loading"]))
+                            f"({in_window} call(s) in the window)", fix=_FIX["data_loading"]))
     if total(sync_wait) > 0:
         ops = _sync_ops(data, sync_wait)
         calls = Counter(name for s, e, _, name in data.syncs if _overlaps(sync_wait, s, e))
@@ -459,8 +503,8 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         ops_run = _ops_during(data, gaps.preprocess)
         causes.append(Cause(kind="input_preprocessing", share_pct=share(total(gaps.preprocess)),
                             evidence=f"GPU idle {total(gaps.preprocess) / 1000:.1f} ms at the start of "
-                            f"{len(gaps.preprocess)} step(s) while the host worked before launching the step's first "
-                            "kernel (no DataLoader marker)"
+                            f"{gaps.preprocess_steps} step(s) while the host worked before launching "
+                            "the step's first GPU work (no DataLoader marker)"
                             + (f"; host ops: {', '.join(f'{n} {ms:.1f} ms' for n, ms in ops_run)}" if ops_run else ""),
                             fix=_FIX["input_preprocessing"]))
     launch_gaps, other = gaps.dispatch, total(gaps.host)
@@ -495,8 +539,13 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                     data_wait_pct=_pct(total(clip(data_wait, s, e)), e - s))
         for i, (s, e) in enumerate(analysed)
     ]
+    compute_rate = achieved(data.flops, start, end, data.device_name)
+    if compute_rate.note:
+        notes.append(f"rank {rank}: {compute_rate.note}.")
     summary = RankSummary(
         rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
+        achieved_tflops=compute_rate.tflops, mfu_pct=compute_rate.mfu_pct, flops_from=compute_rate.source,
+        precision=compute_rate.precision, peak_tflops=compute_rate.peak_tflops, device=compute_rate.device,
         gpu_busy_pct=_pct(total(busy), length), idle_pct=hta_idle, compute_pct=hta_compute,
         non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), memory_pct=_pct(memory, length),
         exposed_comm_pct=_pct(exposed, length),
@@ -552,7 +601,8 @@ class _IdleGaps:
     ends a gap and its launch call say whether the GPU's queue was empty (it waited for the host)."""
 
     dispatch: Intervals = field(default_factory=list)  # host-bound and short: op-by-op launch overhead
-    preprocess: Intervals = field(default_factory=list)  # host-bound, opening a step: work before its first kernel
+    preprocess: Intervals = field(default_factory=list)  # host work from a step's start to its first GPU work
+    preprocess_steps: int = 0
     host: Intervals = field(default_factory=list)  # other host-bound gaps
     queued: Intervals = field(default_factory=list)  # the next kernel was queued already (streams, CUDA graphs)
     unlinked: Intervals = field(default_factory=list)  # no launch call for the next kernel, or no next kernel
@@ -561,11 +611,13 @@ class _IdleGaps:
     kernel_us: list[float] = field(default_factory=list)  # durations of the kernels in the window (sampled)
 
 
-def _idle_gaps(data: _Collected, gaps: Intervals, step_starts: list[float], start: float, end: float) -> _IdleGaps:
-    found = _IdleGaps()
-    opened = {b: a for a, b in gaps}  # the gap each kernel start closes
-    launched_in_gap: dict[float, float] = {}  # gap end -> kernel start minus launch, when launched in the gap
-    queued: set[float] = set()  # gap ends whose kernel was launched before the gap
+_NO_LAUNCH = -math.inf  # GPU work starting at a time, none of it with a launch call in the trace
+
+
+def _launches(data: _Collected, times: set[float], found: _IdleGaps, start: float, end: float) -> dict[float, float]:
+    """For the GPU work that starts at each of `times`: the latest launch call behind it (_NO_LAUNCH when it has
+    none, e.g. a CUDA graph's kernels); one pass over the GPU events, which also samples the kernels' sizes."""
+    launched: dict[float, float] = {}
     runtime, corr = data.runtime_ts, data.gpu_corr
     compute = _KIND_CODE["compute"]
     for i, ts in enumerate(data.gpu_ts):
@@ -573,34 +625,38 @@ def _idle_gaps(data: _Collected, gaps: Intervals, step_starts: list[float], star
             found.kernels_in_window += 1
             if len(found.kernel_us) < _LAUNCH_SAMPLE:
                 found.kernel_us.append(data.gpu_end[i] - ts)
-        gap_start = opened.get(ts)
-        if gap_start is None:
-            continue
-        launch = runtime.get(corr[i]) if corr[i] is not None else None
-        if launch is None:
-            if data.graph_launches:
-                queued.add(ts)  # a CUDA graph's kernels have no launch of their own: the graph queued them
-        elif launch >= gap_start - LAUNCH_AHEAD_US:
-            launched_in_gap[ts] = min(launched_in_gap.get(ts, math.inf), ts - launch)
-        else:
-            queued.add(ts)
+        if ts in times:
+            launch = runtime.get(corr[i], _NO_LAUNCH) if corr[i] is not None else _NO_LAUNCH
+            launched[ts] = max(launched.get(ts, _NO_LAUNCH), launch)
+    return launched
+
+
+def _classify_gaps(data: _Collected, gaps: Intervals, launched: dict[float, float], found: _IdleGaps) -> None:
+    """Each gap by the GPU work that ends it: launched only after the gap began (the GPU waited for the host:
+    dispatch overhead when short, other host work when long), queued before it (a wait on the GPU side), or
+    unknown (no work at its end in the window, or none of it with a launch call and no CUDA graph to explain)."""
     for a, b in gaps:
-        if b in launched_in_gap:
-            found.launch_to_start.append(launched_in_gap[b])
-            # Host work from a step's start to its first kernel is the step's input being prepared.
-            i = bisect.bisect_left(step_starts, a)
-            opens = step_starts[i] if i < len(step_starts) and step_starts[i] < b else None
-            if opens is not None and b - opens >= DISPATCH_GAP_US:
-                found.preprocess.append((opens, b))
-                b = opens
-                if b <= a:
-                    continue
-            (found.dispatch if b - a < DISPATCH_GAP_US else found.host).append((a, b))
-        elif b in queued:
-            found.queued.append((a, b))
-        else:
+        launch = launched.get(b)
+        if launch is None or (launch == _NO_LAUNCH and not data.graph_launches):
             found.unlinked.append((a, b))
-    return found
+        elif launch >= a - LAUNCH_AHEAD_US:
+            found.launch_to_start.append(b - launch)
+            (found.dispatch if b - a < DISPATCH_GAP_US else found.host).append((a, b))
+        else:
+            found.queued.append((a, b))  # a CUDA graph's kernels count here: the graph queued them
+
+
+def _step_leads(busy: Intervals, steps: list[tuple[float, float]]) -> dict[float, float]:
+    """Step start -> the start of the step's first GPU work, for the steps whose GPU idles when they begin."""
+    leads = {}
+    starts = [a for a, _ in busy]
+    for step_start, step_end in steps:
+        i = bisect.bisect_left(starts, step_start)
+        if i > 0 and busy[i - 1][1] > step_start:
+            continue  # work from before the step is still running
+        if i < len(starts) and starts[i] < step_end:
+            leads[step_start] = starts[i]
+    return leads
 
 
 def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Intervals) -> str:
@@ -629,11 +685,39 @@ def _ops_during(data: _Collected, spans: Intervals) -> list[tuple[str, float]]:
 # ---------------------------------------------------------------- files, ranks, the tool
 
 
+def _collapse_notes(notes: list[str]) -> list[str]:
+    """'rank N: same words' notes of many ranks as one ('ranks 0-7: ...'), in first-seen order."""
+    by_text: dict[str, list[int]] = {}
+    kept: list[str] = []
+    for note in notes:
+        found = re.match(r"rank (\d+): (.*)", note)
+        if found is None:
+            kept.append(note)
+            continue
+        ranks = by_text.setdefault(found.group(2), [])
+        if not ranks:
+            kept.append(found.group(2))
+        ranks.append(int(found.group(1)))
+    return [f"rank{'s' if len(by_text[n]) > 1 else ''} {compact_ranges(by_text[n])}: {n}" if n in by_text else n
+            for n in kept]
+
+
+def _device_name(header: TraceHeader, device: int | None) -> str | None:
+    """The name deviceProperties gives the GPU the kernels ran on (entry 0 when they do not say which)."""
+    listed = header.metadata.get("deviceProperties")
+    if not isinstance(listed, list):
+        return None
+    entries = [e for e in listed if isinstance(e, dict) and isinstance(e.get("name"), str)]
+    chosen = next((e for e in entries if e.get("id") == device), entries[0] if entries else None)
+    return str(chosen["name"]) if chosen else None
+
+
 def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float) -> list[_RankResult]:
     results = []
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
         data, header = _collect(path, display, deadline)
+        data.device_name = _device_name(header, data.device)
         results.append(_analyse(rank_of_trace(header, display, position), display, data, include_last))
     return results
 
@@ -690,7 +774,7 @@ def breakdown(files: list[Path], roots: tuple[Path, ...], include_last: bool, de
         idle_ops=sorted((o for r in results for o in r.idle_ops), key=lambda o: o.idle_overlap_ms,
                         reverse=True)[:TRACE_TOP_KERNELS],
         steps=[step for r in sorted(results, key=lambda r: r.summary.rank) for step in r.steps],
-        notes=[n for r in results for n in r.notes][:10])
+        notes=_collapse_notes([n for r in results for n in r.notes])[:10])
 
 
 async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> SummarizeTraceResult:

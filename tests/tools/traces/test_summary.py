@@ -177,7 +177,8 @@ def test_host_preprocessing_without_a_dataloader_is_input_preprocessing(tmp_path
 
 def test_communication_kernels_under_their_newer_names(tmp_path: Path) -> None:
     # 100 us each of NCCL's 2.19+ kernel name, torch's symmetric-memory all-reduce, DeepEP's dispatch, vLLM's custom
-    # all-reduce, an NVSHMEM kernel and an MSCCL++ one, back to back with nothing beside them; then compute.
+    # all-reduce, an NVSHMEM kernel, an MSCCL++ one and DeepSeek's dpsk::ep dispatch, back to back with nothing
+    # beside them; then compute.
     names = ["ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
              "void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 16, 8>(c10::BFloat16*, "
              "unsigned long, unsigned long, unsigned long, unsigned long)",
@@ -185,16 +186,76 @@ def test_communication_kernels_under_their_newer_names(tmp_path: Path) -> None:
              "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, "
              "vllm::Signal*, __nv_bfloat16*, int, int)",
              "void nvshmemi_transfer_rma_nbi_kernel<int>(void*, void const*, unsigned long, int)",
-             "void mscclpp::allreduce_kernel<float>(float*, float*, int)"]
+             "void mscclpp::allreduce_kernel<float>(float*, float*, int)",
+             "void dpsk::ep::internode::dispatch<8, 128>(int4*, float*, int*, int const*)"]
     events = _steps((0, 1000), (1000, 1001))
     for k, name in enumerate(names):
         events += _kernel(name, 100 * k, 100, 10 + k, stream=20)
-    events += _kernel("void cutlass_gemm_kernel", 600, 400, 1)
+    events += _kernel("void cutlass_gemm_kernel", 700, 300, 1)
     result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
     rank = result.ranks[0]
-    assert (rank.comm_pct, rank.exposed_comm_pct, rank.gpu_busy_pct) == (60.0, 60.0, 100.0)
+    assert (rank.comm_pct, rank.exposed_comm_pct, rank.gpu_busy_pct) == (70.0, 70.0, 100.0)
     assert {k.name: k.kind for k in result.top_kernels if k.name != "cutlass_gemm_kernel"} == {
         short_name(n): "comm" for n in names}
+
+
+def test_iterations_from_dataloader_calls_when_there_is_no_profiler_step(tmp_path: Path) -> None:
+    # The 2021 autograd-profiler form: no ProfilerStep, categories "Operator"/"Runtime"/"Kernel". A 5000 us
+    # warm-up iteration, then three of 1000 us, each 400 us of DataLoader with the GPU idle, then 600 us of
+    # kernel. Iterations run from one DataLoader call to the next; the first (warm-up) is left out.
+    events: list[dict[str, Any]] = []
+    starts = [0, 5000, 6000, 7000, 8000]
+    for corr, base in enumerate(starts):
+        events.append(_x("Operator", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, 400))
+        events.append(_x("Runtime", "cudaLaunchKernel", base + 400, 4, correlation=corr))
+        events.append(_x("Kernel", "volta_sgemm_128x64_nn", base + 405, 4000 if corr == 0 else 595, pid=0,
+                         tid="stream 7", stream=7, correlation=corr, device=0))
+    rank = summarize(_write(tmp_path / "t.json", events).name, tmp_path).ranks[0]
+    assert rank.window == "DataLoader iterations 3 of 4 (no ProfilerStep; the first, with the warm-up, left out)"
+    assert (rank.steps, rank.step_time_ms, rank.data_wait_pct) == (3, 1.0, 40.0)
+
+
+H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912, "computeMajor": 9}]
+
+
+def test_achieved_tflops_and_mfu_from_the_profilers_flop_counts(tmp_path: Path) -> None:
+    # with_flops=True: two bf16 matmuls of 494.7e9 FLOPs each in an analysed window of 1000 us is 989.4 TFLOP/s,
+    # the H100 SXM's dense bf16 peak: 100 % MFU. The left-out last step's matmul does not count.
+    events = _steps((0, 500), (500, 1000), (1000, 1500))
+    for base, corr in ((0, 1), (500, 2), (1000, 3)):
+        events.append(_x("cpu_op", "aten::mm", base + 10, 20, flops=494.7e9, **{
+            "Input Dims": [[8192, 8192], [8192, 8192]], "Input type": ["c10::BFloat16", "c10::BFloat16"]}))
+        events += _kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", base + 40, 450, corr)
+    rank = summarize(_write(tmp_path / "t.json", events, deviceProperties=H100).name, tmp_path).ranks[0]
+    assert (rank.achieved_tflops, rank.mfu_pct, rank.precision, rank.peak_tflops) == (989.4, 100.0, "bf16", 989.4)
+    assert (rank.flops_from, rank.device) == ("with_flops", "H100/H200 SXM")
+
+
+def test_achieved_tflops_from_matmul_shapes_and_kernel_names(tmp_path: Path) -> None:
+    # record_shapes only: addmm (bias first) 2*4096*1024*2048 and bmm 2*8*512*64*512 FLOPs in a 1000 us step;
+    # no input types recorded, so the precision comes from the GEMM kernel's name (fp16, 'h884gemm').
+    events = _steps((0, 1000), (1000, 1001))
+    events.append(_x("cpu_op", "aten::addmm", 5, 10, **{"Input Dims": [[2048], [4096, 1024], [1024, 2048]]}))
+    events.append(_x("cpu_op", "aten::bmm", 20, 10, **{"Input Dims": [[8, 512, 64], [8, 64, 512]]}))
+    events.append(_x("cpu_op", "aten::linear", 4, 12, **{"Input Dims": [[4096, 1024], [2048, 1024], [2048]]}))
+    events += _kernel("volta_h884gemm_128x128_ldg8_nn", 40, 900, 1)
+    props = [{"id": 0, "name": "Tesla V100-SXM2-32GB"}]
+    rank = summarize(_write(tmp_path / "t.json", events, deviceProperties=props).name, tmp_path).ranks[0]
+    flops = 2 * 4096 * 1024 * 2048 + 2 * 8 * 512 * 64 * 512
+    assert rank.achieved_tflops == round(flops / 1e-3 / 1e12, 3)
+    assert (rank.precision, rank.peak_tflops, rank.device) == ("fp16", 125.0, "V100 SXM2")
+    assert rank.mfu_pct == round(100 * rank.achieved_tflops / 125, 2)
+    assert rank.flops_from == "record_shapes (matmuls only)"
+
+
+def test_convolutions_without_flop_counts_give_no_mfu(tmp_path: Path) -> None:
+    events = _steps((0, 1000), (1000, 1001))
+    events.append(_x("cpu_op", "aten::conv2d", 5, 10, **{"Input Dims": [[32, 3, 224, 224], [64, 3, 7, 7]]}))
+    events.append(_x("cpu_op", "aten::addmm", 20, 10, **{"Input Dims": [[1000], [32, 2048], [2048, 1000]]}))
+    events += _kernel("void cudnn::cnn::conv2d_grouped_direct_kernel", 40, 900, 1)
+    result = summarize(_write(tmp_path / "t.json", events, deviceProperties=H100).name, tmp_path)
+    assert result.ranks[0].mfu_pct is None and result.ranks[0].achieved_tflops == 0.131
+    assert any("1 convolutions ran, whose FLOPs only with_flops=True records" in n for n in result.notes)
 
 
 def test_straggler_across_ranks(tmp_path: Path) -> None:
