@@ -464,10 +464,13 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     exposed = total(subtract(comm, compute))
     idle = subtract(step_window, busy)
 
-    # Attribute idle time: data loading first; then host work that opens a step before its first GPU work (input
-    # preprocessing, syncs in it included); then host syncs; then each gap by the GPU work that ends it.
+    # Attribute idle time: data loading first, then host syncs; then host work that opens a step before its first
+    # GPU work (input preprocessing); then each remaining gap by the GPU work that ends it.
     data_wait = intersect(idle, dataloader)
     rest = subtract(idle, data_wait)
+    sync_spans = merge((s, e) for s, e, *_ in data.syncs)
+    sync_wait = intersect(rest, sync_spans)
+    rest = subtract(rest, sync_wait)
     gaps = _IdleGaps()
     leads = _step_leads(busy, analysed)
     launched = _launches(data, set(leads.values()) | {b for _, b in rest}, gaps, start, end)
@@ -477,9 +480,6 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
             gaps.preprocess.extend(pieces)
             gaps.preprocess_steps += 1
     rest = subtract(rest, gaps.preprocess)
-    sync_spans = merge((s, e) for s, e, *_ in data.syncs)
-    sync_wait = intersect(rest, sync_spans)
-    rest = subtract(rest, sync_wait)
     _classify_gaps(data, rest, launched, gaps)
     hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
 
