@@ -24,16 +24,24 @@ import statistics
 import time
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio.to_thread
+import numpy as np
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.intervals import Intervals, clip, intersect, merge, merge_indexed, subtract, total
+from tools.core.intervals import (
+    Coverage,
+    Intervals,
+    clip,
+    intersect,
+    merge,
+    subtract,
+    total,
+)
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges
@@ -45,7 +53,7 @@ from tools.core.thresholds import (
     SMALL_GAP_US,
 )
 from tools.traces.compute import FlopCounter, achieved, kernel_precision
-from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace_batches, trace_files
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
@@ -234,8 +242,12 @@ class _Collected:
     gpu_end: array[float] = field(default_factory=lambda: array("d"))
     gpu_kind: bytearray = field(default_factory=bytearray)  # index into _KINDS
     gpu_comm: bytearray = field(default_factory=bytearray)
-    gpu_corr: list[Any] = field(default_factory=list)
-    runtime_ts: dict[Any, float] = field(default_factory=dict)
+    gpu_corr: array[int] = field(default_factory=lambda: array("q"))  # -1: none
+    # Runtime calls' correlation ids and start times, as columns: a dict of millions of ints costs ~100 bytes an
+    # entry, these 16 (a 5 GB trace's launches must fit in memory).
+    runtime_corr: array[int] = field(default_factory=lambda: array("q"))
+    runtime_ts: array[float] = field(default_factory=lambda: array("d"))
+    gpu: _Gpu | None = None  # the columns above as sorted numpy arrays, made once for the analysis
     steps: list[tuple[float, float]] = field(default_factory=list)
     dataloader: list[tuple[float, float]] = field(default_factory=list)
     syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
@@ -277,81 +289,91 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
     header = TraceHeader()
     seen_kernels: dict[str, tuple[str, bool, str | None]] = {}
     runtime_roles: dict[str, str] = {}
-    for event in read_trace(path, display, deadline, header):
-        if event.ph != "X":
-            continue
-        raw_ts = event.ts
-        ts = _number(raw_ts)
-        dur = _number(event.dur)
-        cat = event.cat
-        if ts is None or dur is None or not isinstance(cat, str) or cat == "Trace":
-            continue
-        if isinstance(raw_ts, float):
-            data.float_ts = True
-        data.events += 1
-        name = event.name if isinstance(event.name, str) else ""
-        args = event.args
-        end = ts + dur
-        stream = _number(args.stream) if args is not None else None
-        category = cat.lower()
-        # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
-        # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
-        if stream is not None and stream != -1 and category != "gpu_user_annotation":
-            classes = seen_kernels.get(name)
-            if classes is None:  # kernel names repeat and are long: classify each name once
-                kind = _hta_kind(name)
-                classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)),
-                                                kernel_precision(name))
-            kind, comm, precision = classes
-            if precision is not None:
-                data.flops.gemm_time[precision] = data.flops.gemm_time.get(precision, 0.0) + dur
-            if data.device is None and args is not None and isinstance(args.device, int):
-                data.device = args.device
-            comm = comm or (args is not None and args.collective is not None)
-            correlation = args.correlation if args is not None else None
-            data.gpu_ts.append(ts)
-            data.gpu_end.append(end)
-            data.gpu_kind.append(_KIND_CODE[kind])
-            data.gpu_comm.append(comm)
-            data.gpu_corr.append(_key(correlation))
-            if category in _KERNEL_CATS:
-                stat = data.kernels.get(name)
-                if stat is None:
-                    data.kernels[name] = [1, dur, "comm" if comm else kind]
-                else:
-                    stat[0] += 1
-                    stat[1] += dur
-                data.kernel_durations[_bucket(dur)] += 1
-            continue
-        if category == "python_function":
-            continue
-        data.cpu_span[0] = min(data.cpu_span[0], ts)
-        data.cpu_span[1] = max(data.cpu_span[1], end)
-        if category in _RUNTIME_CATS:
-            correlation = _key(args.correlation) if args is not None else None
-            if correlation is not None:
-                data.runtime_ts[correlation] = ts
-            role = runtime_roles.get(name)
-            if role is None:
-                role = runtime_roles[name] = "sync" if _SYNC_CALLS.match(name) else (
-                    "launch" if _LAUNCH.search(name) else "")
-            if role == "sync":
-                data.syncs.append((ts, end, _key(event.tid), name))
-            elif role == "launch":
-                if len(data.launch_durations) < _LAUNCH_SAMPLE:
-                    data.launch_durations.append(dur)
-                if "GraphLaunch" in name:
-                    data.graph_launches += 1
-        elif name.startswith("ProfilerStep#"):
-            data.steps.append((ts, end))
-        elif "DataLoader" in name and "__next__" in name:
-            data.dataloader.append((ts, end))
-        elif name in _SYNC_OPS:
-            data.sync_ops.append((ts, end, _key(event.tid), name))
-        if category in _CPU_OP_CATS and args is not None and (args.flops is not None or args.input_dims):
-            data.flops.add_op(name, ts, args.flops, args.input_dims, args.input_type)
-        if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
-            data.long_ops.append((ts, end, name))
+    # The hot loop (millions of events): the columns' appends bound to locals, numbers checked by exact type
+    # first (nearly every ts and dur is an int or a float), the CPU span kept in locals.
+    gpu_ts, gpu_end, gpu_kind, gpu_comm, gpu_corr = (data.gpu_ts.append, data.gpu_end.append, data.gpu_kind.append,
+                                                     data.gpu_comm.append, data.gpu_corr.append)
+    kernels, durations = data.kernels, data.kernel_durations
+    runtime_corr, runtime_ts = data.runtime_corr.append, data.runtime_ts.append
+    cpu_low, cpu_high = math.inf, -math.inf
+    for batch in read_trace_batches(path, display, deadline, header):
+        for event in batch:
+            if event.ph != "X":
+                continue
+            raw_ts, raw_dur, cat = event.ts, event.dur, event.cat
+            ts = raw_ts if type(raw_ts) is int or type(raw_ts) is float else _number(raw_ts)
+            dur = raw_dur if type(raw_dur) is int or type(raw_dur) is float else _number(raw_dur)
+            if ts is None or dur is None or type(cat) is not str or cat == "Trace":
+                continue
+            if type(raw_ts) is float:
+                data.float_ts = True
+            data.events += 1
+            name = event.name if type(event.name) is str else ""
+            args = event.args
+            end = ts + dur
+            stream = (args.stream if type(args.stream) is int else _number(args.stream)) if args is not None else None
+            category = cat.lower()
+            # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
+            # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
+            if stream is not None and stream != -1 and category != "gpu_user_annotation":
+                assert args is not None
+                classes = seen_kernels.get(name)
+                if classes is None:  # kernel names repeat and are long: classify each name once
+                    kind = _hta_kind(name)
+                    classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)),
+                                                    kernel_precision(name))
+                kind, comm, precision = classes
+                if precision is not None:
+                    data.flops.gemm_time[precision] = data.flops.gemm_time.get(precision, 0.0) + dur
+                if data.device is None and type(args.device) is int:
+                    data.device = args.device
+                comm = comm or args.collective is not None
+                gpu_ts(ts)
+                gpu_end(end)
+                gpu_kind(_KIND_CODE[kind])
+                gpu_comm(comm)
+                gpu_corr(args.correlation if type(args.correlation) is int else -1)
+                if category in _KERNEL_CATS:
+                    stat = kernels.get(name)
+                    if stat is None:
+                        kernels[name] = [1, dur, "comm" if comm else kind]
+                    else:
+                        stat[0] += 1
+                        stat[1] += dur
+                    durations[_bucket(dur)] += 1
+                continue
+            if category == "python_function":
+                continue
+            if ts < cpu_low:
+                cpu_low = ts
+            if end > cpu_high:
+                cpu_high = end
+            if category in _RUNTIME_CATS:
+                if args is not None and type(args.correlation) is int:
+                    runtime_corr(args.correlation)
+                    runtime_ts(ts)
+                role = runtime_roles.get(name)
+                if role is None:
+                    role = runtime_roles[name] = "sync" if _SYNC_CALLS.match(name) else (
+                        "launch" if _LAUNCH.search(name) else "")
+                if role == "sync":
+                    data.syncs.append((ts, end, _key(event.tid), name))
+                elif role == "launch":
+                    if len(data.launch_durations) < _LAUNCH_SAMPLE:
+                        data.launch_durations.append(dur)
+                    if "GraphLaunch" in name:
+                        data.graph_launches += 1
+            elif name.startswith("ProfilerStep#"):
+                data.steps.append((ts, end))
+            elif "DataLoader" in name and "__next__" in name:
+                data.dataloader.append((ts, end))
+            elif name in _SYNC_OPS:
+                data.sync_ops.append((ts, end, _key(event.tid), name))
+            if category in _CPU_OP_CATS and args is not None and (args.flops is not None or args.input_dims):
+                data.flops.add_op(name, ts, args.flops, args.input_dims, args.input_type)
+            if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
+                data.long_ops.append((ts, end, name))
+    data.cpu_span = [cpu_low, cpu_high]
     return data, header
 
 
@@ -374,34 +396,82 @@ def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 2) if whole > 0 else None
 
 
-def _gpu_merged(data: _Collected, keep: Callable[[int], bool], rounded: bool = False) -> Intervals:
-    starts, ends = data.gpu_ts, data.gpu_end
+@dataclass
+class _Gpu:
+    """The GPU events as numpy columns sorted by start, each with the start of its launch call (-inf: none in the
+    trace, e.g. a CUDA graph's kernels or an odd correlation id)."""
+
+    ts: np.ndarray[Any, np.dtype[np.float64]]
+    end: np.ndarray[Any, np.dtype[np.float64]]
+    kind: np.ndarray[Any, np.dtype[np.uint8]]
+    comm: np.ndarray[Any, np.dtype[np.bool_]]
+    launch: np.ndarray[Any, np.dtype[np.float64]]
+
+
+def _gpu(data: _Collected) -> _Gpu:
+    if data.gpu is None:
+        ts = np.frombuffer(data.gpu_ts, dtype=np.float64)
+        order = np.argsort(ts, kind="stable")
+        corr = np.frombuffer(data.gpu_corr, dtype=np.int64)[order]
+        launch = np.full(len(order), -np.inf)
+        if len(data.runtime_corr):
+            # The last runtime call of each correlation id wins, as it did in a dict.
+            by_corr = np.argsort(np.frombuffer(data.runtime_corr, dtype=np.int64), kind="stable")
+            ids = np.frombuffer(data.runtime_corr, dtype=np.int64)[by_corr]
+            starts = np.frombuffer(data.runtime_ts, dtype=np.float64)[by_corr]
+            at = np.searchsorted(ids, corr, side="right") - 1
+            found = (at >= 0) & (corr >= 0)
+            found[found] = ids[at[found]] == corr[found]
+            launch[found] = starts[at[found]]
+        data.gpu = _Gpu(ts[order], np.frombuffer(data.gpu_end, dtype=np.float64)[order],
+                        np.frombuffer(data.gpu_kind, dtype=np.uint8)[order],
+                        np.frombuffer(data.gpu_comm, dtype=np.uint8)[order].astype(bool), launch)
+        del ts, corr
+        # The sorted copies replace the columns they came from: the memory bounds the trace size.
+        data.gpu_ts, data.gpu_end, data.gpu_corr = array("d"), array("d"), array("q")
+        data.gpu_kind, data.gpu_comm = bytearray(), bytearray()
+        data.runtime_corr, data.runtime_ts = array("q"), array("d")
+    return data.gpu
+
+
+def _gpu_merged(data: _Collected, keep: np.ndarray[Any, np.dtype[np.bool_]] | None = None,
+                rounded: bool = False) -> Intervals:
+    """The union of the GPU events `keep` selects (all when None), vectorised: sorted starts, a running maximum
+    of the ends, a new interval wherever a start lies past every end before it."""
+    gpu = _gpu(data)
+    starts, ends = (gpu.ts, gpu.end) if keep is None else (gpu.ts[keep], gpu.end[keep])
     if rounded:
-        # HTA loads float timestamps by rounding the start up and the end down to whole microseconds.
-        starts, ends = array("d", map(math.ceil, starts)), array("d", map(math.floor, ends))
-    return merge_indexed(starts, ends, (i for i in range(len(data.gpu_ts)) if keep(i)))
+        # HTA loads float timestamps by rounding the start up and the end down to whole microseconds (rounding
+        # keeps the order of the starts).
+        starts, ends = np.ceil(starts), np.floor(ends)
+    present = ends > starts
+    starts, ends = starts[present], ends[present]
+    if not len(starts):
+        return []
+    reach = np.maximum.accumulate(ends)
+    opens = np.empty(len(starts), dtype=bool)
+    opens[0] = True
+    opens[1:] = starts[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    last = np.append(first[1:] - 1, len(starts) - 1)
+    return list(zip(starts[first].tolist(), reach[last].tolist(), strict=True))
 
 
 def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
     """HTA's get_temporal_breakdown: GPU events launched before the last step, span of their activity."""
+    gpu = _gpu(data)
+    kept = gpu.launch > -np.inf
     if len(steps) >= 2:
-        cut = steps[-1][0]
-        corr, runtime = data.gpu_corr, data.runtime_ts
-
-        def kept(i: int) -> bool:
-            return corr[i] is not None and runtime.get(corr[i], cut) < cut
+        kept &= gpu.launch < steps[-1][0]
     else:
-        def kept(i: int) -> bool:
-            return True
-
-    compute_code = _KIND_CODE["compute"]
+        kept = np.ones(len(gpu.ts), dtype=bool)
     merged = _gpu_merged(data, kept, data.float_ts)
     if not merged:
         return None, None, None
     span = merged[-1][1] - merged[0][0]
     idle = span - total(merged)
     del merged
-    compute = total(_gpu_merged(data, lambda i: data.gpu_kind[i] == compute_code and kept(i), data.float_ts))
+    compute = total(_gpu_merged(data, kept & (gpu.kind == _KIND_CODE["compute"]), data.float_ts))
     return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
 
 
@@ -409,7 +479,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     notes: list[str] = []
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
-    gpu_all = _gpu_merged(data, lambda i: True)
+    gpu_all = _gpu_merged(data)
     loads = sorted(merge(data.dataloader))
     if not steps and len(loads) >= _MIN_ITERATIONS:
         # No ProfilerStep (the autograd-profiler API, a bare profile() block): a training loop's iterations run
@@ -439,7 +509,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     step_window = [(start, end)] if length > 0 else []
     dataloader = merge(data.dataloader)
     causes: list[Cause] = []
-    if not data.gpu_ts:
+    if not len(_gpu(data).ts):
         notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time.")
         data_ms = total(intersect(step_window, dataloader))
         summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
@@ -456,11 +526,10 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     compute_code = _KIND_CODE["compute"]
     busy = clip(gpu_all, start, end)
     del gpu_all  # the large lists are dropped as soon as they are used up: memory bounds the trace size
-    compute = clip(_gpu_merged(data, lambda i: data.gpu_kind[i] == compute_code and not data.gpu_comm[i]),
-                   start, end)
-    comm = clip(_gpu_merged(data, lambda i: bool(data.gpu_comm[i])), start, end)
-    memory_code = _KIND_CODE["memory"]
-    memory = total(clip(_gpu_merged(data, lambda i: data.gpu_kind[i] == memory_code), start, end))
+    gpu = _gpu(data)
+    compute = clip(_gpu_merged(data, (gpu.kind == compute_code) & ~gpu.comm), start, end)
+    comm = clip(_gpu_merged(data, gpu.comm), start, end)
+    memory = total(clip(_gpu_merged(data, gpu.kind == _KIND_CODE["memory"]), start, end))
     exposed = total(subtract(comm, compute))
     idle = subtract(step_window, busy)
 
@@ -475,7 +544,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     leads = _step_leads(busy, analysed)
     launched = _launches(data, set(leads.values()) | {b for _, b in rest}, gaps, start, end)
     for step_start, first in leads.items():
-        pieces = intersect(rest, [(step_start, first)])
+        pieces = clip(rest, step_start, first)
         if launched.get(first, _NO_LAUNCH) >= step_start - LAUNCH_AHEAD_US and total(pieces) >= DISPATCH_GAP_US:
             gaps.preprocess.extend(pieces)
             gaps.preprocess_steps += 1
@@ -550,7 +619,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), memory_pct=_pct(memory, length),
         exposed_comm_pct=_pct(exposed, length),
         comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
-        gpu_events=len(data.gpu_ts), events=data.events,
+        gpu_events=len(_gpu(data).ts), events=data.events,
     )
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
                        _idle_ops(rank, data, idle), len(steps))
@@ -559,8 +628,9 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
 def _idle_ops(rank: int, data: _Collected, idle: Intervals) -> list[IdleOp]:
     overlap: dict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()
+    idle_time = Coverage(idle)
     for s, e, name in data.long_ops:
-        shared = total(clip(idle, s, e))
+        shared = idle_time.within(s, e)
         if shared > 0:
             overlap[name] += shared
             calls[name] += 1
@@ -616,18 +686,16 @@ _NO_LAUNCH = -math.inf  # GPU work starting at a time, none of it with a launch 
 
 def _launches(data: _Collected, times: set[float], found: _IdleGaps, start: float, end: float) -> dict[float, float]:
     """For the GPU work that starts at each of `times`: the latest launch call behind it (_NO_LAUNCH when it has
-    none, e.g. a CUDA graph's kernels); one pass over the GPU events, which also samples the kernels' sizes."""
+    none, e.g. a CUDA graph's kernels); the sizes of the window's kernels are sampled on the way."""
+    gpu = _gpu(data)
+    window = (gpu.ts >= start) & (gpu.ts < end) & (gpu.kind == _KIND_CODE["compute"])
+    found.kernels_in_window = int(window.sum())
+    found.kernel_us = (gpu.end[window] - gpu.ts[window])[:_LAUNCH_SAMPLE].tolist()
+    wanted = np.fromiter(times, dtype=np.float64, count=len(times))
+    at = np.flatnonzero(np.isin(gpu.ts, wanted))
     launched: dict[float, float] = {}
-    runtime, corr = data.runtime_ts, data.gpu_corr
-    compute = _KIND_CODE["compute"]
-    for i, ts in enumerate(data.gpu_ts):
-        if start <= ts < end and data.gpu_kind[i] == compute:
-            found.kernels_in_window += 1
-            if len(found.kernel_us) < _LAUNCH_SAMPLE:
-                found.kernel_us.append(data.gpu_end[i] - ts)
-        if ts in times:
-            launch = runtime.get(corr[i], _NO_LAUNCH) if corr[i] is not None else _NO_LAUNCH
-            launched[ts] = max(launched.get(ts, _NO_LAUNCH), launch)
+    for ts, launch in zip(gpu.ts[at].tolist(), gpu.launch[at].tolist(), strict=True):
+        launched[ts] = max(launched.get(ts, _NO_LAUNCH), launch)
     return launched
 
 
@@ -676,9 +744,11 @@ def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Intervals) 
 def _ops_during(data: _Collected, spans: Intervals) -> list[tuple[str, float]]:
     """The longest CPU ops (>= LONG_OP_US) running during `spans`, by overlap in ms, innermost ones included."""
     overlap: dict[str, float] = defaultdict(float)
+    covered = Coverage(spans)
     for s, e, name in data.long_ops:
-        if _overlaps(spans, s, e):
-            overlap[short_name(name)] += total(intersect(spans, [(s, e)]))
+        shared = covered.within(s, e)
+        if shared > 0:
+            overlap[short_name(name)] += shared
     return [(n, v / 1000) for n, v in sorted(overlap.items(), key=lambda kv: kv[1], reverse=True)[:3]]
 
 
