@@ -7,10 +7,13 @@ several streams are never counted twice.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
-__all__ = ["Coverage", "Intervals", "clip", "intersect", "merge", "merge_indexed", "merge_sorted_indexed", "subtract",
-           "total"]
+import numpy as np
+
+__all__ = ["Coverage", "Intervals", "Spans", "clip", "intersect", "merge", "merge_indexed", "merge_sorted_indexed",
+           "subtract", "total"]
 
 Intervals = list[tuple[float, float]]
 
@@ -117,3 +120,103 @@ class Coverage:
 
     def within(self, start: float, end: float) -> float:
         return self._up_to(end) - self._up_to(start) if end > start else 0.0
+
+
+class Spans:
+    """A sorted, disjoint set of intervals as two numpy arrays: the same arithmetic as the list functions above,
+    vectorised, at 16 bytes an interval instead of ~100 (a trace of millions of kernels has as many gaps)."""
+
+    __slots__ = ("_before", "ends", "starts")
+
+    def __init__(self, starts: Any, ends: Any) -> None:
+        self.starts: np.ndarray[Any, np.dtype[np.float64]] = np.asarray(starts, dtype=np.float64)
+        self.ends: np.ndarray[Any, np.dtype[np.float64]] = np.asarray(ends, dtype=np.float64)
+        self._before: np.ndarray[Any, np.dtype[np.float64]] | None = None  # prefix sums, for within()
+
+    @classmethod
+    def of(cls, merged: Intervals) -> Spans:
+        return cls([a for a, _ in merged], [b for _, b in merged])
+
+    @classmethod
+    def union(cls, starts: Any, ends: Any) -> Spans:
+        """The union of intervals given by starts already in order (their ends in any order)."""
+        starts, ends = np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+        present = ends > starts
+        starts, ends = starts[present], ends[present]
+        if not len(starts):
+            return cls([], [])
+        reach = np.maximum.accumulate(ends)
+        opens = np.empty(len(starts), dtype=bool)
+        opens[0] = True
+        opens[1:] = starts[1:] > reach[:-1]
+        first = np.flatnonzero(opens)
+        return cls(starts[first], reach[np.append(first[1:] - 1, len(starts) - 1)])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __bool__(self) -> bool:
+        return len(self.starts) > 0
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.starts.tolist(), self.ends.tolist(), strict=True)
+
+    def total(self) -> float:
+        return float((self.ends - self.starts).sum())
+
+    def clip(self, start: float, end: float) -> Spans:
+        if end <= start:
+            return Spans([], [])
+        low = int(np.searchsorted(self.ends, start, side="right"))
+        high = int(np.searchsorted(self.starts, end, side="left"))
+        return Spans(np.maximum(self.starts[low:high], start), np.minimum(self.ends[low:high], end))
+
+    def intersect(self, other: Spans) -> Spans:
+        """Each interval of self against the run of other's intervals it meets."""
+        low = np.searchsorted(other.ends, self.starts, side="right")
+        high = np.searchsorted(other.starts, self.ends, side="left")
+        counts = np.maximum(high - low, 0)
+        if not counts.sum():
+            return Spans([], [])
+        mine = np.repeat(np.arange(len(self)), counts)
+        theirs = np.repeat(low - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        starts = np.maximum(self.starts[mine], other.starts[theirs])
+        ends = np.minimum(self.ends[mine], other.ends[theirs])
+        keep = ends > starts
+        return Spans(starts[keep], ends[keep])
+
+    def subtract(self, other: Spans) -> Spans:
+        """The parts of self outside other: self against the gaps around other's intervals."""
+        if not other or not self:
+            return Spans(self.starts.copy(), self.ends.copy())
+        gaps = Spans(np.append(-np.inf, other.ends), np.append(other.starts, np.inf))
+        return self.intersect(gaps)
+
+    def where(self, keep: Any) -> Spans:
+        """The intervals a boolean mask selects."""
+        return Spans(self.starts[keep], self.ends[keep])
+
+    def within(self, start: float, end: float) -> float:
+        """How much of the set lies inside [start, end): two binary searches over prefix sums, so that many
+        calls (every long CPU op against every GPU gap) stay cheap."""
+        if end <= start or not len(self.starts):
+            return 0.0
+        if self._before is None:
+            self._before = np.concatenate(([0.0], np.cumsum(self.ends - self.starts)))
+        return self._up_to(end) - self._up_to(start)
+
+    def _up_to(self, point: float) -> float:
+        assert self._before is not None
+        i = int(np.searchsorted(self.starts, point, side="right"))
+        covered = float(self._before[i])
+        if i and self.ends[i - 1] > point:
+            covered -= float(self.ends[i - 1]) - point
+        return covered
+
+    @staticmethod
+    def join(*sets: Spans) -> Spans:
+        """The union of several sets."""
+        starts = np.concatenate([s.starts for s in sets]) if sets else np.array([])
+        ends = np.concatenate([s.ends for s in sets]) if sets else np.array([])
+        order = np.argsort(starts, kind="stable")
+        return Spans.union(starts[order], ends[order])

@@ -33,15 +33,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.intervals import (
-    Coverage,
-    Intervals,
-    clip,
-    intersect,
-    merge,
-    subtract,
-    total,
-)
+from tools.core.intervals import Intervals, Spans, merge
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges
@@ -248,6 +240,8 @@ class _Collected:
     runtime_corr: array[int] = field(default_factory=lambda: array("q"))
     runtime_ts: array[float] = field(default_factory=lambda: array("d"))
     gpu: _Gpu | None = None  # the columns above as sorted numpy arrays, made once for the analysis
+    # Each distinct GPU start time and the latest launch call behind the work starting then.
+    launch_by_start: tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]] | None = None
     steps: list[tuple[float, float]] = field(default_factory=list)
     dataloader: list[tuple[float, float]] = field(default_factory=list)
     syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
@@ -435,26 +429,15 @@ def _gpu(data: _Collected) -> _Gpu:
 
 
 def _gpu_merged(data: _Collected, keep: np.ndarray[Any, np.dtype[np.bool_]] | None = None,
-                rounded: bool = False) -> Intervals:
-    """The union of the GPU events `keep` selects (all when None), vectorised: sorted starts, a running maximum
-    of the ends, a new interval wherever a start lies past every end before it."""
+                rounded: bool = False) -> Spans:
+    """The union of the GPU events `keep` selects (all when None), from the start-sorted columns."""
     gpu = _gpu(data)
     starts, ends = (gpu.ts, gpu.end) if keep is None else (gpu.ts[keep], gpu.end[keep])
     if rounded:
         # HTA loads float timestamps by rounding the start up and the end down to whole microseconds (rounding
         # keeps the order of the starts).
         starts, ends = np.ceil(starts), np.floor(ends)
-    present = ends > starts
-    starts, ends = starts[present], ends[present]
-    if not len(starts):
-        return []
-    reach = np.maximum.accumulate(ends)
-    opens = np.empty(len(starts), dtype=bool)
-    opens[0] = True
-    opens[1:] = starts[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    last = np.append(first[1:] - 1, len(starts) - 1)
-    return list(zip(starts[first].tolist(), reach[last].tolist(), strict=True))
+    return Spans.union(starts, ends)
 
 
 def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
@@ -468,10 +451,10 @@ def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[
     merged = _gpu_merged(data, kept, data.float_ts)
     if not merged:
         return None, None, None
-    span = merged[-1][1] - merged[0][0]
-    idle = span - total(merged)
+    span = float(merged.ends[-1] - merged.starts[0])
+    idle = span - merged.total()
     del merged
-    compute = total(_gpu_merged(data, kept & (gpu.kind == _KIND_CODE["compute"]), data.float_ts))
+    compute = _gpu_merged(data, kept & (gpu.kind == _KIND_CODE["compute"]), data.float_ts).total()
     return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
 
 
@@ -497,7 +480,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                                                                       else " (last left out, as HTA)")
         step_ms = statistics.median(e - s for s, e in analysed) / 1000.0
     elif gpu_all:
-        start, end = gpu_all[0][0], gpu_all[-1][1]
+        start, end = float(gpu_all.starts[0]), float(gpu_all.ends[-1])
         window = "first to last GPU activity (no ProfilerStep)"
         notes.append(f"rank {rank}: no ProfilerStep annotation; the first-to-last GPU activity window is analysed.")
         step_ms = None
@@ -506,12 +489,12 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         window = "first to last CPU event (no ProfilerStep, no GPU)"
         step_ms = None
     length = max(end - start, 0.0)
-    step_window = [(start, end)] if length > 0 else []
-    dataloader = merge(data.dataloader)
+    step_window = Spans([start], [end]) if length > 0 else Spans([], [])
+    dataloader = Spans.of(merge(data.dataloader))
     causes: list[Cause] = []
     if not len(_gpu(data).ts):
         notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time.")
-        data_ms = total(intersect(step_window, dataloader))
+        data_ms = step_window.intersect(dataloader).total()
         summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
                               gpu_busy_pct=None, idle_pct=None, compute_pct=None, non_compute_pct=None,
                               comm_pct=None, memory_pct=None, exposed_comm_pct=None, comm_overlap_pct=None,
@@ -523,79 +506,75 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes,
                            profiled_steps=len(steps))
 
-    compute_code = _KIND_CODE["compute"]
-    busy = clip(gpu_all, start, end)
-    del gpu_all  # the large lists are dropped as soon as they are used up: memory bounds the trace size
+    busy = gpu_all.clip(start, end)
+    del gpu_all  # the large sets are dropped as soon as they are used up: memory bounds the trace size
     gpu = _gpu(data)
-    compute = clip(_gpu_merged(data, (gpu.kind == compute_code) & ~gpu.comm), start, end)
-    comm = clip(_gpu_merged(data, gpu.comm), start, end)
-    memory = total(clip(_gpu_merged(data, gpu.kind == _KIND_CODE["memory"]), start, end))
-    exposed = total(subtract(comm, compute))
-    idle = subtract(step_window, busy)
+    compute = _gpu_merged(data, (gpu.kind == _KIND_CODE["compute"]) & ~gpu.comm).clip(start, end)
+    comm = _gpu_merged(data, gpu.comm).clip(start, end)
+    memory = _gpu_merged(data, gpu.kind == _KIND_CODE["memory"]).clip(start, end).total()
+    exposed = comm.subtract(compute).total()
+    comm_ms = comm.total()
+    del compute, comm
+    idle = step_window.subtract(busy)
 
     # Attribute idle time: data loading first, then host syncs; then host work that opens a step before its first
     # GPU work (input preprocessing); then each remaining gap by the GPU work that ends it.
-    data_wait = intersect(idle, dataloader)
-    rest = subtract(idle, data_wait)
-    sync_spans = merge((s, e) for s, e, *_ in data.syncs)
-    sync_wait = intersect(rest, sync_spans)
-    rest = subtract(rest, sync_wait)
+    data_wait = idle.intersect(dataloader)
+    rest = idle.subtract(data_wait)
+    sync_wait = rest.intersect(Spans.of(merge((s, e) for s, e, *_ in data.syncs)))
+    rest = rest.subtract(sync_wait)
     gaps = _IdleGaps()
-    leads = _step_leads(busy, analysed)
-    launched = _launches(data, set(leads.values()) | {b for _, b in rest}, gaps, start, end)
-    for step_start, first in leads.items():
-        pieces = clip(rest, step_start, first)
-        if launched.get(first, _NO_LAUNCH) >= step_start - LAUNCH_AHEAD_US and total(pieces) >= DISPATCH_GAP_US:
-            gaps.preprocess.extend(pieces)
-            gaps.preprocess_steps += 1
-    rest = subtract(rest, gaps.preprocess)
-    _classify_gaps(data, rest, launched, gaps)
+    _sample_kernels(data, gaps, start, end)
+    gaps.preprocess, gaps.preprocess_steps = _preprocessing(data, busy, rest, analysed)
+    rest = rest.subtract(gaps.preprocess)
+    _classify_gaps(data, rest, gaps)
     hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
 
     def share(value: float) -> float:
         return _pct(value, length) or 0.0
 
-    if total(data_wait) > 0:
+    if data_wait:
         in_window = sum(1 for s, e in dataloader if e > start and s < end)
-        causes.append(Cause(kind="data_loading", share_pct=share(total(data_wait)),
-                            evidence=f"GPU idle {total(data_wait) / 1000:.1f} ms while DataLoader.__next__ ran "
+        causes.append(Cause(kind="data_loading", share_pct=share(data_wait.total()),
+                            evidence=f"GPU idle {data_wait.total() / 1000:.1f} ms while DataLoader.__next__ ran "
                             f"({in_window} call(s) in the window)", fix=_FIX["data_loading"]))
-    if total(sync_wait) > 0:
-        ops = _sync_ops(data, sync_wait)
-        calls = Counter(name for s, e, _, name in data.syncs if _overlaps(sync_wait, s, e))
-        causes.append(Cause(kind="implicit_sync", share_pct=share(total(sync_wait)),
-                            evidence=f"GPU idle {total(sync_wait) / 1000:.1f} ms during "
+    if sync_wait:
+        waits = list(sync_wait)
+        ops = _sync_ops(data, waits)
+        calls = Counter(name for s, e, _, name in data.syncs if _overlaps(waits, s, e))
+        causes.append(Cause(kind="implicit_sync", share_pct=share(sync_wait.total()),
+                            evidence=f"GPU idle {sync_wait.total() / 1000:.1f} ms during "
                             + ", ".join(f"{n} x{c}" for n, c in calls.most_common(3))
                             + (f"; called from {', '.join(f'{n} x{c}' for n, c in ops.most_common(3))}" if ops else ""),
                             fix=_FIX["implicit_sync"]))
     if gaps.preprocess:
         ops_run = _ops_during(data, gaps.preprocess)
-        causes.append(Cause(kind="input_preprocessing", share_pct=share(total(gaps.preprocess)),
-                            evidence=f"GPU idle {total(gaps.preprocess) / 1000:.1f} ms at the start of "
+        causes.append(Cause(kind="input_preprocessing", share_pct=share(gaps.preprocess.total()),
+                            evidence=f"GPU idle {gaps.preprocess.total() / 1000:.1f} ms at the start of "
                             f"{gaps.preprocess_steps} step(s) while the host worked before launching "
                             "the step's first GPU work (no DataLoader marker)"
                             + (f"; host ops: {', '.join(f'{n} {ms:.1f} ms' for n, ms in ops_run)}" if ops_run else ""),
                             fix=_FIX["input_preprocessing"]))
-    launch_gaps, other = gaps.dispatch, total(gaps.host)
+    launch_gaps, other = gaps.dispatch, gaps.host.total()
     kernel_count = sum(v[0] for v in data.kernels.values())
     short = data.kernel_durations.get("<10us", 0)
-    unlinked_small = [(s, e) for s, e in gaps.unlinked if e - s < SMALL_GAP_US]
+    unlinked_small = gaps.unlinked.where(gaps.unlinked.ends - gaps.unlinked.starts < SMALL_GAP_US)
     if kernel_count and short / kernel_count >= 0.5:
-        launch_gaps = merge([*launch_gaps, *unlinked_small])  # no launch call to tell: short kernels, short gaps
-        other += total(gaps.unlinked) - total(unlinked_small)
+        launch_gaps = Spans.join(launch_gaps, unlinked_small)  # no launch call to tell: short kernels, short gaps
+        other += gaps.unlinked.total() - unlinked_small.total()
     else:
-        other += total(gaps.unlinked)  # short gaps without short kernels are host work, not launch overhead
+        other += gaps.unlinked.total()  # short gaps without short kernels are host work, not launch overhead
     if launch_gaps:
-        causes.append(Cause(kind="launch_bound", share_pct=share(total(launch_gaps)),
+        causes.append(Cause(kind="launch_bound", share_pct=share(launch_gaps.total()),
                             evidence=_launch_evidence(data, gaps, launch_gaps), fix=_FIX["launch_bound"]))
     if exposed > 0:
-        overlap = _pct(total(comm) - exposed, total(comm))
+        overlap = _pct(comm_ms - exposed, comm_ms)
         causes.append(Cause(kind="exposed_comm", share_pct=share(exposed),
                             evidence=f"{exposed / 1000:.1f} ms of communication with no compute beside it "
-                            f"({overlap:.0f}% of {total(comm) / 1000:.1f} ms overlapped)", fix=_FIX["exposed_comm"]))
+                            f"({overlap:.0f}% of {comm_ms / 1000:.1f} ms overlapped)", fix=_FIX["exposed_comm"]))
     if gaps.queued:
-        causes.append(Cause(kind="gpu_wait", share_pct=share(total(gaps.queued)),
-                            evidence=f"GPU idle {total(gaps.queued) / 1000:.1f} ms in {len(gaps.queued)} gaps with "
+        causes.append(Cause(kind="gpu_wait", share_pct=share(gaps.queued.total()),
+                            evidence=f"GPU idle {gaps.queued.total() / 1000:.1f} ms in {len(gaps.queued)} gaps with "
                             "the next kernel or copy already queued: it waited on another stream or an event (or a "
                             "CUDA graph's own order), not on the host", fix=_FIX["gpu_wait"]))
     if other > 0:
@@ -604,8 +583,8 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                             "call running (Python/CPU work between launches)", fix=_FIX["host_other"]))
     per_step = [
         StepSummary(rank=rank, step=i, step_time_ms=round((e - s) / 1000, 3),
-                    gpu_busy_pct=_pct(total(clip(busy, s, e)), e - s),
-                    data_wait_pct=_pct(total(clip(data_wait, s, e)), e - s))
+                    gpu_busy_pct=_pct(busy.within(s, e), e - s),
+                    data_wait_pct=_pct(data_wait.within(s, e), e - s))
         for i, (s, e) in enumerate(analysed)
     ]
     compute_rate = achieved(data.flops, start, end, data.device_name)
@@ -615,22 +594,21 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
         achieved_tflops=compute_rate.tflops, mfu_pct=compute_rate.mfu_pct, flops_from=compute_rate.source,
         precision=compute_rate.precision, peak_tflops=compute_rate.peak_tflops, device=compute_rate.device,
-        gpu_busy_pct=_pct(total(busy), length), idle_pct=hta_idle, compute_pct=hta_compute,
-        non_compute_pct=hta_non_compute, comm_pct=_pct(total(comm), length), memory_pct=_pct(memory, length),
+        gpu_busy_pct=_pct(busy.total(), length), idle_pct=hta_idle, compute_pct=hta_compute,
+        non_compute_pct=hta_non_compute, comm_pct=_pct(comm_ms, length), memory_pct=_pct(memory, length),
         exposed_comm_pct=_pct(exposed, length),
-        comm_overlap_pct=_pct(total(comm) - exposed, total(comm)), data_wait_pct=_pct(total(data_wait), length),
+        comm_overlap_pct=_pct(comm_ms - exposed, comm_ms), data_wait_pct=_pct(data_wait.total(), length),
         gpu_events=len(_gpu(data).ts), events=data.events,
     )
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
                        _idle_ops(rank, data, idle), len(steps))
 
 
-def _idle_ops(rank: int, data: _Collected, idle: Intervals) -> list[IdleOp]:
+def _idle_ops(rank: int, data: _Collected, idle: Spans) -> list[IdleOp]:
     overlap: dict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()
-    idle_time = Coverage(idle)
     for s, e, name in data.long_ops:
-        shared = idle_time.within(s, e)
+        shared = idle.within(s, e)
         if shared > 0:
             overlap[name] += shared
             calls[name] += 1
@@ -665,72 +643,90 @@ def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
     return found
 
 
+def _empty() -> Spans:
+    return Spans([], [])
+
+
 @dataclass
 class _IdleGaps:
     """The GPU-idle intervals left after data loading and syncs, by what the GPU waited for: the kernel that
     ends a gap and its launch call say whether the GPU's queue was empty (it waited for the host)."""
 
-    dispatch: Intervals = field(default_factory=list)  # host-bound and short: op-by-op launch overhead
-    preprocess: Intervals = field(default_factory=list)  # host work from a step's start to its first GPU work
+    dispatch: Spans = field(default_factory=_empty)  # host-bound and short: op-by-op launch overhead
+    preprocess: Spans = field(default_factory=_empty)  # host work from a step's start to its first GPU work
     preprocess_steps: int = 0
-    host: Intervals = field(default_factory=list)  # other host-bound gaps
-    queued: Intervals = field(default_factory=list)  # the next kernel was queued already (streams, CUDA graphs)
-    unlinked: Intervals = field(default_factory=list)  # no launch call for the next kernel, or no next kernel
+    host: Spans = field(default_factory=_empty)  # other host-bound gaps
+    queued: Spans = field(default_factory=_empty)  # the next kernel was queued already (streams, CUDA graphs)
+    unlinked: Spans = field(default_factory=_empty)  # no launch call for the next kernel, or no next kernel
     launch_to_start: list[float] = field(default_factory=list)  # of the kernels that end host-bound gaps
     kernels_in_window: int = 0
     kernel_us: list[float] = field(default_factory=list)  # durations of the kernels in the window (sampled)
 
 
-_NO_LAUNCH = -math.inf  # GPU work starting at a time, none of it with a launch call in the trace
-
-
-def _launches(data: _Collected, times: set[float], found: _IdleGaps, start: float, end: float) -> dict[float, float]:
-    """For the GPU work that starts at each of `times`: the latest launch call behind it (_NO_LAUNCH when it has
-    none, e.g. a CUDA graph's kernels); the sizes of the window's kernels are sampled on the way."""
+def _sample_kernels(data: _Collected, found: _IdleGaps, start: float, end: float) -> None:
     gpu = _gpu(data)
     window = (gpu.ts >= start) & (gpu.ts < end) & (gpu.kind == _KIND_CODE["compute"])
     found.kernels_in_window = int(window.sum())
     found.kernel_us = (gpu.end[window] - gpu.ts[window])[:_LAUNCH_SAMPLE].tolist()
-    wanted = np.fromiter(times, dtype=np.float64, count=len(times))
-    at = np.flatnonzero(np.isin(gpu.ts, wanted))
-    launched: dict[float, float] = {}
-    for ts, launch in zip(gpu.ts[at].tolist(), gpu.launch[at].tolist(), strict=True):
-        launched[ts] = max(launched.get(ts, _NO_LAUNCH), launch)
-    return launched
 
 
-def _classify_gaps(data: _Collected, gaps: Intervals, launched: dict[float, float], found: _IdleGaps) -> None:
-    """Each gap by the GPU work that ends it: launched only after the gap began (the GPU waited for the host:
-    dispatch overhead when short, other host work when long), queued before it (a wait on the GPU side), or
-    unknown (no work at its end in the window, or none of it with a launch call and no CUDA graph to explain)."""
-    for a, b in gaps:
-        launch = launched.get(b)
-        if launch is None or (launch == _NO_LAUNCH and not data.graph_launches):
-            found.unlinked.append((a, b))
-        elif launch >= a - LAUNCH_AHEAD_US:
-            found.launch_to_start.append(b - launch)
-            (found.dispatch if b - a < DISPATCH_GAP_US else found.host).append((a, b))
-        else:
-            found.queued.append((a, b))  # a CUDA graph's kernels count here: the graph queued them
+def _launch_at(data: _Collected, times: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[
+        np.ndarray[Any, np.dtype[np.bool_]], np.ndarray[Any, np.dtype[np.float64]]]:
+    """For each time: whether GPU work starts exactly then, and the latest launch call behind it (-inf when it
+    has none in the trace, e.g. a CUDA graph's kernels)."""
+    gpu = _gpu(data)
+    if not len(gpu.ts):
+        return np.zeros(len(times), dtype=bool), np.full(len(times), -np.inf)
+    if data.launch_by_start is None:
+        first = np.flatnonzero(np.append(True, gpu.ts[1:] != gpu.ts[:-1]))
+        data.launch_by_start = (gpu.ts[first], np.maximum.reduceat(gpu.launch, first))
+    unique, latest = data.launch_by_start
+    at = np.minimum(np.searchsorted(unique, times), len(unique) - 1)
+    found = unique[at] == times
+    return found, np.where(found, latest[at], -np.inf)
 
 
-def _step_leads(busy: Intervals, steps: list[tuple[float, float]]) -> dict[float, float]:
-    """Step start -> the start of the step's first GPU work, for the steps whose GPU idles when they begin."""
-    leads = {}
-    starts = [a for a, _ in busy]
+def _preprocessing(data: _Collected, busy: Spans, rest: Spans, steps: list[tuple[float, float]]) -> tuple[Spans, int]:
+    """Host work that opens a step before its first GPU work: the GPU idles from the step's start, the first work
+    is launched only after the step began, and the idle time before it (DataLoader and syncs taken out) is longer
+    than op-by-op dispatch."""
+    starts, ends, count = [], [], 0
     for step_start, step_end in steps:
-        i = bisect.bisect_left(starts, step_start)
-        if i > 0 and busy[i - 1][1] > step_start:
-            continue  # work from before the step is still running
-        if i < len(starts) and starts[i] < step_end:
-            leads[step_start] = starts[i]
-    return leads
+        i = int(np.searchsorted(busy.starts, step_start, side="left"))
+        if (i > 0 and busy.ends[i - 1] > step_start) or i >= len(busy) or busy.starts[i] >= step_end:
+            continue  # work from before the step is still running, or the step has none
+        first = float(busy.starts[i])
+        found, launch = _launch_at(data, np.array([first]))
+        pieces = rest.clip(step_start, first)
+        if found[0] and launch[0] >= step_start - LAUNCH_AHEAD_US and pieces.total() >= DISPATCH_GAP_US:
+            starts.append(pieces.starts)
+            ends.append(pieces.ends)
+            count += 1
+    if not count:
+        return _empty(), 0
+    return Spans(np.concatenate(starts), np.concatenate(ends)), count
 
 
-def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Intervals) -> str:
-    window_ms = sum(b - a for a, b in launch_gaps) / 1000
-    parts = [f"CPU overhead: GPU idle {window_ms:.1f} ms in {len(launch_gaps)} gaps between kernels, median gap "
-             f"{statistics.median(b - a for a, b in launch_gaps):.1f} us"]
+def _classify_gaps(data: _Collected, gaps: Spans, found: _IdleGaps) -> None:
+    """Each gap by the GPU work that ends it: launched only after the gap began (the GPU waited for the host:
+    dispatch overhead when short, other host work when long), queued before it (a wait on the GPU side; a CUDA
+    graph's kernels count here), or unknown (no work at its end in the window, or none of it with a launch call
+    and no CUDA graph to explain)."""
+    work, launch = _launch_at(data, gaps.ends)
+    linked = launch > -np.inf
+    host_bound = work & linked & (launch >= gaps.starts - LAUNCH_AHEAD_US)
+    queued = work & ~host_bound & (linked | bool(data.graph_launches))
+    short = gaps.ends - gaps.starts < DISPATCH_GAP_US
+    found.dispatch = gaps.where(host_bound & short)
+    found.host = gaps.where(host_bound & ~short)
+    found.queued = gaps.where(queued)
+    found.unlinked = gaps.where(~host_bound & ~queued)
+    found.launch_to_start = (gaps.ends[host_bound] - launch[host_bound]).tolist()
+
+
+def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Spans) -> str:
+    parts = [f"CPU overhead: GPU idle {launch_gaps.total() / 1000:.1f} ms in {len(launch_gaps)} gaps between "
+             f"kernels, median gap {float(np.median(launch_gaps.ends - launch_gaps.starts)):.1f} us"]
     if gaps.launch_to_start:
         parts.append("the next kernel is launched only after the GPU ran dry and starts a median "
                      f"{statistics.median(gaps.launch_to_start):.1f} us after its launch call (it waits for the host)")
@@ -741,12 +737,11 @@ def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Intervals) 
     return "; ".join(parts)
 
 
-def _ops_during(data: _Collected, spans: Intervals) -> list[tuple[str, float]]:
+def _ops_during(data: _Collected, spans: Spans) -> list[tuple[str, float]]:
     """The longest CPU ops (>= LONG_OP_US) running during `spans`, by overlap in ms, innermost ones included."""
     overlap: dict[str, float] = defaultdict(float)
-    covered = Coverage(spans)
     for s, e, name in data.long_ops:
-        shared = covered.within(s, e)
+        shared = spans.within(s, e)
         if shared > 0:
             overlap[short_name(name)] += shared
     return [(n, v / 1000) for n, v in sorted(overlap.items(), key=lambda kv: kv[1], reverse=True)[:3]]
