@@ -32,6 +32,8 @@ from tools.core.ranks import rank_of_path
 __all__ = ["TraceArgs", "TraceEvent", "TraceHeader", "rank_of_trace", "read_trace", "read_trace_batches",
            "trace_files"]
 
+# Kineto's Chrome traces, and the SQLite exports of Nsight Systems (tools/traces/nsys.py).
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite")
 _KEPT_METADATA = frozenset({"distributedInfo", "deviceProperties", "schemaVersion"})
 _SKIP = re.compile(r"[\s,]*")
 _SPACE = re.compile(r"\s*")
@@ -269,7 +271,7 @@ def trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:
     """A trace file, or the .json / .json.gz traces of a folder (symlinks leading out of the roots skipped)."""
     if path.is_file():
         return [path]
-    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz", ".gz")))
+    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     files = []
     for candidate in candidates:
         try:
@@ -277,7 +279,8 @@ def trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:
         except BadInput:
             continue
     if not files:
-        raise BadInput(f"no .json or .json.gz trace in {path.name}.", "Pass a trace file or a folder of them.")
+        raise BadInput(f"no trace (.json, .json.gz, or an nsys .sqlite export) in {path.name}.",
+                       "Pass a trace file or a folder of them.")
     if len(files) > TRACE_MAX_FILES:
         raise LimitExceeded(f"{len(files)} traces in the folder; the limit is {TRACE_MAX_FILES}.",
                             "Pass a folder with fewer ranks.")

@@ -1,7 +1,8 @@
 """summarize_trace: where the step time goes and why the GPU is idle, from PyTorch profiler traces.
 
 Reads a Kineto Chrome trace (.json / .json.gz, object or bare-array form, 2021 to current category
-spellings) or a folder of per-rank traces, streamed (tools/traces/kineto.py). Per rank it reports step time,
+spellings), an Nsight Systems SQLite export (one rank per process with GPU work; tools/traces/nsys.py), or a
+folder of per-rank traces, streamed (tools/traces/kineto.py). Per rank it reports step time,
 GPU busy as the union of GPU intervals, compute / communication / memory time, exposed communication,
 and HTA's temporal breakdown (idle / compute / non-compute) computed HTA's way on HTA's window (all
 ProfilerSteps but the last, GPU work matched to CPU launches by correlation), so the two compare number
@@ -24,6 +25,7 @@ import statistics
 import time
 from array import array
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,7 +47,8 @@ from tools.core.thresholds import (
     SMALL_GAP_US,
 )
 from tools.traces.compute import FlopCounter, achieved, kernel_precision
-from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace_batches, trace_files
+from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace_batches, trace_files
+from tools.traces.nsys import is_nsys_export, nsys_processes, read_nsys_batches
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
@@ -103,8 +106,8 @@ _FIX = {
 
 
 class SummarizeTraceInput(InputModel):
-    path: PathArg = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz) or a folder of per-rank "
-                      "traces, inside the roots.")
+    path: PathArg = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz), an Nsight Systems SQLite "
+                      "export (.sqlite: nsys export --type sqlite), or a folder of per-rank traces, inside the roots.")
     include_last_step: bool = Field(default=False, description="Analyse the last ProfilerStep too (HTA leaves it "
                                     "out by default, since it is often cut short).")
 
@@ -279,8 +282,13 @@ def _bucket(duration: float) -> str:
 
 
 def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, TraceHeader]:
-    data = _Collected()
     header = TraceHeader()
+    return _collect_events(read_trace_batches(path, display, deadline, header)), header
+
+
+def _collect_events(batches: Iterable[list[TraceEvent]]) -> _Collected:
+    """One rank's events (a Kineto trace's, or an nsys export's process shaped like them) into the columns."""
+    data = _Collected()
     seen_kernels: dict[str, tuple[str, bool, str | None]] = {}
     runtime_roles: dict[str, str] = {}
     # The hot loop (millions of events): the columns' appends bound to locals, numbers checked by exact type
@@ -290,7 +298,7 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
     kernels, durations = data.kernels, data.kernel_durations
     runtime_corr, runtime_ts = data.runtime_corr.append, data.runtime_ts.append
     cpu_low, cpu_high = math.inf, -math.inf
-    for batch in read_trace_batches(path, display, deadline, header):
+    for batch in batches:
         for event in batch:
             if event.ph != "X":
                 continue
@@ -368,7 +376,7 @@ def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, Tra
             if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
                 data.long_ops.append((ts, end, name))
     data.cpu_span = [cpu_low, cpu_high]
-    return data, header
+    return data
 
 
 # ---------------------------------------------------------------- analysis of one rank
@@ -781,6 +789,17 @@ def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, d
     results = []
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
+        if is_nsys_export(path):
+            processes = nsys_processes(path, display)
+            for index, process in enumerate(processes):
+                header = TraceHeader()
+                data = _collect_events(read_nsys_batches(path, process, display, deadline, header))
+                data.device_name = _device_name(header, data.device)
+                # One process per GPU: torchrun under one nsys puts every rank in one export.
+                rank = index if len(processes) > 1 else rank_of_trace(header, display, position)
+                label = f"{display} (process {(process >> 24) & 0xFFFFFF})" if len(processes) > 1 else display
+                results.append(_analyse(rank, label, data, include_last))
+            continue
         data, header = _collect(path, display, deadline)
         data.device_name = _device_name(header, data.device)
         results.append(_analyse(rank_of_trace(header, display, position), display, data, include_last))

@@ -1,0 +1,158 @@
+"""summarize_trace on Nsight Systems SQLite exports: hand-built files in nsys's schema (the tables and columns of
+real exports, shared/notes/nsys_format.md) with known intervals in and known shares out."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tools.core.context import ToolContext
+from tools.core.errors import TriageError
+from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
+
+PID_A, PID_B = 144 << 24, 145 << 24  # globalPid: the pid in bits 24-47
+SECRET = "hf_FAKEtestTOKENfor0redaction0check00"
+
+
+class Export:
+    """A minimal nsys export: the tables a capture with -t cuda,nvtx writes, in schema 3.x's columns."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path)
+        self.db.executescript("""
+            CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
+                streamId INTEGER, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, shortName INTEGER,
+                gridX INTEGER, blockX INTEGER, graphNodeId INTEGER);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER, globalTid INTEGER,
+                correlationId INTEGER, nameId INTEGER, returnValue INTEGER, callchainId INTEGER);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
+                streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER,
+                srcKind INTEGER, dstKind INTEGER);
+            CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, category INTEGER,
+                color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
+            CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, id INTEGER, name TEXT, cuDevice INTEGER, busLocation TEXT);
+            CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
+            CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
+            CREATE TABLE DIAGNOSTIC_EVENT (timestamp INTEGER, timestampType INTEGER, source INTEGER, severity INTEGER,
+                text TEXT, globalPid INTEGER);
+        """)
+        self.db.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.25.0')")
+        self.db.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', ?)",
+                        (f"HF_TOKEN={SECRET}",))
+        self.strings: dict[str, int] = {}
+        self.corr = 1
+
+    def string(self, value: str) -> int:
+        if value not in self.strings:
+            self.strings[value] = len(self.strings) + 1
+            self.db.execute("INSERT INTO StringIds VALUES (?, ?)", (self.strings[value], value))
+        return self.strings[value]
+
+    def kernel(self, pid: int, name: str, start_us: float, dur_us: float, stream: int = 7, device: int = 0,
+               launch_us: float | None = None) -> None:
+        corr, self.corr = self.corr, self.corr + 1
+        ns = int(start_us * 1000), int((start_us + dur_us) * 1000)
+        self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, 1, 128, NULL)",
+                        (*ns, device, stream, corr, pid, self.string(name), self.string(name.split("(")[0])))
+        launch = start_us - 5 if launch_us is None else launch_us
+        self.runtime(pid, "cudaLaunchKernel_v7000", launch, 4, corr)
+
+    def runtime(self, pid: int, name: str, start_us: float, dur_us: float, corr: int = 0) -> None:
+        row = (int(start_us * 1000), int((start_us + dur_us) * 1000), 0, pid + 1, corr, self.string(name), 0, 0)
+        self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        # 2022.x exports repeat every call as its backtrace (eventClass 67): it must count once.
+        self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 67, ?, ?, ?, 0, 0)",
+                        (row[0], row[1], row[3], corr, self.string(name.split("_v")[0])))
+
+    def range(self, pid: int, text: str, start_us: float, end_us: float, registered: bool = False) -> None:
+        text_id = self.string(text) if registered else None
+        self.db.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 0, 0, 0, ?, ?, NULL, ?, 0)",
+                        (int(start_us * 1000), int(end_us * 1000), None if registered else text, pid + 1, text_id))
+
+    def close(self) -> None:
+        self.db.commit()
+        self.db.close()
+
+
+def summarize(path: Path) -> SummarizeTraceResult:
+    return anyio.run(summarize_trace, SummarizeTraceInput(path=path.name),
+                     ToolContext(roots=(path.parent.resolve(),)))
+
+
+def _two_rank_export(path: Path) -> Path:
+    export = Export(path)
+    export.db.execute("INSERT INTO TARGET_INFO_GPU VALUES (281474976710656, 0, 'NVIDIA H100 80GB HBM3', 0, '0000:1b')")
+    for pid in (PID_A, PID_B):
+        for i, base in enumerate((0, 1000, 2000)):
+            export.range(pid, f"ProfilerStep#{i}", base, base + 1000, registered=pid == PID_B)
+    # Rank A: each step waits 400 us for its DataLoader, then computes 600 us.
+    for base in (0, 1000, 2000):
+        export.range(PID_A, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", base, base + 400)
+        export.kernel(PID_A, "sm90_xmma_gemm_bf16bf16_bf16f32(params)", base + 400, 600)
+    # Rank B: compute 0-500, then an all-reduce with nothing beside it 500-800, then a sync the GPU idles in.
+    for base in (0, 1000, 2000):
+        export.kernel(PID_B, "sm90_xmma_gemm_bf16bf16_bf16f32(params)", base, 500)
+        export.kernel(PID_B, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", base + 500,
+                      300, stream=20, launch_us=base + 100)
+        export.runtime(PID_B, "cudaStreamSynchronize_v3020", base + 800, 195)
+    export.close()
+    return path
+
+
+def test_two_processes_of_one_export_are_two_ranks_with_their_causes(tmp_path: Path) -> None:
+    result = summarize(_two_rank_export(tmp_path / "job.sqlite"))
+    # Ranks in order of their first GPU work: process 145 computes from 0, process 144 waits for data first.
+    assert [(r.rank, r.file) for r in result.ranks] == [(0, "job.sqlite (process 145)"),
+                                                       (1, "job.sqlite (process 144)")]
+    loader, reducer = result.ranks[1], result.ranks[0]
+    assert (loader.steps, loader.step_time_ms, loader.gpu_busy_pct, loader.data_wait_pct) == (2, 1.0, 60.0, 40.0)
+    assert (reducer.gpu_busy_pct, reducer.comm_pct, reducer.exposed_comm_pct) == (80.0, 30.0, 30.0)
+    assert loader.device is not None and "H100" in loader.device
+    by_kind = {c.kind: c for c in result.causes}
+    assert by_kind["data_loading"].share_pct == 20.0 and by_kind["data_loading"].rank == 1  # 40 % on one of two
+    assert by_kind["exposed_comm"].share_pct == 15.0 and by_kind["exposed_comm"].rank == 0
+    # The sync (its backtrace row left out) is named once per step, under its plain name.
+    assert "cudaStreamSynchronize x2" in by_kind["implicit_sync"].evidence
+    kernels = {k.name: k for k in result.top_kernels}
+    assert kernels["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"].kind == "comm"
+
+
+def test_the_environment_in_the_export_is_never_read(tmp_path: Path) -> None:
+    result = summarize(_two_rank_export(tmp_path / "job.sqlite"))
+    assert SECRET not in result.model_dump_json() and "HF_TOKEN" not in result.model_dump_json()
+
+
+def test_a_capture_without_gpu_work_says_so_with_nsys_own_words(tmp_path: Path) -> None:
+    export = Export(tmp_path / "empty.sqlite")
+    export.db.execute("INSERT INTO DIAGNOSTIC_EVENT VALUES (1, 0, 0, 2, 'CUDA injection failed: no CUDA devices', 0)")
+    export.range(PID_A, "ProfilerStep#0", 0, 1000)
+    export.close()
+    with pytest.raises(TriageError) as raised:
+        summarize(tmp_path / "empty.sqlite")
+    assert "no GPU work was traced" in raised.value.message
+    assert "CUDA injection failed: no CUDA devices" in raised.value.message
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"SQLite format 3\x00" + b"\x00" * 84, "not a readable SQLite file"),
+])
+def test_a_broken_sqlite_file_is_a_clear_error(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "broken.sqlite").write_bytes(content)
+    with pytest.raises(TriageError) as raised:
+        summarize(tmp_path / "broken.sqlite")
+    assert message in raised.value.message
+
+
+def test_an_sqlite_file_that_is_no_nsys_export(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "other.sqlite")
+    db.execute("CREATE TABLE notes (text TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(TriageError) as raised:
+        summarize(tmp_path / "other.sqlite")
+    assert "not an nsys export" in raised.value.message
+
