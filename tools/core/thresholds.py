@@ -95,3 +95,12 @@ MEM_UNBALANCED_MIN_BYTES = 1024 * 1024 * 1024
 # diagnose_logs: an NCCL communicator of more ranks than this spans nodes (8 GPUs is the most nearly any node
 # holds; a 16-GPU DGX-2 is the rare exception), for logs of an NCCL too old to print nNodes.
 GPUS_PER_NODE_MAX = 8
+
+# Nsight Systems' own expert-system rules (`nsys analyze`, 2023.4), with NVIDIA's defaults, so that a user who knows
+# them recognises the findings: GPU idle gaps of at least this long (gpu_gaps), time utilisation below this share in
+# this many equal chunks of the GPU span (gpu_time_util), and the small host-to-device copies cuda_memcpy_sync
+# leaves out (at most this many bytes).
+NSYS_GAP_MS = 500.0
+NSYS_UTIL_PCT = 50.0
+NSYS_UTIL_CHUNKS = 30
+NSYS_SMALL_HTOD_BYTES = 64_000

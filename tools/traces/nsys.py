@@ -26,10 +26,13 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from tools.core.errors import LimitExceeded, UnreadableInput
+from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_CHUNKS, NSYS_UTIL_PCT
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
 
-__all__ = ["is_nsys_export", "nsys_processes", "read_nsys_batches"]
+__all__ = ["NsysRule", "is_nsys_export", "nsys_processes", "nsys_rules", "read_nsys_batches"]
 
 _MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 20_000
@@ -210,3 +213,134 @@ def _devices(connection: sqlite3.Connection, tables: dict[str, set[str]]) -> lis
             if rows:
                 return [{"id": row[0], "name": row[1]} for row in rows if isinstance(row[1], str)]
     return []
+
+
+# ---------------------------------------------------------------- NVIDIA's rules (nsys analyze)
+
+
+class NsysRule(BaseModel):
+    """One of Nsight Systems' expert-system rules, computed on the export with NVIDIA's name and thresholds."""
+
+    rule: str = Field(description="NVIDIA's rule name (nsys analyze -r NAME).")
+    file: str
+    count: int = Field(description="Calls, copies, gaps or windows flagged.")
+    time_ms: float = Field(description="Their total duration.")
+    evidence: str
+
+
+def _api_rows(connection: sqlite3.Connection, tables: dict[str, set[str]], where: str,
+              join: str = "") -> list[tuple[str, int, float, int]]:
+    """(API name, calls, total ns, the thread with the most time) of runtime calls matching `where`."""
+    runtime = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME", set())
+    if not runtime or "StringIds" not in tables:
+        return []
+    only_calls = "AND r.eventClass IN (0, 1)" if "eventClass" in runtime else ""
+    sql = (f"SELECT s.value, count(*), sum(r.end - r.start), r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+           f"JOIN StringIds s ON s.id = r.nameId {join} WHERE ({where}) {only_calls} "
+           "GROUP BY s.value, r.globalTid ORDER BY 3 DESC")
+    return [(str(name), int(calls), float(ns or 0), int(tid)) for name, calls, ns, tid in connection.execute(sql)]
+
+
+def _api_rule(rule: str, display: str, rows: list[tuple[str, int, float, int]], what: str) -> NsysRule | None:
+    if not rows:
+        return None
+    by_api: dict[str, list[float]] = {}
+    for name, calls, ns, _ in rows:
+        api = _API_SUFFIX.sub("", name)
+        count, total = by_api.get(api, [0, 0.0])
+        by_api[api] = [count + calls, total + ns]
+    calls = sum(int(v[0]) for v in by_api.values())
+    ns = sum(v[1] for v in by_api.values())
+    top = sorted(by_api.items(), key=lambda kv: kv[1][1], reverse=True)[:3]
+    threads = sorted({tid & 0xFFFFFF for *_, tid in rows[:3]})
+    return NsysRule(rule=rule, file=display, count=calls, time_ms=round(ns / 1e6, 3),
+                    evidence=f"{what}: " + ", ".join(f"{api} x{int(c)} ({t / 1e6:.1f} ms)" for api, (c, t) in top)
+                    + f"; most on thread(s) {', '.join(map(str, threads))}")
+
+
+def _gpu_intervals(connection: sqlite3.Connection, tables: dict[str, set[str]]) -> str:
+    parts = [f'SELECT globalPid, deviceId, start, end FROM "{t}"' for t in _GPU_TABLES
+             if {"globalPid", "deviceId", "start", "end"} <= tables.get(t, set())]
+    return " UNION ALL ".join(parts)
+
+
+def _gpu_rules(connection: sqlite3.Connection, tables: dict[str, set[str]], display: str,
+               deadline: float) -> list[NsysRule]:
+    """gpu_gaps and gpu_time_util, per process and device, as NVIDIA computes them: gaps in the union of kernels,
+    copies and memsets between the first and last GPU op; time utilisation (summed op time, concurrent ops may
+    exceed 100 %) of the span cut into equal chunks."""
+    union = _gpu_intervals(connection, tables)
+    if not union:
+        return []
+    spans = connection.execute(f"SELECT globalPid, deviceId, min(start), max(end) FROM ({union}) "
+                               "GROUP BY globalPid, deviceId").fetchall()
+    gaps: list[float] = []
+    low_chunks = 0
+    low_ms = 0.0
+    where = []
+    for pid, device, first, last in spans:
+        if last is None or first is None or last <= first:
+            continue
+        chunk = (last - first) / NSYS_UTIL_CHUNKS
+        used = [0.0] * NSYS_UTIL_CHUNKS
+        reach = first
+        for rows in _rows(connection, f"SELECT start, end FROM ({union}) WHERE globalPid = ? AND deviceId = ? "
+                          "ORDER BY start", (pid, device), deadline, display):
+            for start, end in rows:
+                if end is None:
+                    continue
+                if start - reach >= NSYS_GAP_MS * 1e6:
+                    gaps.append((start - reach) / 1e6)
+                reach = max(reach, end)
+                i = min(int((start - first) / chunk), NSYS_UTIL_CHUNKS - 1)
+                while i < NSYS_UTIL_CHUNKS and start < end:
+                    chunk_end = first + (i + 1) * chunk
+                    used[i] += min(end, chunk_end) - start
+                    start, i = chunk_end, i + 1
+        low = [i for i, u in enumerate(used) if 100 * u / chunk < NSYS_UTIL_PCT]
+        if low:
+            low_chunks += len(low)
+            low_ms += len(low) * chunk / 1e6
+            where.append(f"process {(pid >> 24) & 0xFFFFFF} GPU {device}: {len(low)} of {NSYS_UTIL_CHUNKS}")
+    found = []
+    if gaps:
+        found.append(NsysRule(rule="gpu_gaps", file=display, count=len(gaps), time_ms=round(sum(gaps), 3),
+                              evidence=f"GPU idle for at least {NSYS_GAP_MS:g} ms {len(gaps)} time(s), longest "
+                              f"{max(gaps):.1f} ms: look at what the CPU did then (OS runtime, NVTX, sampling)"))
+    if low_chunks:
+        found.append(NsysRule(rule="gpu_time_util", file=display, count=low_chunks, time_ms=round(low_ms, 3),
+                              evidence=f"time utilisation under {NSYS_UTIL_PCT:g} % in " + "; ".join(where[:3])
+                              + " equal windows of the GPU span"))
+    return found
+
+
+def nsys_rules(path: Path, display: str, deadline: float) -> list[NsysRule]:
+    """Nsight Systems' expert-system rules on the export: cuda_memcpy_async, cuda_memcpy_sync, cuda_memset_sync,
+    cuda_api_sync, gpu_gaps, gpu_time_util (NVIDIA's names, thresholds and selections)."""
+    with closing(_connect(path, display)) as connection:
+        tables = _tables(connection)
+        found: list[NsysRule | None] = []
+        memcpy = tables.get("CUPTI_ACTIVITY_KIND_MEMCPY", set())
+        on_copy = ("JOIN CUPTI_ACTIVITY_KIND_MEMCPY m ON m.correlationId = r.correlationId "
+                   f"AND m.globalPid = (r.globalTid & {_PID_MASK})")
+        if {"srcKind", "dstKind"} <= memcpy:
+            found.append(_api_rule("cuda_memcpy_async", display, _api_rows(
+                connection, tables, "s.value LIKE 'cudaMemcpy%Async%' AND (m.srcKind = 0 OR m.dstKind = 0)", on_copy),
+                "async copies from or to pageable memory, which run synchronously (use pinned memory)"))
+        if memcpy:
+            same_device = " AND m.srcDeviceId IS NOT m.dstDeviceId" if {"srcDeviceId", "dstDeviceId"} <= memcpy else ""
+            found.append(_api_rule("cuda_memcpy_sync", display, _api_rows(
+                connection, tables, "s.value LIKE 'cudaMemcpy%' AND s.value NOT LIKE '%Async%' AND NOT "
+                f"(m.copyKind = 1 AND m.bytes <= {NSYS_SMALL_HTOD_BYTES}){same_device}", on_copy),
+                "synchronous copies that block the host (use cudaMemcpyAsync)"))
+        if "memKind" in tables.get("CUPTI_ACTIVITY_KIND_MEMSET", set()):
+            found.append(_api_rule("cuda_memset_sync", display, _api_rows(
+                connection, tables, "s.value LIKE 'cudaMemset%' AND s.value NOT LIKE '%sync%' AND m.memKind IN (1, 4)",
+                "JOIN CUPTI_ACTIVITY_KIND_MEMSET m ON m.correlationId = r.correlationId "
+                f"AND m.globalPid = (r.globalTid & {_PID_MASK})"),
+                "synchronous memsets of pinned or managed memory that block the host"))
+        found.append(_api_rule("cuda_api_sync", display, _api_rows(
+            connection, tables, "s.value LIKE 'cudaDeviceSynchronize%' OR s.value LIKE 'cudaStreamSynchronize%'"),
+            "synchronisation calls that stop the host until the GPU is done"))
+        rules = [f for f in found if f is not None]
+        return rules + _gpu_rules(connection, tables, display, deadline)

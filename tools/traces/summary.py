@@ -48,7 +48,7 @@ from tools.core.thresholds import (
 )
 from tools.traces.compute import FlopCounter, achieved, kernel_precision
 from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace_batches, trace_files
-from tools.traces.nsys import is_nsys_export, nsys_processes, read_nsys_batches
+from tools.traces.nsys import NsysRule, is_nsys_export, nsys_processes, nsys_rules, read_nsys_batches
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
@@ -181,6 +181,8 @@ class SummarizeTraceResult(ToolResult):
                                        "overlap first; nested ops each count.")
     steps: list[StepSummary] = Field(description="Each analysed step of each rank (cut first by the budget).")
     kernel_histogram: dict[str, int] = Field(description="Kernel count by duration: <10us, 10-100us, 100us-1ms, >=1ms.")
+    nsys_rules: list[NsysRule] = Field(default_factory=list, description="Nsight Systems exports only: NVIDIA's own "
+                                       "expert-system rules (nsys analyze), with its names and thresholds.")
     notes: list[str]
 
     narrow_hint = "pass one rank's file instead of the folder"
@@ -203,6 +205,9 @@ class SummarizeTraceResult(ToolResult):
             Table("CPU ops running while the GPU idled", ["op", "rank", "idle overlap ms", "calls"],
                   [[o.name, str(o.rank), f"{o.idle_overlap_ms:.2f}", str(o.calls)] for o in self.idle_cpu_ops],
                   "idle_cpu_ops"),
+            Table("Nsight Systems rules (nsys analyze)", ["rule", "file", "count", "ms", "evidence"],
+                  [[r.rule, r.file, str(r.count), f"{r.time_ms:.1f}", r.evidence] for r in self.nsys_rules],
+                  "nsys_rules"),
             Table("Per step", ["rank", "step", "ms", "busy %", "data wait %"],
                   [[str(p.rank), str(p.step), f"{p.step_time_ms:.1f}", _f(p.gpu_busy_pct), _f(p.data_wait_pct)]
                    for p in self.steps], "steps"),
@@ -874,6 +879,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     deadline = time.monotonic() + ctx.remaining_s()
     found = await anyio.to_thread.run_sync(breakdown, files, ctx.roots, params.include_last_step, deadline,
                                            abandon_on_cancel=True)
+    rules = await anyio.to_thread.run_sync(_nsys_rules, files, ctx.roots, deadline, abandon_on_cancel=True)
     ranks, causes = found.ranks, found.causes
     notes = list(found.notes)
     if len(ranks) > TRACE_MAX_RANK_ROWS:
@@ -888,8 +894,18 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
         idle_cpu_ops=found.idle_ops,
         steps=found.steps,
         kernel_histogram=found.histogram,
+        nsys_rules=rules,
         notes=notes,
     )
+
+
+def _nsys_rules(files: list[Path], roots: tuple[Path, ...], deadline: float) -> list[NsysRule]:
+    found = []
+    for path in files:
+        if is_nsys_export(path):
+            display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
+            found.extend(nsys_rules(path, display, deadline))
+    return found
 
 
 def _merge_causes(results: list[_RankResult]) -> list[Cause]:

@@ -32,6 +32,9 @@ class Export:
             CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
                 streamId INTEGER, correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER,
                 srcKind INTEGER, dstKind INTEGER);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, end INTEGER, deviceId INTEGER, contextId INTEGER,
+                streamId INTEGER, correlationId INTEGER, globalPid INTEGER, value INTEGER, bytes INTEGER,
+                graphNodeId INTEGER, memKind INTEGER);
             CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, rangeId INTEGER, category INTEGER,
                 color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
             CREATE TABLE TARGET_INFO_GPU (vmId INTEGER, id INTEGER, name TEXT, cuDevice INTEGER, busLocation TEXT);
@@ -67,6 +70,20 @@ class Export:
         # 2022.x exports repeat every call as its backtrace (eventClass 67): it must count once.
         self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 67, ?, ?, ?, 0, 0)",
                         (row[0], row[1], row[3], corr, self.string(name.split("_v")[0])))
+
+    def copy(self, pid: int, api: str, start_us: float, dur_us: float, kind: int, src: int, dst: int,
+             size: int) -> None:
+        corr, self.corr = self.corr, self.corr + 1
+        self.runtime(pid, api, start_us, dur_us, corr)
+        self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, 0, 1, 7, ?, ?, ?, ?, ?, ?)",
+                        (int(start_us * 1000) + 1000, int((start_us + dur_us) * 1000), corr, pid, size, kind, src,
+                         dst))
+
+    def memset(self, pid: int, api: str, start_us: float, dur_us: float, mem_kind: int) -> None:
+        corr, self.corr = self.corr, self.corr + 1
+        self.runtime(pid, api, start_us, dur_us, corr)
+        self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?, ?, 0, 1, 7, ?, ?, 0, 4096, NULL, ?)",
+                        (int(start_us * 1000) + 1000, int((start_us + dur_us) * 1000), corr, pid, mem_kind))
 
     def range(self, pid: int, text: str, start_us: float, end_us: float, registered: bool = False) -> None:
         text_id = self.string(text) if registered else None
@@ -156,3 +173,29 @@ def test_an_sqlite_file_that_is_no_nsys_export(tmp_path: Path) -> None:
         summarize(tmp_path / "other.sqlite")
     assert "not an nsys export" in raised.value.message
 
+
+def test_nvidia_rules_with_nvidias_names_and_thresholds(tmp_path: Path) -> None:
+    export = Export(tmp_path / "rules.sqlite")
+    # Two kernels 600 ms apart (one gpu_gaps gap; every one of the 30 windows under 50 % time utilisation).
+    export.kernel(PID_A, "void kernel_a()", 0, 100)
+    export.kernel(PID_A, "void kernel_b()", 600_100, 100)
+    # Synchronisation calls: two stream syncs of 1 ms, one device sync of 2 ms (cuda_api_sync).
+    export.runtime(PID_A, "cudaStreamSynchronize_v3020", 1_000, 1_000)
+    export.runtime(PID_A, "cudaStreamSynchronize_v3020", 3_000, 1_000)
+    export.runtime(PID_A, "cudaDeviceSynchronize_v3020", 5_000, 2_000)
+    # An async copy from pageable memory (cuda_memcpy_async); a synchronous device-to-host copy (cuda_memcpy_sync),
+    # and a small synchronous host-to-device one that NVIDIA leaves out; a synchronous memset of pinned memory.
+    export.copy(PID_A, "cudaMemcpyAsync_v3020", 10_000, 500, kind=1, src=0, dst=2, size=1_000_000)
+    export.copy(PID_A, "cudaMemcpy_v3020", 20_000, 1_000, kind=2, src=2, dst=0, size=4)
+    export.copy(PID_A, "cudaMemcpy_v3020", 30_000, 1_000, kind=1, src=0, dst=2, size=1_000)
+    export.memset(PID_A, "cudaMemset_v3020", 40_000, 300, mem_kind=1)
+    export.close()
+    rules = {r.rule: r for r in summarize(tmp_path / "rules.sqlite").nsys_rules}
+    # The gap runs from the memset's end (40.3 ms: the copies and the memset are GPU work too) to kernel_b.
+    assert (rules["gpu_gaps"].count, rules["gpu_gaps"].time_ms) == (1, 559.8)
+    assert rules["gpu_time_util"].count == 30
+    assert (rules["cuda_api_sync"].count, rules["cuda_api_sync"].time_ms) == (3, 4.0)
+    assert "cudaStreamSynchronize x2 (2.0 ms)" in rules["cuda_api_sync"].evidence
+    assert (rules["cuda_memcpy_async"].count, rules["cuda_memcpy_async"].time_ms) == (1, 0.5)
+    assert (rules["cuda_memcpy_sync"].count, rules["cuda_memcpy_sync"].time_ms) == (1, 1.0)
+    assert (rules["cuda_memset_sync"].count, rules["cuda_memset_sync"].time_ms) == (1, 0.3)
