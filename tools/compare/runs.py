@@ -51,7 +51,14 @@ from tools.core.thresholds import (
     COMPARE_RESOLVED_FRACTION,
 )
 from tools.stragglers import FindStragglersResult, RankSteps, StepReader, compile_user_format, stragglers_in_steps
-from tools.traces import TraceBreakdown, branch_of_cause, breakdown, short_name, trace_files
+from tools.traces import (
+    TraceBreakdown,
+    branch_of_cause,
+    breakdown,
+    is_nsys_export,
+    short_name,
+    trace_files,
+)
 
 __all__ = ["CompareRunsInput", "CompareRunsResult", "compare_runs", "mann_whitney_binned_p", "mann_whitney_p"]
 
@@ -61,7 +68,8 @@ Status = Literal["resolved", "reduced", "unchanged", "increased", "new"]
 Side = Literal["before", "after"]
 
 _GLOB_CHARS = frozenset("*?[")
-_TRACE_NAMES = (".json", ".json.gz")
+# A folder holding one of these is a folder of traces (not ".gz" alone: rotated logs are gzipped too).
+_TRACE_NAMES = (".json", ".json.gz", ".sqlite")
 _METRICS_LINE = re.compile(rb"^(?:# (?:HELP|TYPE) \S+|(?:vllm|sglang)[:_][A-Za-z_:]+[{ ])", re.MULTILINE)
 # What a log's step value is per unit (tools/stragglers/steps.py StepFormat.unit) -> (throughput unit, value per ms^-1).
 _THROUGHPUT = {"ms": ("steps/s", 1e3), "ms (tqdm rate)": ("steps/s", 1e3), "ms per 1k tokens": ("tokens/s", 1e6),
@@ -348,6 +356,8 @@ def _significance(before: _Run, after: _Run, unit: str, per: float) -> _Outcome:
 
 
 def _sniff(path: Path) -> InputKind:
+    if is_nsys_export(path):
+        return "traces"  # an Nsight Systems SQLite export
     stream, _ = open_input(path)
     with stream:
         head = stream.read(COMPARE_SNIFF_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")

@@ -1,9 +1,11 @@
-"""Profiler traces: the Kineto (torch.profiler) JSON reader and summarize_trace's step breakdown and causes.
+"""Profiler traces: the Kineto (torch.profiler) JSON reader, the Nsight Systems SQLite reader, and summarize_trace's
+step breakdown and causes.
 
 These names are the package's public surface: another domain imports them from here, never from its modules.
 """
 
 from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.traces.nsys import is_nsys_export
 from tools.traces.summary import (
     SummarizeTraceInput,
     SummarizeTraceResult,
@@ -21,6 +23,7 @@ __all__ = [
     "TraceHeader",
     "branch_of_cause",
     "breakdown",
+    "is_nsys_export",
     "rank_of_trace",
     "read_trace",
     "short_name",

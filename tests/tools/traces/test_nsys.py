@@ -3,12 +3,14 @@ real exports, shared/notes/nsys_format.md) with known intervals in and known sha
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from pathlib import Path
 
 import anyio
 import pytest
 
+from tools.compare.runs import CompareRunsInput, compare_runs
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
@@ -199,3 +201,27 @@ def test_nvidia_rules_with_nvidias_names_and_thresholds(tmp_path: Path) -> None:
     assert (rules["cuda_memcpy_async"].count, rules["cuda_memcpy_async"].time_ms) == (1, 0.5)
     assert (rules["cuda_memcpy_sync"].count, rules["cuda_memcpy_sync"].time_ms) == (1, 1.0)
     assert (rules["cuda_memset_sync"].count, rules["cuda_memset_sync"].time_ms) == (1, 0.3)
+
+
+def _loader_run(path: Path, wait_us: float, seed: int) -> Path:
+    """One process, 13 ProfilerSteps: the DataLoader holds the GPU for `wait_us`, then 600 us (+ noise) of compute."""
+    rng = random.Random(seed)
+    export, t = Export(path), 0.0
+    for i in range(13):
+        compute = 600 + rng.uniform(-20, 20)
+        export.range(PID_A, f"ProfilerStep#{i}", t, t + wait_us + compute)
+        export.range(PID_A, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, t + wait_us)
+        export.kernel(PID_A, "void cutlass_gemm_kernel", t + wait_us, compute)
+        t += wait_us + compute
+    export.close()
+    return path
+
+
+def test_compare_runs_on_a_before_after_pair_of_exports(tmp_path: Path) -> None:
+    _loader_run(tmp_path / "before.sqlite", 400, 1)
+    _loader_run(tmp_path / "after.sqlite", 50, 2)
+    result = anyio.run(compare_runs, CompareRunsInput(before="before.sqlite", after="after.sqlite"),
+                       ToolContext(roots=(tmp_path.resolve(),)))
+    assert result.verdict == "improved" and result.speedup is not None and result.speedup > 1.5
+    loading = next(c for c in result.causes if c.kind == "data_loading")
+    assert loading.status == "reduced" and (loading.before_ms, loading.after_ms) == (0.4, 0.05)
