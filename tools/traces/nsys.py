@@ -44,6 +44,9 @@ _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
               10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device", 6: "Managed"}
 _NVTX_RANGES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange and their NVTXT forms
+# torch.autograd.profiler.emit_nvtx names each op 'aten::mm, op_id = 17' (', seq = 3, sizes = [...]' too): the op
+# is 'aten::mm', as Kineto names it.
+_AUTOGRAD_ID = re.compile(r", (?:op_id|seq|sizes|input_op_ids) = .*$")
 
 
 def is_nsys_export(path: Path) -> bool:
@@ -188,8 +191,8 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
             sql = (f"SELECT n.start, n.end, coalesce({text_id}, n.text), n.globalTid FROM NVTX_EVENTS n {join}"
                    f"WHERE n.eventType IN {_NVTX_RANGES} AND (n.globalTid & {_PID_MASK}) = ? ORDER BY n.start")
             for rows in _rows(connection, sql, (global_pid,), deadline, display):
-                batch = [TraceEvent(ph="X", cat="user_annotation", name=text, ts=_us(start), dur=_us(end - start),
-                                    tid=tid & 0xFFFFFF, args=None)
+                batch = [TraceEvent(ph="X", cat="user_annotation", name=_AUTOGRAD_ID.sub("", text), ts=_us(start),
+                                    dur=_us(end - start), tid=tid & 0xFFFFFF, args=None)
                          for start, end, text, tid in rows if end is not None and text]
                 header.events += len(batch)
                 yield batch

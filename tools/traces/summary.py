@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from tools.core.context import ToolContext
 from tools.core.intervals import Intervals, Spans, merge
@@ -110,8 +110,19 @@ class SummarizeTraceInput(InputModel):
                       "export (.sqlite: nsys export --type sqlite), or a folder of per-rank traces, inside the roots.")
     include_last_step: bool = Field(default=False, description="Analyse the last ProfilerStep too (HTA leaves it "
                                     "out by default, since it is often cut short).")
+    step_range: str | None = Field(default=None, max_length=200, description="Annotation ranges (NVTX, "
+                                   "record_function) that are the steps, as a name or RE2 pattern, e.g. "
+                                   "'train_step' or '^iteration \\d+$', for jobs that mark steps their own way; "
+                                   "ProfilerStep#N always is.")
 
     cli_positional = "path"
+
+    @field_validator("step_range")
+    @classmethod
+    def _linear_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            step_pattern(value)  # a clear error now for a pattern RE2 cannot take
+        return value
 
 
 class RankSummary(BaseModel):
@@ -286,12 +297,23 @@ def _bucket(duration: float) -> str:
     return "<10us" if duration < 10 else "10-100us" if duration < 100 else "100us-1ms" if duration < 1000 else ">=1ms"
 
 
-def _collect(path: Path, display: str, deadline: float) -> tuple[_Collected, TraceHeader]:
+def _collect(path: Path, display: str, deadline: float, steps_named: Any = None) -> tuple[_Collected, TraceHeader]:
     header = TraceHeader()
-    return _collect_events(read_trace_batches(path, display, deadline, header)), header
+    return _collect_events(read_trace_batches(path, display, deadline, header), steps_named), header
 
 
-def _collect_events(batches: Iterable[list[TraceEvent]]) -> _Collected:
+def step_pattern(text: str) -> Any:
+    """The step_range pattern, compiled by RE2 (linear time on any name: it comes from the caller)."""
+    import re2  # type: ignore[import-untyped]
+
+    try:
+        return re2.compile(text)
+    except re2.error as exc:
+        raise ValueError(f"step_range is not a pattern RE2 can take ({exc}); pass a plain name or a simpler "
+                         "pattern") from exc
+
+
+def _collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None) -> _Collected:
     """One rank's events (a Kineto trace's, or an nsys export's process shaped like them) into the columns."""
     data = _Collected()
     seen_kernels: dict[str, tuple[str, bool, str | None]] = {}
@@ -370,7 +392,8 @@ def _collect_events(batches: Iterable[list[TraceEvent]]) -> _Collected:
                         data.launch_durations.append(dur)
                     if "GraphLaunch" in name:
                         data.graph_launches += 1
-            elif name.startswith("ProfilerStep#"):
+            elif name.startswith("ProfilerStep#") or (steps_named is not None and category == "user_annotation"
+                                                       and steps_named.search(name)):
                 data.steps.append((ts, end))
             elif "DataLoader" in name and "__next__" in name:
                 data.dataloader.append((ts, end))
@@ -790,7 +813,8 @@ def _device_name(header: TraceHeader, device: int | None) -> str | None:
     return str(chosen["name"]) if chosen else None
 
 
-def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float) -> list[_RankResult]:
+def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float,
+               steps_named: Any = None) -> list[_RankResult]:
     results = []
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
@@ -798,14 +822,14 @@ def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, d
             processes = nsys_processes(path, display)
             for index, process in enumerate(processes):
                 header = TraceHeader()
-                data = _collect_events(read_nsys_batches(path, process, display, deadline, header))
+                data = _collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)
                 data.device_name = _device_name(header, data.device)
                 # One process per GPU: torchrun under one nsys puts every rank in one export.
                 rank = index if len(processes) > 1 else rank_of_trace(header, display, position)
                 label = f"{display} (process {(process >> 24) & 0xFFFFFF})" if len(processes) > 1 else display
                 results.append(_analyse(rank, label, data, include_last))
             continue
-        data, header = _collect(path, display, deadline)
+        data, header = _collect(path, display, deadline, steps_named)
         data.device_name = _device_name(header, data.device)
         results.append(_analyse(rank_of_trace(header, display, position), display, data, include_last))
     return results
@@ -845,10 +869,11 @@ class TraceBreakdown:
     notes: list[str]
 
 
-def breakdown(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float) -> TraceBreakdown:
+def breakdown(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float,
+              step_range: str | None = None) -> TraceBreakdown:
     """Per rank and merged: step times, busy / compute / communication / idle, the causes of GPU idle, kernels.
     Synchronous (run it in a worker thread)."""
-    results = _summarise(files, roots, include_last, deadline)
+    results = _summarise(files, roots, include_last, deadline, step_pattern(step_range) if step_range else None)
     ranks = sorted((r.summary for r in results), key=lambda s: s.rank)
     causes = _merge_causes(results)
     straggler = _straggler(ranks)
@@ -878,7 +903,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     files = trace_files(path, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
     found = await anyio.to_thread.run_sync(breakdown, files, ctx.roots, params.include_last_step, deadline,
-                                           abandon_on_cancel=True)
+                                           params.step_range, abandon_on_cancel=True)
     rules = await anyio.to_thread.run_sync(_nsys_rules, files, ctx.roots, deadline, abandon_on_cancel=True)
     ranks, causes = found.ranks, found.causes
     notes = list(found.notes)

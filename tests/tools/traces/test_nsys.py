@@ -225,3 +225,25 @@ def test_compare_runs_on_a_before_after_pair_of_exports(tmp_path: Path) -> None:
     assert result.verdict == "improved" and result.speedup is not None and result.speedup > 1.5
     loading = next(c for c in result.causes if c.kind == "data_loading")
     assert loading.status == "reduced" and (loading.before_ms, loading.after_ms) == (0.4, 0.05)
+
+
+def test_steps_from_the_jobs_own_ranges(tmp_path: Path) -> None:
+    # A job that marks its steps 'train_step N' (NVTX): with step_range they are the steps; the optimizer's
+    # 'Optimizer.step' op inside them is not.
+    export = Export(tmp_path / "own.sqlite")
+    for i, base in enumerate((0, 1000, 2000)):
+        export.range(PID_A, f"train_step {i}", base, base + 1000)
+        export.range(PID_A, "Optimizer.step#AdamW.step", base + 900, base + 950)
+        export.kernel(PID_A, "void cutlass_gemm_kernel", base + 100, 500)
+    export.close()
+    context = ToolContext(roots=(tmp_path.resolve(),))
+    plain = anyio.run(summarize_trace, SummarizeTraceInput(path="own.sqlite"), context)
+    assert plain.ranks[0].steps == 0 and "no ProfilerStep" in plain.ranks[0].window
+    named = anyio.run(summarize_trace, SummarizeTraceInput(path="own.sqlite", step_range=r"^train_step \d+$"),
+                      context)
+    assert (named.ranks[0].steps, named.ranks[0].step_time_ms, named.ranks[0].gpu_busy_pct) == (2, 1.0, 50.0)
+
+
+def test_a_step_range_re2_cannot_take_is_refused_up_front() -> None:
+    with pytest.raises(ValueError, match="step_range is not a pattern RE2 can take"):
+        SummarizeTraceInput(path="x.sqlite", step_range="(unclosed")
