@@ -27,7 +27,9 @@ __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 # Read-only diagnostics only. Adding a program here is a security decision: it must not change state.
 # scontrol is run only with `show job` / `listpids`; srun and ssh only to start our own collector with fixed
 # arguments on a job's nodes (tools/cluster/nodes.py), never with caller text.
-ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh"})
+# nsys only as `nsys export --type sqlite` of a report the caller named, into a private temporary folder that is
+# deleted after the call (tools/traces/nsys.py): it reads the report and writes nothing else.
+ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys"})
 
 
 @dataclass(frozen=True)

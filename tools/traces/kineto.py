@@ -33,7 +33,7 @@ __all__ = ["TraceArgs", "TraceEvent", "TraceHeader", "rank_of_trace", "read_trac
            "trace_files"]
 
 # Kineto's Chrome traces, and the SQLite exports of Nsight Systems (tools/traces/nsys.py).
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite")
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep")
 _KEPT_METADATA = frozenset({"distributedInfo", "deviceProperties", "schemaVersion"})
 _SKIP = re.compile(r"[\s,]*")
 _SPACE = re.compile(r"\s*")

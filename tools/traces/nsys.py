@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import closing
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools.core.errors import LimitExceeded, UnreadableInput
+from tools.core.errors import LimitExceeded, Unavailable, UnreadableInput
+from tools.core.proc import run_program
 from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_CHUNKS, NSYS_UTIL_PCT
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
 
-__all__ = ["NsysRule", "is_nsys_export", "nsys_processes", "nsys_rules", "read_nsys_batches"]
+__all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_processes", "nsys_rules",
+           "read_nsys_batches"]
 
 _MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 20_000
@@ -47,6 +50,40 @@ _NVTX_RANGES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange and their
 # torch.autograd.profiler.emit_nvtx names each op 'aten::mm, op_id = 17' (', seq = 3, sizes = [...]' too): the op
 # is 'aten::mm', as Kineto names it.
 _AUTOGRAD_ID = re.compile(r", (?:op_id|seq|sizes|input_op_ids) = .*$")
+
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+@asynccontextmanager
+async def exported_reports(files: list[Path], timeout_s: float) -> AsyncIterator[list[Path]]:
+    """The files, each Nsight Systems report (.nsys-rep, .qdrep) replaced by its SQLite export, made by the nsys
+    on PATH in a private temporary folder that is deleted on the way out."""
+    if not any(f.name.endswith(REPORT_SUFFIXES) for f in files):
+        yield files
+        return
+    with tempfile.TemporaryDirectory(prefix="gpu-triage-nsys-") as folder:
+        readable = []
+        for file in files:
+            if not file.name.endswith(REPORT_SUFFIXES):
+                readable.append(file)
+                continue
+            stem = file.name.rsplit(".", 1)[0]
+            target = Path(folder) / f"{stem}.sqlite"
+            how = (f"Export it with the nsys that made it: nsys export --type sqlite --output {stem}.sqlite "
+                   f"{file.name}, and pass the .sqlite.")
+            try:
+                done = await run_program("nsys", ["export", "--type", "sqlite", "--force-overwrite", "true",
+                                                  "--output", str(target), str(file)], timeout_s=timeout_s)
+            except Unavailable as exc:
+                raise UnreadableInput(f"{file.name} is an Nsight Systems report, and no nsys is on PATH to export "
+                                      "it.", how) from exc
+            if done.returncode != 0 or not target.is_file():
+                said = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
+                raise UnreadableInput(f"nsys could not export {file.name}: {said[-1][:300] if said else 'no output'}.",
+                                      f"{how} A report newer than this nsys needs that newer nsys.")
+            readable.append(target)
+        yield readable
 
 
 def is_nsys_export(path: Path) -> bool:

@@ -48,7 +48,14 @@ from tools.core.thresholds import (
 )
 from tools.traces.compute import FlopCounter, achieved, kernel_precision
 from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace_batches, trace_files
-from tools.traces.nsys import NsysRule, is_nsys_export, nsys_processes, nsys_rules, read_nsys_batches
+from tools.traces.nsys import (
+    NsysRule,
+    exported_reports,
+    is_nsys_export,
+    nsys_processes,
+    nsys_rules,
+    read_nsys_batches,
+)
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
@@ -107,7 +114,8 @@ _FIX = {
 
 class SummarizeTraceInput(InputModel):
     path: PathArg = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz), an Nsight Systems SQLite "
-                      "export (.sqlite: nsys export --type sqlite), or a folder of per-rank traces, inside the roots.")
+                      "export (.sqlite: nsys export --type sqlite) or report (.nsys-rep/.qdrep, exported with the "
+                      "nsys on PATH), or a folder of per-rank traces, inside the roots.")
     include_last_step: bool = Field(default=False, description="Analyse the last ProfilerStep too (HTA leaves it "
                                     "out by default, since it is often cut short).")
     step_range: str | None = Field(default=None, max_length=200, description="Annotation ranges (NVTX, "
@@ -902,9 +910,10 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     path = ctx.path(params.path)
     files = trace_files(path, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
-    found = await anyio.to_thread.run_sync(breakdown, files, ctx.roots, params.include_last_step, deadline,
-                                           params.step_range, abandon_on_cancel=True)
-    rules = await anyio.to_thread.run_sync(_nsys_rules, files, ctx.roots, deadline, abandon_on_cancel=True)
+    async with exported_reports(files, ctx.remaining_s()) as readable:
+        found = await anyio.to_thread.run_sync(breakdown, readable, ctx.roots, params.include_last_step, deadline,
+                                               params.step_range, abandon_on_cancel=True)
+        rules = await anyio.to_thread.run_sync(_nsys_rules, readable, ctx.roots, deadline, abandon_on_cancel=True)
     ranks, causes = found.ranks, found.causes
     notes = list(found.notes)
     if len(ranks) > TRACE_MAX_RANK_ROWS:

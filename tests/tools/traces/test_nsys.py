@@ -247,3 +247,14 @@ def test_steps_from_the_jobs_own_ranges(tmp_path: Path) -> None:
 def test_a_step_range_re2_cannot_take_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match="step_range is not a pattern RE2 can take"):
         SummarizeTraceInput(path="x.sqlite", step_range="(unclosed")
+
+
+def test_a_report_without_an_nsys_to_export_it_says_the_command(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A .nsys-rep (the bytes a 2026.1 report starts with) where no nsys is on PATH: the error names the export to run.
+    (tmp_path / "report1.nsys-rep").write_bytes(b"NVIDIA Tegra Profiler Report 2026@1@2@63-261237296639v0" + bytes(64))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(TriageError) as raised:
+        summarize(tmp_path / "report1.nsys-rep")
+    assert "no nsys is on PATH" in raised.value.message
+    assert "nsys export --type sqlite --output report1.sqlite report1.nsys-rep" in raised.value.hint
