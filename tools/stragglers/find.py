@@ -11,10 +11,12 @@ MAD, warm-up dropped); a difference within the run's own noise is not flagged. S
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,7 +43,16 @@ from tools.core.thresholds import STRAGGLER_CRIT_PCT, STRAGGLER_MIN_STEPS, STRAG
 from tools.core.workers import run_in_shares, worker_count
 from tools.gpu import gpu_findings
 from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
-from tools.traces import TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.traces import (
+    TraceEvent,
+    TraceHeader,
+    is_nsys_export,
+    nsys_processes,
+    rank_of_trace,
+    read_nsys_batches,
+    read_trace,
+    trace_files,
+)
 
 __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers", "stragglers_in_steps"]
 
@@ -290,12 +301,11 @@ def _read_logs(patterns: list[str], params: FindStragglersInput, ctx: ToolContex
     return found, notes
 
 
-def _trace_rank(path: Path, display: str, position: int, deadline: float) -> _Figures:
-    """Step times and collective wait per step from one trace; compute = step - wait."""
-    header = TraceHeader()
+def _trace_rank(events: Iterable[TraceEvent], rank: int, display: str) -> _Figures:
+    """Step times and collective wait per step from one rank's trace events; compute = step - wait."""
     steps: list[tuple[float, float]] = []
     comm: list[tuple[float, float]] = []
-    for event in read_trace(path, display, deadline, header):
+    for event in events:
         name, ts, dur = event.name, event.ts, event.dur
         if event.ph != "X" or not isinstance(name, str) or not isinstance(ts, int | float) or not isinstance(
                 dur, int | float):
@@ -308,7 +318,6 @@ def _trace_rank(path: Path, display: str, position: int, deadline: float) -> _Fi
     steps.sort()
     step_ms = np.array([(end - start) / 1000.0 for start, end in steps])
     wait_ms = np.array([total(clip(merged, start, end)) / 1000.0 for start, end in steps])
-    rank = rank_of_trace(header, display, position)
     return _figures(rank, display, "ms", step_ms, np.arange(step_ms.size), step_ms - wait_ms, wait_ms, 0)
 
 
@@ -319,7 +328,15 @@ def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> dict[in
     found: dict[int, _Figures] = {}
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in ctx.roots if path.is_relative_to(r)), path.name)
-        figures = _trace_rank(path, display, position, deadline)
+        if is_nsys_export(path):  # an Nsight Systems export: each process with GPU work is a rank
+            for index, process in enumerate(nsys_processes(path, display)):
+                events = itertools.chain.from_iterable(read_nsys_batches(path, process, display, deadline,
+                                                                         TraceHeader()))
+                found[index] = _trace_rank(events, index, f"{display} (process {(process >> 24) & 0xFFFFFF})")
+            continue
+        header = TraceHeader()
+        figures = _trace_rank(read_trace(path, display, deadline, header), -1, display)
+        figures.rank = rank_of_trace(header, display, position)  # the header is complete once read
         found[figures.rank] = figures
     return found
 

@@ -4,8 +4,8 @@ step breakdown and causes.
 These names are the package's public surface: another domain imports them from here, never from its modules.
 """
 
-from tools.traces.kineto import TraceHeader, rank_of_trace, read_trace, trace_files
-from tools.traces.nsys import is_nsys_export
+from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace, trace_files
+from tools.traces.nsys import is_nsys_export, nsys_processes, read_nsys_batches
 from tools.traces.summary import (
     SummarizeTraceInput,
     SummarizeTraceResult,
@@ -20,11 +20,14 @@ __all__ = [
     "SummarizeTraceInput",
     "SummarizeTraceResult",
     "TraceBreakdown",
+    "TraceEvent",
     "TraceHeader",
     "branch_of_cause",
     "breakdown",
     "is_nsys_export",
+    "nsys_processes",
     "rank_of_trace",
+    "read_nsys_batches",
     "read_trace",
     "short_name",
     "summarize_trace",

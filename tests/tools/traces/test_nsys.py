@@ -13,6 +13,7 @@ import pytest
 from tools.compare.runs import CompareRunsInput, compare_runs
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
+from tools.stragglers import FindStragglersInput, find_stragglers
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
 
 PID_A, PID_B = 144 << 24, 145 << 24  # globalPid: the pid in bits 24-47
@@ -258,3 +259,25 @@ def test_a_report_without_an_nsys_to_export_it_says_the_command(tmp_path: Path,
         summarize(tmp_path / "report1.nsys-rep")
     assert "no nsys is on PATH" in raised.value.message
     assert "nsys export --type sqlite --output report1.sqlite report1.nsys-rep" in raised.value.hint
+
+
+def test_find_stragglers_reads_the_ranks_of_an_export(tmp_path: Path) -> None:
+    # Two processes, 8 steps of 1 ms: process 144 computes 600 us and waits 400 us in NCCL for process 145,
+    # which computes 950 us (+ noise): the rank that waits least is the slow one.
+    export, rng = Export(tmp_path / "job.sqlite"), random.Random(3)
+    for i in range(8):
+        base = 1000.0 * i
+        for pid, compute in ((PID_A, 600.0), (PID_B, 950.0 + rng.uniform(-5, 5))):
+            export.range(pid, f"ProfilerStep#{i}", base, base + 1000)
+            export.kernel(pid, "void cutlass_gemm_kernel", base, compute)
+            export.kernel(pid, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                          base + compute, 1000 - compute - 10, stream=20)
+    export.close()
+    result = anyio.run(find_stragglers, FindStragglersInput(traces=["job.sqlite"]),
+                       ToolContext(roots=(tmp_path.resolve(),)))
+    rows = {r.rank: r for r in result.ranks}
+    assert set(rows) == {0, 1} and rows[0].steps == rows[1].steps == 8
+    # Ranks in order of first GPU work: both start at 0, process 144 first in the file. Rank 1 (process 145)
+    # computes ~950 us and waits ~40; rank 0 computes 600 and waits 390.
+    assert rows[0].wait_ms == pytest.approx(0.39, abs=0.01) and rows[1].wait_ms == pytest.approx(0.04, abs=0.01)
+    assert [f.rank for f in result.flagged] == [1] and result.waited_on_rank == 1
