@@ -35,6 +35,25 @@ if [ ! -x .cache/inspector/node_modules/.bin/mcp-inspector ]; then
     npm install --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@2.12.0 >/dev/null)
 fi
 
+# NVIDIA's own nsys CLI, the reference the nsys tests check our totals and rules against (nsys stats, nsys analyze):
+# Debian's nsight-systems-target 2023.4 from the non-free component, downloaded and unpacked into .cache/nsys, not
+# installed (it needs no GPU or driver to export and report). Proprietary: fetched at test time, never committed.
+NSYS=.cache/nsys/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys
+if [ ! -x "$NSYS" ]; then
+  echo "fetching Debian's nsight-systems-target (non-free) for the nsys reference tests" >&2
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" \
+    > "$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
+  apt-get "${apt_opts[@]}" update -qq
+  (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq nsight-systems-target)
+  mkdir -p .cache/nsys
+  dpkg -x "$apt_dir"/nsight-systems-target_*.deb .cache/nsys
+  rm -rf "$apt_dir"
+fi
+
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

@@ -315,7 +315,7 @@ def _gpu_rules(connection: sqlite3.Connection, tables: dict[str, set[str]], disp
     spans = connection.execute(f"SELECT globalPid, deviceId, min(start), max(end) FROM ({union}) "
                                "GROUP BY globalPid, deviceId").fetchall()
     gaps: list[float] = []
-    low_chunks = 0
+    low_runs = 0
     low_ms = 0.0
     where = []
     for pid, device, first, last in spans:
@@ -339,7 +339,8 @@ def _gpu_rules(connection: sqlite3.Connection, tables: dict[str, set[str]], disp
                     start, i = chunk_end, i + 1
         low = [i for i, u in enumerate(used) if 100 * u / chunk < NSYS_UTIL_PCT]
         if low:
-            low_chunks += len(low)
+            # NVIDIA reports each run of adjacent low windows as one.
+            low_runs += 1 + sum(1 for a, b in zip(low, low[1:], strict=False) if b != a + 1)
             low_ms += len(low) * chunk / 1e6
             where.append(f"process {(pid >> 24) & 0xFFFFFF} GPU {device}: {len(low)} of {NSYS_UTIL_CHUNKS}")
     found = []
@@ -347,8 +348,8 @@ def _gpu_rules(connection: sqlite3.Connection, tables: dict[str, set[str]], disp
         found.append(NsysRule(rule="gpu_gaps", file=display, count=len(gaps), time_ms=round(sum(gaps), 3),
                               evidence=f"GPU idle for at least {NSYS_GAP_MS:g} ms {len(gaps)} time(s), longest "
                               f"{max(gaps):.1f} ms: look at what the CPU did then (OS runtime, NVTX, sampling)"))
-    if low_chunks:
-        found.append(NsysRule(rule="gpu_time_util", file=display, count=low_chunks, time_ms=round(low_ms, 3),
+    if low_runs:
+        found.append(NsysRule(rule="gpu_time_util", file=display, count=low_runs, time_ms=round(low_ms, 3),
                               evidence=f"time utilisation under {NSYS_UTIL_PCT:g} % in " + "; ".join(where[:3])
                               + " equal windows of the GPU span"))
     return found
