@@ -7,13 +7,12 @@ several streams are never counted twice.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Coverage", "Intervals", "Spans", "clip", "intersect", "merge", "merge_indexed", "merge_sorted_indexed",
-           "subtract", "total"]
+__all__ = ["Intervals", "Spans", "clip", "intersect", "merge", "subtract", "total"]
 
 Intervals = list[tuple[float, float]]
 
@@ -87,39 +86,6 @@ def clip(merged: Intervals, start: float, end: float) -> Intervals:
             out.append((max(a, start), min(b, end)))
         i += 1
     return out
-
-
-def merge_indexed(starts: Sequence[float], ends: Sequence[float], indices: Iterable[int]) -> Intervals:
-    """`merge` of (starts[i], ends[i]) for the given indices, sorting indices rather than building a
-    tuple per interval first (a third of the memory on large traces)."""
-    return _merge_sorted((starts[i], ends[i]) for i in sorted(indices, key=starts.__getitem__))
-
-
-def merge_sorted_indexed(starts: Sequence[float], ends: Sequence[float], ordered: Iterable[int]) -> Intervals:
-    """`merge` of (starts[i], ends[i]) for indices already in order of their start (one sort, many merges)."""
-    return _merge_sorted((starts[i], ends[i]) for i in ordered)
-
-
-class Coverage:
-    """How much of a merged interval list lies inside any [start, end): two binary searches over prefix sums,
-    where `total(clip(...))` walks every interval inside (a step-long CPU op covers thousands of GPU gaps)."""
-
-    def __init__(self, merged: Intervals) -> None:
-        self._starts = [a for a, _ in merged]
-        self._ends = [b for _, b in merged]
-        self._before = [0.0]  # total length of the first k intervals
-        for a, b in merged:
-            self._before.append(self._before[-1] + b - a)
-
-    def _up_to(self, point: float) -> float:
-        i = bisect.bisect_right(self._starts, point)  # intervals starting at or before the point
-        covered = self._before[i]
-        if i and self._ends[i - 1] > point:
-            covered -= self._ends[i - 1] - point  # the last of them goes on past the point
-        return covered
-
-    def within(self, start: float, end: float) -> float:
-        return self._up_to(end) - self._up_to(start) if end > start else 0.0
 
 
 class Spans:

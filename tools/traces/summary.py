@@ -703,14 +703,12 @@ class _IdleGaps:
     queued: Spans = field(default_factory=_empty)  # the next kernel was queued already (streams, CUDA graphs)
     unlinked: Spans = field(default_factory=_empty)  # no launch call for the next kernel, or no next kernel
     launch_to_start: list[float] = field(default_factory=list)  # of the kernels that end host-bound gaps
-    kernels_in_window: int = 0
     kernel_us: list[float] = field(default_factory=list)  # durations of the kernels in the window (sampled)
 
 
 def _sample_kernels(data: _Collected, found: _IdleGaps, start: float, end: float) -> None:
     gpu = _gpu(data)
     window = (gpu.ts >= start) & (gpu.ts < end) & (gpu.kind == _KIND_CODE["compute"])
-    found.kernels_in_window = int(window.sum())
     found.kernel_us = (gpu.end[window] - gpu.ts[window])[:_LAUNCH_SAMPLE].tolist()
 
 
