@@ -1,7 +1,8 @@
 """Arithmetic on sets of time intervals [start, end): union, total length, intersection, difference.
 
 Every busy/idle figure of the trace summary is computed on merged intervals, so overlapping kernels on
-several streams are never counted twice.
+several streams are never counted twice. Two forms: lists of (start, end) tuples for the small sets, and
+`Spans` (two numpy arrays, the same operations vectorised) for the large ones a trace's GPU gaps make.
 """
 
 from __future__ import annotations
