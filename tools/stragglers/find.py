@@ -515,6 +515,11 @@ def _conclude(verdict: Verdict, flagged: list[FlaggedRank], waited_on: int | Non
                 "torch.profiler traces of a few steps on every rank, and run this again with them."]
     if count < 2:
         return ["Only one rank's timings were found: a straggler needs at least two ranks to compare."]
+    if not step.by_rank:
+        return [f"No step found on any of the {count} ranks (no ProfilerStep range in the traces, no step-time line "
+                "in the logs): nothing to compare.",
+                "Pass traces of a few steps (torch.profiler with a schedule, or NVTX ranges named ProfilerStep#N) or "
+                "logs that print a step time."]
     basis = "compute times" if compute.by_rank else "step times"
     return [f"No straggler: the {count} ranks' {basis} agree within the run's noise (step spread "
             f"{spread or 0:.1f}%; a rank is flagged at >= {STRAGGLER_WARN_PCT:g}% and beyond its step-to-step noise)."]

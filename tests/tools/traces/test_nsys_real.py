@@ -14,6 +14,7 @@ import pytest
 from tests.helpers import DATA, base_env
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
+from tools.stragglers import FindStragglersInput, find_stragglers
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
 
 FILES = DATA / "nsys" / "files"
@@ -78,3 +79,10 @@ def test_the_environment_block_of_a_real_export_never_reaches_the_output() -> No
     assert done.returncode in (0, 1), done.stderr
     assert json.loads(done.stdout)["ranks"][0]["gpu_events"] > 0
     assert PLANTED not in done.stdout + done.stderr and "HF_TOKEN" not in done.stdout + done.stderr
+
+
+def test_stragglers_on_an_export_without_steps_say_there_is_nothing_to_compare() -> None:
+    result = anyio.run(find_stragglers, FindStragglersInput(traces=["nsysai-mfu-2gpu-before.sqlite"]),
+                       ToolContext(roots=(FILES.resolve(),)))
+    assert [r.steps for r in result.ranks] == [0, 0]
+    assert result.conclusion[0].startswith("No step found on any of the 2 ranks")
