@@ -56,6 +56,7 @@ from tools.traces.nsys import (
     nsys_rules,
     read_nsys_batches,
 )
+from tools.traces.nsys_stats import NsysStats, is_nsys_stats, read_nsys_stats
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
            "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
@@ -115,7 +116,8 @@ _FIX = {
 class SummarizeTraceInput(InputModel):
     path: PathArg = Field(description="A Kineto/PyTorch-profiler trace (.json or .json.gz), an Nsight Systems SQLite "
                       "export (.sqlite: nsys export --type sqlite) or report (.nsys-rep/.qdrep, exported with the "
-                      "nsys on PATH), or a folder of per-rank traces, inside the roots.")
+                      "nsys on PATH), nsys stats --format csv output (a partial view), or a folder of per-rank "
+                      "traces, inside the roots.")
     include_last_step: bool = Field(default=False, description="Analyse the last ProfilerStep too (HTA leaves it "
                                     "out by default, since it is often cut short).")
     step_range: str | None = Field(default=None, max_length=200, description="Annotation ranges (NVTX, "
@@ -202,6 +204,8 @@ class SummarizeTraceResult(ToolResult):
     kernel_histogram: dict[str, int] = Field(description="Kernel count by duration: <10us, 10-100us, 100us-1ms, >=1ms.")
     nsys_rules: list[NsysRule] = Field(default_factory=list, description="Nsight Systems exports only: NVIDIA's own "
                                        "expert-system rules (nsys analyze), with its names and thresholds.")
+    nsys_stats: NsysStats | None = Field(default=None, description="nsys stats CSV tables only: the partial view "
+                                         "they allow (kernel and CUDA API totals, the synchronising share).")
     notes: list[str]
 
     narrow_hint = "pass one rank's file instead of the folder"
@@ -227,6 +231,9 @@ class SummarizeTraceResult(ToolResult):
             Table("Nsight Systems rules (nsys analyze)", ["rule", "file", "count", "ms", "evidence"],
                   [[r.rule, r.file, str(r.count), f"{r.time_ms:.1f}", r.evidence] for r in self.nsys_rules],
                   "nsys_rules"),
+            Table("CUDA API (nsys stats)", ["api", "calls", "total ms", "share %"],
+                  [[r.name, str(r.count), f"{r.total_ms:.2f}", _f(r.share_pct)]
+                   for r in (self.nsys_stats.api if self.nsys_stats else [])], "nsys_stats.api"),
             Table("Per step", ["rank", "step", "ms", "busy %", "data wait %"],
                   [[str(p.rank), str(p.step), f"{p.step_time_ms:.1f}", _f(p.gpu_busy_pct), _f(p.data_wait_pct)]
                    for p in self.steps], "steps"),
@@ -906,6 +913,11 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     kernel-size histogram. Never cat a trace: use this.
     """
     path = ctx.path(params.path)
+    if path.is_file() and path.name.endswith((".csv", ".txt")):
+        with path.open("rb") as handle:
+            head = handle.read(4096)
+        if is_nsys_stats(head):
+            return _from_stats(read_nsys_stats(path, path.name, TRACE_TOP_KERNELS), path.name)
     files = trace_files(path, ctx.roots)
     deadline = time.monotonic() + ctx.remaining_s()
     async with exported_reports(files, ctx.remaining_s()) as readable:
@@ -929,6 +941,31 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
         nsys_rules=rules,
         notes=notes,
     )
+
+
+def _from_stats(stats: NsysStats, display: str) -> SummarizeTraceResult:
+    """The partial result nsys stats tables allow: totals, no timeline."""
+    kernels = [KernelStat(name=short_name(r.name), kind="comm" if _COMM_NAME.search(r.name) else _hta_kind(r.name),
+                          count=r.count, total_ms=round(r.total_ms, 3),
+                          mean_us=round(1000 * r.total_ms / r.count, 3) if r.count else 0.0,
+                          share_pct=r.share_pct or 0.0) for r in stats.kernels]
+    said = [f"{display}: nsys stats tables ({', '.join(stats.tables)}), a partial view without a timeline."]
+    if kernels:
+        said.append(f"GPU kernels total {stats.kernel_ms:.1f} ms; the largest, {kernels[0].name}, takes "
+                    f"{kernels[0].share_pct:.1f}% of it.")
+    if stats.api_ms:
+        sync_pct = 100 * stats.sync_api_ms / stats.api_ms
+        said.append(f"CUDA API calls total {stats.api_ms:.1f} ms, {sync_pct:.0f}% of it in synchronising calls "
+                    "(stream/device syncs, blocking copies).")
+    return SummarizeTraceResult(
+        severity=Severity.ok, conclusion=said[:3], ranks=[], causes=[], top_kernels=kernels, idle_cpu_ops=[],
+        steps=[], kernel_histogram={}, nsys_stats=stats,
+        notes=["A summary table cannot show steps, GPU idle time, its causes, overlap or ranks: export the report "
+               "(nsys export --type sqlite) and pass the .sqlite for the full breakdown."],
+        next_steps=[NextStep(branch="gpu_utilization_low", step="trace",
+                             action="nsys export --type sqlite --output REPORT.sqlite REPORT.nsys-rep, then "
+                                    "summarize_trace on REPORT.sqlite",
+                             why="Only the events show where the step time goes.")])
 
 
 def _nsys_rules(files: list[Path], roots: tuple[Path, ...], deadline: float) -> list[NsysRule]:

@@ -282,3 +282,47 @@ def test_find_stragglers_reads_the_ranks_of_an_export(tmp_path: Path) -> None:
     # computes ~950 us and waits ~40; rank 0 computes 600 and waits 390.
     assert rows[0].wait_ms == pytest.approx(0.39, abs=0.01) and rows[1].wait_ms == pytest.approx(0.04, abs=0.01)
     assert [f.rank for f in result.flagged] == [1] and result.waited_on_rank == 1
+
+
+# nsys stats CSV of the three header generations (shared/notes/nsys_format.md 2.2), as nsys prints them.
+STATS_2020 = """Using report1.sqlite export for stats reports.
+Exporting [/usr/bin/nsys/reports/gpukernsum.py report1.sqlite] to console...
+
+Time(%),Total Time (ns),Instances,Average,Minimum,Maximum,Name
+75.0,3000000,3,1000000.0,900000,1100000,volta_sgemm_128x64_nn
+25.0,1000000,10,100000.0,90000,110000,"ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
+
+Time(%),Total Time (ns),Num Calls,Average,Minimum,Maximum,Name
+90.0,9000000,2,4500000.0,4000000,5000000,cudaStreamSynchronize
+10.0,1000000,13,76923.1,5000,100000,cudaLaunchKernel
+"""
+STATS_2022 = """Processing [report1.sqlite] with [/opt/nsys/reports/gpukernsum.py]...
+
+Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),GridXYZ,BlockXYZ,Name
+100.0,2000000,4,500000.0,500000.0,400000,600000,81649.7,"   2    1    1","  512    1    1",add_kernel
+
+Processing [report1.sqlite] with [/opt/nsys/reports/osrtsum.py]...
+
+Time (%),Total Time (ns),Num Calls,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name
+99.0,500000000,10,50000000.0,50000000.0,1000,99000000,1000.0,poll
+1.0,5000000,4,1250000.0,1250000.0,1000,2000000,100.0,pthread_cond_wait
+"""
+
+
+@pytest.mark.parametrize(("text", "kernels", "kernel_ms", "api_ms", "sync_ms"), [
+    (STATS_2020, [("volta_sgemm_128x64_nn", 3, 3.0), ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 10, 1.0)],
+     4.0, 10.0, 9.0),
+    # 2022.4: GridXYZ/BlockXYZ columns; the OS-runtime table (poll, pthread_*) is not the CUDA API.
+    (STATS_2022, [("add_kernel", 4, 2.0)], 2.0, 0.0, 0.0),
+])
+def test_nsys_stats_tables_of_each_generation(tmp_path: Path, text: str, kernels: list[tuple[str, int, float]],
+                                              kernel_ms: float, api_ms: float, sync_ms: float) -> None:
+    (tmp_path / "stats.csv").write_text(text)
+    result = summarize(tmp_path / "stats.csv")
+    assert result.nsys_stats is not None
+    assert [(r.name, r.count, r.total_ms) for r in result.nsys_stats.kernels] == kernels
+    assert (result.nsys_stats.kernel_ms, result.nsys_stats.api_ms, result.nsys_stats.sync_api_ms) == (
+        kernel_ms, api_ms, sync_ms)
+    assert result.ranks == [] and "cannot show steps" in result.notes[0]
+    assert {k.name: k.kind for k in result.top_kernels}.get(
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "comm") == "comm"

@@ -68,3 +68,23 @@ def test_rules_match_nsys_analyze(nsys: Path, case_id: str, tmp_path: Path) -> N
     for rule in RULES:
         rows = _nsys_csv(nsys, ["analyze", "-r", f"{rule}:rows=1000000"], reference)
         assert ours.get(rule, 0) == len(rows), rule
+
+
+def test_nsys_stats_csv_gives_the_same_kernel_totals_as_the_export(nsys: Path, tmp_path: Path) -> None:
+    # nsys's own CSV of a real export (kernels, API, memory operations, with its 'Processing [...]' lines), read as
+    # the partial view: the kernel totals equal what the export itself gives.
+    reference = tmp_path / "reference.sqlite"
+    shutil.copyfile(FILES / "nsysai-mfu-2gpu-before.sqlite", reference)
+    done = subprocess.run([str(nsys), "stats", "--report", "cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum",
+                           "--format", "csv", str(reference)], capture_output=True, text=True, timeout=120,
+                          check=True)
+    (tmp_path / "stats.csv").write_text(done.stdout)
+    view = anyio.run(summarize_trace, SummarizeTraceInput(path="stats.csv"), ToolContext(roots=(tmp_path,)))
+    assert view.ranks == [] and view.nsys_stats is not None
+    assert view.nsys_stats.tables == ["cuda_gpu_kern_sum", "cuda_api_sum", "cuda_gpu_mem_time_sum"]
+    found = breakdown([FILES / "nsysai-mfu-2gpu-before.sqlite"], (FILES,), False, time.monotonic() + 120)
+    from_export = sum(total for name, (_, total, _) in found.kernels.items()
+                      if not name.startswith(("Memcpy", "Memset"))) / 1000
+    assert view.nsys_stats.kernel_ms == pytest.approx(from_export, abs=0.01)
+    syncs = sum(r.total_ms for r in view.nsys_stats.api if r.name.startswith("cudaStreamSynchronize"))
+    assert view.nsys_stats.sync_api_ms == pytest.approx(syncs, abs=0.01) and syncs > 300
