@@ -8,9 +8,10 @@ to their events (no metadata block). The others are read from a local mirror of 
 `--mirrors DIR` (a folder of `owner+name/repo` bare git directories, as the project's fetch tool makes them) and
 they are extracted into .cache/wild_traces/ once, checked against their sha256.
 
-Our verdict: `gpu_busy` when the GPU is busy >= 85 % of the analysed steps and no cause reaches 10 % of step time,
-else the largest cause. A verdict is right when it is the primary; `unclear` labels are not scored. Printed:
-right / scored overall and for the strict labels, per primary category, and every miss (with `--misses`).
+Our verdict: the result's `bottleneck` (`gpu_busy` when the GPU is busy >= 85 % of the analysed steps and no cause
+reaches 10 % of step time, else the largest cause). A verdict is right when it is the primary; `unclear` labels are
+not scored. Printed: right / scored overall and for the strict labels, per primary category, and every miss (with
+`--misses`).
 Target (issue 17): >= 90 % right, every strict one right.
 
 Usage: .venv/bin/python benchmarks/accuracy_traces.py [--mirrors /work/.mirror] [--misses]
@@ -36,12 +37,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
-from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace  # noqa: E402
+from tools.traces.summary import SummarizeTraceInput, summarize_trace  # noqa: E402
 
 WILD = REPO / "tests" / "data" / "traces" / "wild"
 CACHE = REPO / ".cache" / "wild_traces"
-BUSY_PCT = 85.0
-CAUSE_PCT = 10.0
 
 
 @dataclass
@@ -89,21 +88,13 @@ def load_cases(mirrors: Path | None) -> list[Case]:
     return cases
 
 
-def verdict(result: SummarizeTraceResult) -> str:
-    busy = result.ranks[0].gpu_busy_pct if result.ranks else None
-    top = result.causes[0] if result.causes else None
-    if top is None or (busy is not None and busy >= BUSY_PCT and top.share_pct < CAUSE_PCT):
-        return "gpu_busy"
-    return top.kind
-
-
 async def run(case: Case) -> tuple[str, str]:
     assert case.path is not None
     context = ToolContext(roots=(case.path.parent.resolve(),), timeout_s=300)
     result = await summarize_trace(SummarizeTraceInput(path=case.path.name), context)
     top = ", ".join(f"{c.kind} {c.share_pct:.1f}" for c in result.causes[:3])
     busy = result.ranks[0].gpu_busy_pct if result.ranks else None
-    return verdict(result), f"busy {busy}%; {top}"
+    return result.bottleneck, f"busy {busy}%; {top}"
 
 
 def main() -> None:

@@ -189,9 +189,7 @@ def _summaries(paths: dict[str, Path]) -> dict[str, Any]:
         context = ToolContext(roots=(path.parent.resolve(),), timeout_s=120)
         result = anyio.run(summarize_trace, SummarizeTraceInput(path=path.name), context)
         rank = result.ranks[0]
-        top = result.causes[0] if result.causes else None
-        busy = rank.gpu_busy_pct
-        ours = "gpu_busy" if top is None or (busy is not None and busy >= 85 and top.share_pct < 10) else top.kind
+        busy, ours = rank.gpu_busy_pct, result.bottleneck
         out[name] = {"built_for": SCENARIOS[name][1], "ours": ours, "result": json.loads(result.model_dump_json())}
         print(f"{name:22} built for {SCENARIOS[name][1]:30} ours {ours:20} busy {busy}% "
               f"TFLOP/s {rank.achieved_tflops} MFU {rank.mfu_pct}%", flush=True)

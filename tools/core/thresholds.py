@@ -104,3 +104,8 @@ NSYS_GAP_MS = 500.0
 NSYS_UTIL_PCT = 50.0
 NSYS_UTIL_CHUNKS = 30
 NSYS_SMALL_HTOD_BYTES = 64_000
+
+# summarize_trace's one-word verdict (`bottleneck`): the GPU counts as busy, with nothing worth fixing first, at this
+# share of the step or more when no cause of GPU idle reaches BOTTLENECK_CAUSE_PCT; else the largest cause is it.
+BOTTLENECK_BUSY_PCT = 85.0
+BOTTLENECK_CAUSE_PCT = 10.0

@@ -40,6 +40,8 @@ from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges
 from tools.core.thresholds import (
+    BOTTLENECK_BUSY_PCT,
+    BOTTLENECK_CAUSE_PCT,
     DISPATCH_GAP_US,
     LAUNCH_AHEAD_US,
     LONG_OP_US,
@@ -59,7 +61,7 @@ from tools.traces.nsys import (
 from tools.traces.nsys_stats import NsysStats, is_nsys_stats, read_nsys_stats
 
 __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "SummarizeTraceResult", "TraceBreakdown",
-           "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
+           "bottleneck", "branch_of_cause", "breakdown", "short_name", "summarize_trace", "top_kernels"]
 
 CauseKind = Literal["data_loading", "input_preprocessing", "launch_bound", "implicit_sync", "exposed_comm",
                     "gpu_wait", "straggler", "host_other"]
@@ -158,6 +160,8 @@ class RankSummary(BaseModel):
     precision: str | None = Field(default=None, description="The matmuls' precision (inputs, else GEMM names).")
     peak_tflops: float | None = None
     device: str | None = Field(default=None, description="The GPU (deviceProperties), as the peak table names it.")
+    bottleneck: str = Field(default="gpu_busy", description="The one thing to fix first on this rank: 'gpu_busy' "
+                            "(>= 85 % busy, no cause of 10 %), else the kind of its largest cause.")
     gpu_events: int
     events: int
 
@@ -195,6 +199,9 @@ class KernelStat(BaseModel):
 
 
 class SummarizeTraceResult(ToolResult):
+    bottleneck: str = Field(default="gpu_busy", description="The one thing to fix first: 'gpu_busy' (the GPUs are "
+                            ">= 85 % busy and no cause reaches 10 %), else the kind of the largest cause; 'unknown' "
+                            "for nsys stats tables, which have no timeline.")
     ranks: list[RankSummary]
     causes: list[Cause]
     top_kernels: list[KernelStat]
@@ -554,6 +561,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
             causes.append(Cause(kind="data_loading", share_pct=_pct(data_ms, length) or 0.0,
                                 evidence=f"DataLoader.__next__ takes {data_ms / 1000:.1f} ms of {length / 1000:.1f} "
                                 "ms of CPU step time", fix=_FIX["data_loading"]))
+        summary.bottleneck = bottleneck(summary.gpu_busy_pct, causes)
         return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes,
                            profiled_steps=len(steps))
 
@@ -651,8 +659,19 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         comm_overlap_pct=_pct(comm_ms - exposed, comm_ms), data_wait_pct=_pct(data_wait.total(), length),
         gpu_events=len(_gpu(data).ts), events=data.events,
     )
+    summary.bottleneck = bottleneck(summary.gpu_busy_pct, causes)
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
                        _idle_ops(rank, data, idle), len(steps))
+
+
+def bottleneck(busy_pct: float | None, causes: list[Cause]) -> str:
+    """The one verdict a reader of the timeline gives: the GPU is busy (nothing worth fixing first), or the kind of
+    the largest cause of GPU idle or slow steps."""
+    top = max(causes, key=lambda c: c.share_pct, default=None)
+    if top is None or (busy_pct is not None and busy_pct >= BOTTLENECK_BUSY_PCT
+                       and top.share_pct < BOTTLENECK_CAUSE_PCT):
+        return "gpu_busy"
+    return top.kind
 
 
 def _idle_ops(rank: int, data: _Collected, idle: Spans) -> list[IdleOp]:
@@ -925,11 +944,13 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
                                                params.step_range, abandon_on_cancel=True)
         rules = await anyio.to_thread.run_sync(_nsys_rules, readable, ctx.roots, deadline, abandon_on_cancel=True)
     ranks, causes = found.ranks, found.causes
+    busy = [r.gpu_busy_pct for r in ranks if r.gpu_busy_pct is not None]
     notes = list(found.notes)
     if len(ranks) > TRACE_MAX_RANK_ROWS:
         notes.insert(0, _distribution(ranks))
     return SummarizeTraceResult(
         severity=Severity.warn if causes and causes[0].share_pct >= 10 else Severity.ok,
+        bottleneck=bottleneck(statistics.median(busy) if busy else None, causes),
         conclusion=_conclude(ranks, causes),
         next_steps=_next_steps(causes),
         ranks=_bounded_ranks(ranks),
@@ -958,7 +979,8 @@ def _from_stats(stats: NsysStats, display: str) -> SummarizeTraceResult:
         said.append(f"CUDA API calls total {stats.api_ms:.1f} ms, {sync_pct:.0f}% of it in synchronising calls "
                     "(stream/device syncs, blocking copies).")
     return SummarizeTraceResult(
-        severity=Severity.ok, conclusion=said[:3], ranks=[], causes=[], top_kernels=kernels, idle_cpu_ops=[],
+        severity=Severity.ok, bottleneck="unknown", conclusion=said[:3], ranks=[], causes=[], top_kernels=kernels,
+        idle_cpu_ops=[],
         steps=[], kernel_histogram={}, nsys_stats=stats,
         notes=["A summary table cannot show steps, GPU idle time, its causes, overlap or ranks: export the report "
                "(nsys export --type sqlite) and pass the .sqlite for the full breakdown."],

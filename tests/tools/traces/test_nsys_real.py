@@ -28,15 +28,6 @@ def summarize(case_id: str) -> SummarizeTraceResult:
                      ToolContext(roots=(FILES.resolve(),)))
 
 
-def verdict(busy: float | None, result: SummarizeTraceResult, rank: int) -> str:
-    """One bottleneck per process, as benchmarks/accuracy_traces.py scores Kineto traces."""
-    causes = [c for c in result.causes if c.rank in (None, rank)] if len(result.ranks) > 1 else result.causes
-    top = causes[0] if causes else None
-    if top is None or (busy is not None and busy >= 85 and top.share_pct < 10):
-        return "gpu_busy"
-    return top.kind
-
-
 STRICT = [(case_id, p["pid_index"], p) for case_id, row in LABELS.items() if row["copied"]
           for p in row["per_process"] if p["strict"]]
 
@@ -46,7 +37,7 @@ def test_strict_verdicts_of_the_readers(case_id: str, index: int, label: dict[st
     result = summarize(case_id)
     rank = result.ranks[index]
     assert rank.gpu_busy_pct == pytest.approx(label["gpu_busy_pct"], abs=0.2)
-    assert verdict(rank.gpu_busy_pct, result, rank.rank) == label["primary"]
+    assert rank.bottleneck == label["primary"]
 
 
 def test_two_ranks_of_one_torchrun_capture_with_their_nccl() -> None:

@@ -25,15 +25,6 @@ def summarize(case_id: str) -> SummarizeTraceResult:
     return anyio.run(summarize_trace, SummarizeTraceInput(path=f"{case_id}.json.gz"), ToolContext(roots=(files,)))
 
 
-def verdict(result: SummarizeTraceResult) -> str:
-    """The one bottleneck a reader names: the GPU is busy (>= 85 % with no cause of 10 %), else the largest cause
-    (as benchmarks/accuracy_traces.py scores it)."""
-    busy, top = result.ranks[0].gpu_busy_pct, result.causes[0] if result.causes else None
-    if top is None or (busy is not None and busy >= 85 and top.share_pct < 10):
-        return "gpu_busy"
-    return top.kind
-
-
 def test_every_copy_has_a_label_and_no_metadata_block() -> None:
     assert COPIED and all(LABELS[c]["copied"] for c in COPIED)
     assert {c for c, label in LABELS.items() if label["copied"]} == set(COPIED)
@@ -42,7 +33,7 @@ def test_every_copy_has_a_label_and_no_metadata_block() -> None:
 @pytest.mark.parametrize("case_id", [c for c in COPIED if LABELS[c]["primary"] != "unclear"])
 def test_verdict_matches_the_readers(case_id: str) -> None:
     label: dict[str, Any] = LABELS[case_id]
-    ours = verdict(summarize(case_id))
+    ours = summarize(case_id).bottleneck
     if label["strict"]:
         assert ours == label["primary"]
     else:  # a close call: the reader's primary or one of the causes they named beside it
