@@ -33,6 +33,7 @@ from tools.core.errors import LimitExceeded, Unavailable, UnreadableInput
 from tools.core.proc import run_program
 from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_CHUNKS, NSYS_UTIL_PCT
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
+from tools.traces.names import api_name
 
 __all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_processes", "nsys_rules",
            "read_nsys_batches"]
@@ -40,7 +41,6 @@ __all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", 
 _MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 20_000
 _PID_MASK = ~0xFFFFFF  # globalTid -> globalPid: the thread id is the low 24 bits
-_API_SUFFIX = re.compile(r"_v\d+$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel
 _GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND, hard-coded: exports before schema 3.0 have no ENUM tables.
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
@@ -216,7 +216,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
                         continue
                     api = names.get(value)
                     if api is None:
-                        api = names[value] = _API_SUFFIX.sub("", value)
+                        api = names[value] = api_name(value)
                     batch.append(TraceEvent(ph="X", cat="cuda_runtime", name=api, ts=_us(start), dur=_us(end - start),
                                             tid=tid & 0xFFFFFF, args=TraceArgs(correlation=corr)))
                 header.events += len(batch)
@@ -286,7 +286,7 @@ def _api_rule(rule: str, display: str, rows: list[tuple[str, int, float, int]], 
         return None
     by_api: dict[str, list[float]] = {}
     for name, calls, ns, _ in rows:
-        api = _API_SUFFIX.sub("", name)
+        api = api_name(name)
         count, total = by_api.get(api, [0, 0.0])
         by_api[api] = [count + calls, total + ns]
     calls = sum(int(v[0]) for v in by_api.values())

@@ -19,14 +19,12 @@ from pydantic import BaseModel, Field
 
 from tools.core.errors import UnreadableInput
 from tools.core.limits import NSYS_STATS_MAX_BYTES
+from tools.traces.names import api_name, is_sync_call
 
 __all__ = ["NsysStats", "StatsRow", "is_nsys_stats", "read_nsys_stats"]
 
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "μs": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3}
 _TIME_HEADER = re.compile(r"^Total Time(?: \((\w+)\))?$")
-_API_SUFFIX = re.compile(r"_v\d+$")
-_SYNC_API = re.compile(r"^(?:cuda(?:Stream|Device|Event|Ctx)Synchronize|cu(?:Stream|Ctx|Event)Synchronize|"
-                       r"cudaMemcpy(?!.*Async)|cuMemcpy[DH]to[DH](?!.*Async))")
 _NOISE = ("Processing [", "SKIPPED:", "NOTICE:", "Generating SQLite", "Using ", "Exporting ", "** ", "WARNING")
 
 
@@ -127,8 +125,7 @@ def read_nsys_stats(path: Path, display: str, keep: int) -> NsysStats:
                 continue  # osrt_sum: the OS runtime (poll, pthread_*), not the CUDA API
             view.api = rows[:keep]
             view.api_ms = round(sum(r.total_ms for r in rows), 3)
-            view.sync_api_ms = round(sum(r.total_ms for r in rows if _SYNC_API.match(_API_SUFFIX.sub("", r.name))),
-                                     3)
+            view.sync_api_ms = round(sum(r.total_ms for r in rows if is_sync_call(api_name(r.name))), 3)
             view.tables.append("cuda_api_sum")
     if not view.tables:
         raise UnreadableInput(f"{display}: no kernel, CUDA API or memory-operation summary table in it.",

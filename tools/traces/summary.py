@@ -50,6 +50,7 @@ from tools.core.thresholds import (
 )
 from tools.traces.compute import FlopCounter, achieved, kernel_precision
 from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace_batches, trace_files
+from tools.traces.names import is_sync_call
 from tools.traces.nsys import (
     NsysRule,
     exported_reports,
@@ -80,8 +81,6 @@ _HTA_NOT_COMPUTE = re.compile(r"nccl|Memcpy|Memset|^dma|Sync$|Stream Wait Event|
 _COMM_NAME = re.compile(r"nccl|rccl|hccl|msccl|nvshmem|multimem|symmetric_memory|cross_device_reduce|quick_?reduce|"
                         r"custom_?all_?reduce|all_?to_?all|allreduce|all_reduce|allgather|all_gather|reduce_?scatter|"
                         r"deep_?ep|::ep::(?:intra|inter)node|dispatch_kernel|combine_kernel", re.IGNORECASE)
-_SYNC_CALLS = re.compile(r"^(?:cuda|hip)(?:StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|Memcpy2D|"
-                         r"MemcpyDtoH|MemcpyFromSymbol)$")
 _SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
                        "aten::cpu", "aten::equal", "aten::allclose", "aten::unique", "aten::masked_select",
                        "aten::tolist", "aten::to", "aten::copy_", "aten::_to_copy"})
@@ -405,7 +404,7 @@ def _collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None
                     runtime_ts(ts)
                 role = runtime_roles.get(name)
                 if role is None:
-                    role = runtime_roles[name] = "sync" if _SYNC_CALLS.match(name) else (
+                    role = runtime_roles[name] = "sync" if is_sync_call(name) else (
                         "launch" if _LAUNCH.search(name) else "")
                 if role == "sync":
                     data.syncs.append((ts, end, _key(event.tid), name))

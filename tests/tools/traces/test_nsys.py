@@ -14,6 +14,7 @@ from tools.compare.runs import CompareRunsInput, compare_runs
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
 from tools.stragglers import FindStragglersInput, find_stragglers
+from tools.traces.names import api_name, is_sync_call
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
 
 PID_A, PID_B = 144 << 24, 145 << 24  # globalPid: the pid in bits 24-47
@@ -326,3 +327,17 @@ def test_nsys_stats_tables_of_each_generation(tmp_path: Path, text: str, kernels
     assert result.ranks == [] and "cannot show steps" in result.notes[0]
     assert {k.name: k.kind for k in result.top_kernels}.get(
         "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "comm") == "comm"
+
+
+@pytest.mark.parametrize(("raw", "sync"), [
+    ("cudaStreamSynchronize_v3020", True), ("cuStreamSynchronize", True), ("cuCtxSynchronize", True),
+    ("cudaDeviceSynchronize", True), ("hipDeviceSynchronize", True), ("cudaMemcpy_v3020", True),
+    ("cuMemcpyDtoH_v2", True), ("cudaMemcpyAsync_v3020", False), ("cuMemcpyDtoHAsync_v2", False),
+    ("cudaLaunchKernel_v7000", False), ("cudaStreamWaitEvent", False),
+])
+def test_which_runtime_and_driver_calls_block_the_host(raw: str, sync: bool) -> None:
+    assert is_sync_call(api_name(raw)) is sync
+
+
+def test_only_the_last_version_suffix_is_a_suffix() -> None:
+    assert api_name("cudaGetDeviceProperties_v2_v12000") == "cudaGetDeviceProperties_v2"
