@@ -329,7 +329,7 @@ def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> dict[in
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in ctx.roots if path.is_relative_to(r)), path.name)
         if is_nsys_export(path):  # an Nsight Systems export: each process with GPU work is a rank
-            for index, process in enumerate(nsys_processes(path, display)):
+            for index, process in enumerate(nsys_processes(path, display, deadline)):
                 events = itertools.chain.from_iterable(read_nsys_batches(path, process, display, deadline,
                                                                          TraceHeader()))
                 found[index] = _trace_rank(events, index, f"{display} (process {(process >> 24) & 0xFFFFFF})")

@@ -271,6 +271,9 @@ def trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:
     """A trace file, or the .json / .json.gz traces of a folder (symlinks leading out of the roots skipped)."""
     if path.is_file():
         return [path]
+    if not path.is_dir():  # a FIFO, socket or device: opening it could wait forever on a writer
+        raise BadInput(f"{path.name} is neither a regular file nor a folder.",
+                       "Pass a trace file (.json, .json.gz, nsys .sqlite) or a folder of them.")
     candidates = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     files = []
     for candidate in candidates:

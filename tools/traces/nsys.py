@@ -23,7 +23,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, closing
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", 
 
 _MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 20_000
+_PROGRESS_STEPS = 10_000  # SQLite VM steps between deadline checks: well under a millisecond each
 _PID_MASK = ~0xFFFFFF  # globalTid -> globalPid: the thread id is the low 24 bits
 _GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND, hard-coded: exports before schema 3.0 have no ENUM tables.
@@ -95,14 +96,32 @@ def is_nsys_export(path: Path) -> bool:
         return False
 
 
-def _connect(path: Path, display: str) -> sqlite3.Connection:
+def _out_of_time(display: str) -> LimitExceeded:
+    return LimitExceeded(f"reading {display} ran out of time.", "Pass a smaller export or raise --timeout.")
+
+
+@contextmanager
+def _open(path: Path, display: str, deadline: float) -> Iterator[sqlite3.Connection]:
+    """The export, read-only, every statement on it aborted once the call's deadline passes."""
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    # One statement (a sort or join over a 1 GB export) can run for minutes between two rows; SQLite calls the
+    # handler every few thousand VM steps and aborts the statement when it returns nonzero.
+    connection.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise UnreadableInput(f"{display}: not a readable SQLite file ({exc}).",
-                              "Pass an nsys export: nsys export --type sqlite REPORT.nsys-rep") from exc
-    return connection
+        try:
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            if time.monotonic() <= deadline:
+                raise UnreadableInput(f"{display}: not a readable SQLite file ({exc}).",
+                                      "Pass an nsys export: nsys export --type sqlite REPORT.nsys-rep") from exc
+            raise
+        yield connection
+    except sqlite3.OperationalError as exc:
+        if time.monotonic() > deadline:
+            raise _out_of_time(display) from exc
+        raise
+    finally:
+        connection.close()
 
 
 def _tables(connection: sqlite3.Connection) -> dict[str, set[str]]:
@@ -122,9 +141,9 @@ def _no_gpu_work(connection: sqlite3.Connection, tables: dict[str, set[str]], di
         "launchers such as torchrun) and export again.")
 
 
-def nsys_processes(path: Path, display: str) -> list[int]:
+def nsys_processes(path: Path, display: str, deadline: float) -> list[int]:
     """The processes (globalPid) that ran GPU work, in order of their first GPU activity."""
-    with closing(_connect(path, display)) as connection:
+    with _open(path, display, deadline) as connection:
         tables = _tables(connection)
         present = [t for t in _GPU_TABLES if t in tables and {"globalPid", "start"} <= tables[t]]
         if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables and not present:
@@ -145,8 +164,8 @@ def _rows(connection: sqlite3.Connection, sql: str, args: tuple[Any, ...], deadl
           display: str) -> Iterator[list[Any]]:
     cursor = connection.execute(sql, args)
     while True:
-        if time.monotonic() > deadline:
-            raise LimitExceeded(f"reading {display} ran out of time.", "Pass a smaller export or raise --timeout.")
+        if time.monotonic() > deadline:  # time spent by the consumer between batches, where SQLite is not asked
+            raise _out_of_time(display)
         rows = cursor.fetchmany(_BATCH_ROWS)
         if not rows:
             return
@@ -160,7 +179,7 @@ def _us(ns: int) -> float:
 def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float,
                       header: TraceHeader) -> Iterator[list[TraceEvent]]:
     """One process's events, Kineto-shaped (microseconds, Kineto's categories and names), a batch at a time."""
-    with closing(_connect(path, display)) as connection:
+    with _open(path, display, deadline) as connection:
         tables = _tables(connection)
         gpus = _devices(connection, tables)
         if gpus:
@@ -358,7 +377,7 @@ def _gpu_rules(connection: sqlite3.Connection, tables: dict[str, set[str]], disp
 def nsys_rules(path: Path, display: str, deadline: float) -> list[NsysRule]:
     """Nsight Systems' expert-system rules on the export: cuda_memcpy_async, cuda_memcpy_sync, cuda_memset_sync,
     cuda_api_sync, gpu_gaps, gpu_time_util (NVIDIA's names, thresholds and selections)."""
-    with closing(_connect(path, display)) as connection:
+    with _open(path, display, deadline) as connection:
         tables = _tables(connection)
         found: list[NsysRule | None] = []
         memcpy = tables.get("CUPTI_ACTIVITY_KIND_MEMCPY", set())

@@ -850,7 +850,7 @@ def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, d
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
         if is_nsys_export(path):
-            processes = nsys_processes(path, display)
+            processes = nsys_processes(path, display, deadline)
             for index, process in enumerate(processes):
                 header = TraceHeader()
                 data = _collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)

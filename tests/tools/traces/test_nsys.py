@@ -3,17 +3,21 @@ real exports, shared/notes/nsys_format.md) with known intervals in and known sha
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 
+from tests.helpers import base_env, stdio_client, structured
 from tools.compare.runs import CompareRunsInput, compare_runs
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError
+from tools.core.errors import BadInput, LimitExceeded, TriageError
 from tools.stragglers import FindStragglersInput, find_stragglers
+from tools.traces import nsys
 from tools.traces.names import api_name, is_sync_call
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
 
@@ -176,6 +180,69 @@ def test_an_sqlite_file_that_is_no_nsys_export(tmp_path: Path) -> None:
     with pytest.raises(TriageError) as raised:
         summarize(tmp_path / "other.sqlite")
     assert "not an nsys export" in raised.value.message
+
+
+def _big_export(path: Path, kernels: int) -> Path:
+    """One process launching `kernels` 1.5 us kernels every 2 us: GPU busy 75 %, some seconds of reading."""
+    export = Export(path)
+    name, launch = export.string("sm90_gemm(params)"), export.string("cudaLaunchKernel_v7000")
+    export.db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, ?, ?, 1, 128, NULL)",
+                          ((i * 2000, i * 2000 + 1500, i, PID_A, name, name) for i in range(kernels)))
+    export.db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, ?, 0, 0)",
+                          ((i * 2000 - 600, i * 2000 - 100, PID_A + 1, i, launch) for i in range(kernels)))
+    export.close()
+    return path
+
+
+def test_a_big_export_ends_at_the_calls_deadline_and_reads_whole_without_one(tmp_path: Path) -> None:
+    path = _big_export(tmp_path / "big.sqlite", 400_000)
+    context = ToolContext(roots=(tmp_path.resolve(),), timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded) as raised:
+        anyio.run(summarize_trace, SummarizeTraceInput(path="big.sqlite"), context)
+    # The reading thread itself stops (nothing is left running in the background), within a batch of the limit.
+    assert time.monotonic() - started < 2.5
+    assert raised.value.message == "reading big.sqlite ran out of time."
+    assert summarize(path).ranks[0].gpu_busy_pct == 75.0
+
+
+def test_one_statement_that_outlasts_the_deadline_is_aborted(tmp_path: Path) -> None:
+    path = _two_rank_export(tmp_path / "job.sqlite")
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded), nsys._open(path, "job.sqlite", started + 0.5) as connection:
+        # Billions of rows counted inside SQLite: no row comes back to check the clock between.
+        connection.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 10000000000) "
+                           "SELECT count(*) FROM n").fetchone()
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_fifo_in_place_of_an_export_is_refused_without_opening_it(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "job.sqlite")  # no writer ever comes: opening it for reading would wait forever
+    with pytest.raises(BadInput) as raised:
+        summarize(tmp_path / "job.sqlite")
+    assert raised.value.message == "job.sqlite is neither a regular file nor a folder."
+    with pytest.raises(BadInput) as raised:
+        anyio.run(find_stragglers, FindStragglersInput(traces=["job.sqlite"]),
+                  ToolContext(roots=(tmp_path.resolve(),)))
+    assert raised.value.message == "job.sqlite is neither a regular file nor a folder."
+    # In a folder, a FIFO is passed over like any other non-file.
+    os.mkfifo(tmp_path / "rank1.json")
+    (tmp_path / "rank0.sqlite").write_bytes(_two_rank_export(tmp_path / "made.sqlite").read_bytes())
+    (tmp_path / "made.sqlite").unlink()
+    (tmp_path / "job.sqlite").unlink()
+    assert [r.rank for r in summarize(tmp_path).ranks] == [0, 1]
+
+
+@pytest.mark.anyio
+async def test_the_server_answers_after_an_export_ran_out_of_time(tmp_path: Path) -> None:
+    _big_export(tmp_path / "big.sqlite", 400_000)
+    _two_rank_export(tmp_path / "small.sqlite")
+    async with stdio_client(base_env(), "--root", str(tmp_path), "--timeout", "1") as client:
+        first = await client.call_tool("summarize_trace", {"path": "big.sqlite"})
+        assert first.is_error
+        assert "ran out of time" in first.content[0].text or "did not finish within 1 s" in first.content[0].text
+        again = structured(await client.call_tool("summarize_trace", {"path": "small.sqlite"}))
+        assert len(again["ranks"]) == 2
 
 
 def test_nvidia_rules_with_nvidias_names_and_thresholds(tmp_path: Path) -> None:
