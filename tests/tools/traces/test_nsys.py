@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.helpers import base_env, stdio_client, structured
+from tests.helpers import base_env, pid_alive, stdio_client, structured
 from tools.compare.runs import CompareRunsInput, compare_runs
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, TriageError
@@ -241,6 +242,28 @@ async def test_the_server_answers_after_an_export_ran_out_of_time(tmp_path: Path
         first = await client.call_tool("summarize_trace", {"path": "big.sqlite"})
         assert first.is_error
         assert "ran out of time" in first.content[0].text or "did not finish within 1 s" in first.content[0].text
+        again = structured(await client.call_tool("summarize_trace", {"path": "small.sqlite"}))
+        assert len(again["ranks"]) == 2
+
+
+@pytest.mark.anyio
+async def test_an_nsys_export_that_never_ends_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    # Fault injection, not a stand-in: an `nsys` on PATH that hangs (a real process that never exits, as an nsys
+    # stuck on a network filesystem would) and records its pid.
+    tools_dir, pidfile = tmp_path / "bin", tmp_path / "nsys.pid"
+    tools_dir.mkdir()
+    (tools_dir / "nsys").write_text(f"#!{sys.executable}\nimport os, time\n"
+                                    f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)\n")
+    (tools_dir / "nsys").chmod(0o755)
+    (tmp_path / "job.nsys-rep").write_bytes(b"\x00" * 64)
+    _two_rank_export(tmp_path / "small.sqlite")
+    env = base_env(PATH=f"{tools_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}")
+    async with stdio_client(env, "--root", str(tmp_path), "--timeout", "2") as client:
+        started = time.monotonic()
+        first = await client.call_tool("summarize_trace", {"path": "job.nsys-rep"})
+        assert first.is_error and time.monotonic() - started < 10
+        assert "did not finish within 2 s" in first.content[0].text
+        assert not pid_alive(int(pidfile.read_text()))
         again = structured(await client.call_tool("summarize_trace", {"path": "small.sqlite"}))
         assert len(again["ranks"]) == 2
 
