@@ -8,10 +8,14 @@ to their events (no metadata block). The others are read from a local mirror of 
 `--mirrors DIR` (a folder of `owner+name/repo` bare git directories, as the project's fetch tool makes them) and
 they are extracted into .cache/wild_traces/ once, checked against their sha256.
 
+The Nsight Systems set: tests/data/nsys/cases.jsonl, one line per real export (sanitised copies in
+tests/data/nsys/files), with a verdict per process (`per_process`: each process with GPU work is a rank); each
+process is scored as one case.
+
 Our verdict: the result's `bottleneck` (`gpu_busy` when the GPU is busy >= 85 % of the analysed steps and no cause
 reaches 10 % of step time, else the largest cause). A verdict is right when it is the primary; `unclear` labels are
-not scored. Printed: right / scored overall and for the strict labels, per primary category, and every miss (with
-`--misses`).
+not scored. Printed: right / scored overall and for the strict labels, per format, per primary category, and every
+miss (with `--misses`).
 Target (issue 17): >= 90 % right, every strict one right.
 
 Usage: .venv/bin/python benchmarks/accuracy_traces.py [--mirrors /work/.mirror] [--misses]
@@ -40,6 +44,7 @@ from tools.core.context import ToolContext  # noqa: E402
 from tools.traces.summary import SummarizeTraceInput, summarize_trace  # noqa: E402
 
 WILD = REPO / "tests" / "data" / "traces" / "wild"
+NSYS = REPO / "tests" / "data" / "nsys"
 CACHE = REPO / ".cache" / "wild_traces"
 
 
@@ -48,6 +53,8 @@ class Case:
     id: str
     label: dict[str, Any]
     path: Path | None  # None: neither copied nor extractable here
+    rank: int = 0  # which rank of the result the label is about (a process of an nsys export)
+    format: str = "kineto"
 
 
 def _extract(label: dict[str, Any], mirrors: Path) -> Path | None:
@@ -85,6 +92,14 @@ def load_cases(mirrors: Path | None) -> list[Case]:
             copy = WILD / "files" / f"{label['id']}.json.gz"
             path = copy if copy.is_file() else (_extract(label, mirrors) if mirrors else None)
             cases.append(Case(label["id"], label, path))
+    for line in (NSYS / "cases.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        export = json.loads(line)
+        path = NSYS / "files" / f"{export['id']}.sqlite"
+        for process in export.get("per_process", []):
+            cases.append(Case(f"{export['id']}#{process['pid_index']}", process, path if path.is_file() else None,
+                              rank=process["pid_index"], format="nsys"))
     return cases
 
 
@@ -93,6 +108,9 @@ async def run(case: Case) -> tuple[str, str]:
     context = ToolContext(roots=(case.path.parent.resolve(),), timeout_s=300)
     result = await summarize_trace(SummarizeTraceInput(path=case.path.name), context)
     top = ", ".join(f"{c.kind} {c.share_pct:.1f}" for c in result.causes[:3])
+    if case.format == "nsys":  # the verdict of the labelled process, not of the job
+        rank = result.ranks[case.rank]
+        return rank.bottleneck, f"busy {rank.gpu_busy_pct}%"
     busy = result.ranks[0].gpu_busy_pct if result.ranks else None
     return result.bottleneck, f"busy {busy}%; {top}"
 
@@ -105,6 +123,7 @@ def main() -> None:
     cases = load_cases(args.mirrors)
     missing = [c.id for c in cases if c.path is None]
     by_primary: dict[str, list[bool]] = defaultdict(list)
+    by_format: dict[str, list[bool]] = defaultdict(list)
     strict: list[bool] = []
     rows = []
     for case in cases:
@@ -117,6 +136,7 @@ def main() -> None:
             continue
         right = ours == primary
         by_primary[primary].append(right)
+        by_format[case.format].append(right)
         if case.label.get("strict"):
             strict.append(right)
         rows.append((case.id, primary, ours, "right" if right else
@@ -126,9 +146,12 @@ def main() -> None:
     for primary in sorted(by_primary):
         results = by_primary[primary]
         print(f"{primary:22} {len(results):3} {sum(results):6}")
+    for name in sorted(by_format):
+        print(f"format {name:15} {len(by_format[name]):3} {sum(by_format[name]):6}")
     print()
-    print(f"traces {len(cases)}: {len(cases) - len(missing)} read, {len(missing)} not here "
-          f"({'pass --mirrors' if missing else 'none'}{': ' + ', '.join(missing) if missing else ''})")
+    print(f"cases {len(cases)}: {len(cases) - len(missing)} read, {len(missing)} not here"
+          + (f" (Kineto: pass --mirrors; nsys: not copied, tests/data/nsys/PROVENANCE.md says why): "
+             f"{', '.join(missing)}" if missing else ""))
     if scored:
         print(f"right {sum(scored)}/{len(scored)} = {sum(scored) / len(scored):.3f} (target >= 0.90)")
     if strict:
