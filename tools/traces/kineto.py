@@ -43,9 +43,11 @@ _DECODER = json.JSONDecoder()
 _NO_RAW = msgspec.Raw(b"")
 
 
-class TraceArgs(msgspec.Struct, forbid_unknown_fields=False):
+class TraceArgs(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     """The event args the summary uses; the rest (call stacks, metadata) is skipped unread. Shapes and input
-    types stay raw JSON until a matmul asks for them (record_shapes puts them on every op)."""
+    types stay raw JSON until a matmul asks for them (record_shapes puts them on every op). Not tracked by the
+    garbage collector (gc=False; decoded JSON is a tree, it cannot make a cycle): millions of tracked objects
+    made the collector's passes cost more than the decode itself."""
 
     stream: Any = None
     correlation: Any = None
@@ -56,8 +58,9 @@ class TraceArgs(msgspec.Struct, forbid_unknown_fields=False):
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
-class TraceEvent(msgspec.Struct, forbid_unknown_fields=False):
-    """One trace event, with only the fields the summary reads (any JSON type: checked by the reader)."""
+class TraceEvent(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    """One trace event, with only the fields the summary reads (any JSON type: checked by the reader); untracked
+    by the garbage collector, as TraceArgs."""
 
     ph: Any = None
     cat: Any = None

@@ -18,14 +18,10 @@ straggler.
 
 from __future__ import annotations
 
-import bisect
-import math
 import re
 import statistics
 import time
-from array import array
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
 from tools.core.context import ToolContext
-from tools.core.intervals import Intervals, Spans, merge
+from tools.core.intervals import Spans, merge
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges
@@ -44,13 +40,24 @@ from tools.core.thresholds import (
     BOTTLENECK_CAUSE_PCT,
     DISPATCH_GAP_US,
     LAUNCH_AHEAD_US,
-    LONG_OP_US,
     MIN_CAUSE_PCT,
     SMALL_GAP_US,
 )
-from tools.traces.compute import FlopCounter, achieved, kernel_precision
-from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace_batches, trace_files
-from tools.traces.names import is_sync_call
+from tools.traces.collect import (
+    COMM_NAME,
+    KIND_CODE,
+    LAUNCH_SAMPLE,
+    Collected,
+    HostOps,
+    collect_events,
+    collect_file,
+    gpu_columns,
+    gpu_union,
+    hta_kind,
+    step_pattern,
+)
+from tools.traces.compute import achieved
+from tools.traces.kineto import TraceHeader, rank_of_trace, trace_files
 from tools.traces.nsys import (
     NsysRule,
     exported_reports,
@@ -67,32 +74,8 @@ __all__ = ["Cause", "CauseKind", "KernelStat", "SummarizeTraceInput", "Summarize
 CauseKind = Literal["data_loading", "input_preprocessing", "launch_bound", "implicit_sync", "exposed_comm",
                     "gpu_wait", "straggler", "host_other"]
 
-# HTA's kernel classes (hta/utils/utils.py get_kernel_type), reproduced from its description for the
-# number-for-number comparison: communication by name prefix, memory by name, compute by exclusion.
-_HTA_COMM = re.compile(r"^(?:nccl|hip|hccl)|ncclKernel")
-_HTA_MEMORY = re.compile(r"^(?:hip)?(?:Memcpy|Memset)|^dma", re.IGNORECASE)
-_HTA_NOT_COMPUTE = re.compile(r"nccl|Memcpy|Memset|^dma|Sync$|Stream Wait Event|^cuda\w*LaunchKernel|^hip|mtia",
-                              re.IGNORECASE)
-# Our own notion of communication goes further than a name prefix: NCCL's kernels under every name they have had
-# (ncclKernel_*, ncclDevKernel_*), RCCL/HCCL, MSCCL(++), NVSHMEM, torch's symmetric-memory (multimem) collectives,
-# vLLM's custom all-reduce, expert-parallel all-to-all (DeepEP's and DeepSeek's dpsk::ep dispatch/combine), and any
-# kernel carrying NCCL's
-# collective metadata.
-_COMM_NAME = re.compile(r"nccl|rccl|hccl|msccl|nvshmem|multimem|symmetric_memory|cross_device_reduce|quick_?reduce|"
-                        r"custom_?all_?reduce|all_?to_?all|allreduce|all_reduce|allgather|all_gather|reduce_?scatter|"
-                        r"deep_?ep|::ep::(?:intra|inter)node|dispatch_kernel|combine_kernel", re.IGNORECASE)
-_SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
-                       "aten::cpu", "aten::equal", "aten::allclose", "aten::unique", "aten::masked_select",
-                       "aten::tolist", "aten::to", "aten::copy_", "aten::_to_copy"})
-_LAUNCH = re.compile(r"LaunchKernel|cuLaunch|GraphLaunch|hipLaunch|hipExtLaunch|hipModuleLaunch")
-_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
-_KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 _MIN_ITERATIONS = 3  # DataLoader calls that make a loop's iterations when a trace has no ProfilerStep
 _NESTING_LOOKBACK = 16  # ops started before a sync call that are checked for enclosing it
-_LAUNCH_SAMPLE = 100_000  # launch-call durations kept for the median
-_KINDS = ("compute", "comm", "memory", "other")
-_KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
-_CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
 
 _FIX = {
     "data_loading": "More DataLoader workers (num_workers), pin_memory=True, prefetch_factor, faster storage or "
@@ -250,184 +233,6 @@ def _f(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-# ---------------------------------------------------------------- collection (one pass per file)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-@dataclass
-class _Collected:
-    # GPU events column-wise (about 30 bytes an event instead of ~160 as tuples): memory is what bounds
-    # the size of trace this can read.
-    gpu_ts: array[float] = field(default_factory=lambda: array("d"))
-    gpu_end: array[float] = field(default_factory=lambda: array("d"))
-    gpu_kind: bytearray = field(default_factory=bytearray)  # index into _KINDS
-    gpu_comm: bytearray = field(default_factory=bytearray)
-    gpu_corr: array[int] = field(default_factory=lambda: array("q"))  # -1: none
-    # Runtime calls' correlation ids and start times, as columns: a dict of millions of ints costs ~100 bytes an
-    # entry, these 16 (a 5 GB trace's launches must fit in memory).
-    runtime_corr: array[int] = field(default_factory=lambda: array("q"))
-    runtime_ts: array[float] = field(default_factory=lambda: array("d"))
-    gpu: _Gpu | None = None  # the columns above as sorted numpy arrays, made once for the analysis
-    # Each distinct GPU start time and the latest launch call behind the work starting then.
-    launch_by_start: tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]] | None = None
-    steps: list[tuple[float, float]] = field(default_factory=list)
-    dataloader: list[tuple[float, float]] = field(default_factory=list)
-    syncs: list[tuple[float, float, Any, str]] = field(default_factory=list)
-    sync_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
-    launch_durations: array[float] = field(default_factory=lambda: array("d"))  # a bounded sample
-    graph_launches: int = 0  # cudaGraphLaunch calls: kernels of a replayed graph have no launch of their own
-    long_ops: list[tuple[float, float, str]] = field(default_factory=list)  # CPU ops >= LONG_OP_US
-    kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
-    kernel_durations: Counter[str] = field(default_factory=Counter)
-    cpu_span: list[float] = field(default_factory=lambda: [float("inf"), float("-inf")])
-    flops: FlopCounter = field(default_factory=FlopCounter)
-    device: int | None = None  # the GPU this rank's kernels ran on (args.device)
-    device_name: str | None = None  # its name in deviceProperties
-    events: int = 0
-    float_ts: bool = False  # ns-resolution (float) timestamps: HTA rounds them to whole microseconds
-
-
-def _key(value: Any) -> Any:
-    """A correlation id or thread id usable as a dict key (lists and dicts from odd traces are not)."""
-    return value if isinstance(value, int | float | str) and not isinstance(value, bool) else None
-
-
-def _hta_kind(name: str) -> str:
-    if _HTA_COMM.search(name):
-        return "comm"
-    if _HTA_MEMORY.search(name):
-        return "memory"
-    if not _HTA_NOT_COMPUTE.search(name):
-        return "compute"
-    return "other"
-
-
-def _bucket(duration: float) -> str:
-    return "<10us" if duration < 10 else "10-100us" if duration < 100 else "100us-1ms" if duration < 1000 else ">=1ms"
-
-
-def _collect(path: Path, display: str, deadline: float, steps_named: Any = None) -> tuple[_Collected, TraceHeader]:
-    header = TraceHeader()
-    return _collect_events(read_trace_batches(path, display, deadline, header), steps_named), header
-
-
-def step_pattern(text: str) -> Any:
-    """The step_range pattern, compiled by RE2 (linear time on any name: it comes from the caller)."""
-    import re2  # type: ignore[import-untyped]
-
-    try:
-        return re2.compile(text)
-    except re2.error as exc:
-        raise ValueError(f"step_range is not a pattern RE2 can take ({exc}); pass a plain name or a simpler "
-                         "pattern") from exc
-
-
-def _collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None) -> _Collected:
-    """One rank's events (a Kineto trace's, or an nsys export's process shaped like them) into the columns."""
-    data = _Collected()
-    seen_kernels: dict[str, tuple[str, bool, str | None]] = {}
-    runtime_roles: dict[str, str] = {}
-    # The hot loop (millions of events): the columns' appends bound to locals, numbers checked by exact type
-    # first (nearly every ts and dur is an int or a float), the CPU span kept in locals.
-    gpu_ts, gpu_end, gpu_kind, gpu_comm, gpu_corr = (data.gpu_ts.append, data.gpu_end.append, data.gpu_kind.append,
-                                                     data.gpu_comm.append, data.gpu_corr.append)
-    kernels, durations = data.kernels, data.kernel_durations
-    runtime_corr, runtime_ts = data.runtime_corr.append, data.runtime_ts.append
-    cpu_low, cpu_high = math.inf, -math.inf
-    for batch in batches:
-        for event in batch:
-            if event.ph != "X":
-                continue
-            raw_ts, raw_dur, cat = event.ts, event.dur, event.cat
-            ts = raw_ts if type(raw_ts) is int or type(raw_ts) is float else _number(raw_ts)
-            dur = raw_dur if type(raw_dur) is int or type(raw_dur) is float else _number(raw_dur)
-            if ts is None or dur is None or type(cat) is not str or cat == "Trace":
-                continue
-            if type(raw_ts) is float:
-                data.float_ts = True
-            data.events += 1
-            name = event.name if type(event.name) is str else ""
-            args = event.args
-            end = ts + dur
-            stream = (args.stream if type(args.stream) is int else _number(args.stream)) if args is not None else None
-            category = cat.lower()
-            # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
-            # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
-            if stream is not None and stream != -1 and category != "gpu_user_annotation":
-                assert args is not None
-                classes = seen_kernels.get(name)
-                if classes is None:  # kernel names repeat and are long: classify each name once
-                    kind = _hta_kind(name)
-                    classes = seen_kernels[name] = (kind, kind == "comm" or bool(_COMM_NAME.search(name)),
-                                                    kernel_precision(name))
-                kind, comm, precision = classes
-                if precision is not None:
-                    data.flops.gemm_time[precision] = data.flops.gemm_time.get(precision, 0.0) + dur
-                if data.device is None and type(args.device) is int:
-                    data.device = args.device
-                comm = comm or args.collective is not None
-                gpu_ts(ts)
-                gpu_end(end)
-                gpu_kind(_KIND_CODE[kind])
-                gpu_comm(comm)
-                gpu_corr(args.correlation if type(args.correlation) is int else -1)
-                if category in _KERNEL_CATS:
-                    stat = kernels.get(name)
-                    if stat is None:
-                        kernels[name] = [1, dur, "comm" if comm else kind]
-                    else:
-                        stat[0] += 1
-                        stat[1] += dur
-                    durations[_bucket(dur)] += 1
-                continue
-            if category == "python_function":
-                continue
-            if ts < cpu_low:
-                cpu_low = ts
-            if end > cpu_high:
-                cpu_high = end
-            if category in _RUNTIME_CATS:
-                if args is not None and type(args.correlation) is int:
-                    runtime_corr(args.correlation)
-                    runtime_ts(ts)
-                role = runtime_roles.get(name)
-                if role is None:
-                    role = runtime_roles[name] = "sync" if is_sync_call(name) else (
-                        "launch" if _LAUNCH.search(name) else "")
-                if role == "sync":
-                    data.syncs.append((ts, end, _key(event.tid), name))
-                elif role == "launch":
-                    if len(data.launch_durations) < _LAUNCH_SAMPLE:
-                        data.launch_durations.append(dur)
-                    if "GraphLaunch" in name:
-                        data.graph_launches += 1
-            elif name.startswith("ProfilerStep#") or (steps_named is not None and category == "user_annotation"
-                                                       and steps_named.search(name)):
-                data.steps.append((ts, end))
-            elif "DataLoader" in name and "__next__" in name:
-                data.dataloader.append((ts, end))
-            elif name in _SYNC_OPS:
-                data.sync_ops.append((ts, end, _key(event.tid), name))
-            if category in _CPU_OP_CATS and args is not None and (args.flops is not None or args.input_dims):
-                data.flops.add_op(name, ts, args.flops, args.input_dims, args.input_type)
-            if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
-                data.long_ops.append((ts, end, name))
-    data.cpu_span = [cpu_low, cpu_high]
-    return data
-
-
 # ---------------------------------------------------------------- analysis of one rank
 
 
@@ -447,79 +252,30 @@ def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 2) if whole > 0 else None
 
 
-@dataclass
-class _Gpu:
-    """The GPU events as numpy columns sorted by start, each with the start of its launch call (-inf: none in the
-    trace, e.g. a CUDA graph's kernels or an odd correlation id)."""
 
-    ts: np.ndarray[Any, np.dtype[np.float64]]
-    end: np.ndarray[Any, np.dtype[np.float64]]
-    kind: np.ndarray[Any, np.dtype[np.uint8]]
-    comm: np.ndarray[Any, np.dtype[np.bool_]]
-    launch: np.ndarray[Any, np.dtype[np.float64]]
-
-
-def _gpu(data: _Collected) -> _Gpu:
-    if data.gpu is None:
-        ts = np.frombuffer(data.gpu_ts, dtype=np.float64)
-        order = np.argsort(ts, kind="stable")
-        corr = np.frombuffer(data.gpu_corr, dtype=np.int64)[order]
-        launch = np.full(len(order), -np.inf)
-        if len(data.runtime_corr):
-            # The last runtime call of each correlation id wins, as it did in a dict.
-            by_corr = np.argsort(np.frombuffer(data.runtime_corr, dtype=np.int64), kind="stable")
-            ids = np.frombuffer(data.runtime_corr, dtype=np.int64)[by_corr]
-            starts = np.frombuffer(data.runtime_ts, dtype=np.float64)[by_corr]
-            at = np.searchsorted(ids, corr, side="right") - 1
-            found = (at >= 0) & (corr >= 0)
-            found[found] = ids[at[found]] == corr[found]
-            launch[found] = starts[at[found]]
-        data.gpu = _Gpu(ts[order], np.frombuffer(data.gpu_end, dtype=np.float64)[order],
-                        np.frombuffer(data.gpu_kind, dtype=np.uint8)[order],
-                        np.frombuffer(data.gpu_comm, dtype=np.uint8)[order].astype(bool), launch)
-        del ts, corr
-        # The sorted copies replace the columns they came from: the memory bounds the trace size.
-        data.gpu_ts, data.gpu_end, data.gpu_corr = array("d"), array("d"), array("q")
-        data.gpu_kind, data.gpu_comm = bytearray(), bytearray()
-        data.runtime_corr, data.runtime_ts = array("q"), array("d")
-    return data.gpu
-
-
-def _gpu_merged(data: _Collected, keep: np.ndarray[Any, np.dtype[np.bool_]] | None = None,
-                rounded: bool = False) -> Spans:
-    """The union of the GPU events `keep` selects (all when None), from the start-sorted columns."""
-    gpu = _gpu(data)
-    starts, ends = (gpu.ts, gpu.end) if keep is None else (gpu.ts[keep], gpu.end[keep])
-    if rounded:
-        # HTA loads float timestamps by rounding the start up and the end down to whole microseconds (rounding
-        # keeps the order of the starts).
-        starts, ends = np.ceil(starts), np.floor(ends)
-    return Spans.union(starts, ends)
-
-
-def _hta_breakdown(data: _Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
+def _hta_breakdown(data: Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
     """HTA's get_temporal_breakdown: GPU events launched before the last step, span of their activity."""
-    gpu = _gpu(data)
+    gpu = gpu_columns(data)
     kept = gpu.launch > -np.inf
     if len(steps) >= 2:
         kept &= gpu.launch < steps[-1][0]
     else:
         kept = np.ones(len(gpu.ts), dtype=bool)
-    merged = _gpu_merged(data, kept, data.float_ts)
+    merged = gpu_union(data, kept, data.float_ts)
     if not merged:
         return None, None, None
     span = float(merged.ends[-1] - merged.starts[0])
     idle = span - merged.total()
     del merged
-    compute = _gpu_merged(data, kept & (gpu.kind == _KIND_CODE["compute"]), data.float_ts).total()
+    compute = gpu_union(data, kept & (gpu.kind == KIND_CODE["compute"]), data.float_ts).total()
     return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
 
 
-def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _RankResult:
+def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _RankResult:
     notes: list[str] = []
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
-    gpu_all = _gpu_merged(data)
+    gpu_all = gpu_union(data)
     loads = sorted(merge(data.dataloader))
     if not steps and len(loads) >= _MIN_ITERATIONS:
         # No ProfilerStep (the autograd-profiler API, a bare profile() block): a training loop's iterations run
@@ -549,7 +305,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     step_window = Spans([start], [end]) if length > 0 else Spans([], [])
     dataloader = Spans.of(merge(data.dataloader))
     causes: list[Cause] = []
-    if not len(_gpu(data).ts):
+    if not len(gpu_columns(data).ts):
         notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time.")
         data_ms = step_window.intersect(dataloader).total()
         summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
@@ -566,10 +322,12 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
 
     busy = gpu_all.clip(start, end)
     del gpu_all  # the large sets are dropped as soon as they are used up: memory bounds the trace size
-    gpu = _gpu(data)
-    compute = _gpu_merged(data, (gpu.kind == _KIND_CODE["compute"]) & ~gpu.comm).clip(start, end)
-    comm = _gpu_merged(data, gpu.comm).clip(start, end)
-    memory = _gpu_merged(data, gpu.kind == _KIND_CODE["memory"]).clip(start, end).total()
+    # HTA's split first, while no other large set is alive (each of these sets is the size of the GPU events).
+    hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
+    gpu = gpu_columns(data)
+    compute = gpu_union(data, (gpu.kind == KIND_CODE["compute"]) & ~gpu.comm).clip(start, end)
+    comm = gpu_union(data, gpu.comm).clip(start, end)
+    memory = gpu_union(data, gpu.kind == KIND_CODE["memory"]).clip(start, end).total()
     exposed = comm.subtract(compute).total()
     comm_ms = comm.total()
     del compute, comm
@@ -579,14 +337,13 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
     # GPU work (input preprocessing); then each remaining gap by the GPU work that ends it.
     data_wait = idle.intersect(dataloader)
     rest = idle.subtract(data_wait)
-    sync_wait = rest.intersect(Spans.of(merge((s, e) for s, e, *_ in data.syncs)))
+    sync_wait = rest.intersect(data.syncs.spans())
     rest = rest.subtract(sync_wait)
     gaps = _IdleGaps()
     _sample_kernels(data, gaps, start, end)
     gaps.preprocess, gaps.preprocess_steps = _preprocessing(data, busy, rest, analysed)
     rest = rest.subtract(gaps.preprocess)
     _classify_gaps(data, rest, gaps)
-    hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
 
     def share(value: float) -> float:
         return _pct(value, length) or 0.0
@@ -597,9 +354,10 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
                             evidence=f"GPU idle {data_wait.total() / 1000:.1f} ms while DataLoader.__next__ ran "
                             f"({in_window} call(s) in the window)", fix=_FIX["data_loading"]))
     if sync_wait:
-        waits = list(sync_wait)
-        ops = _sync_ops(data, waits)
-        calls = Counter(name for s, e, _, name in data.syncs if _overlaps(waits, s, e))
+        sync_ts, sync_end, _, sync_name = data.syncs.columns()
+        met = np.flatnonzero(sync_wait.within_each(sync_ts, sync_end) > 0)  # the calls the GPU idled during
+        ops = _sync_ops(data, met)
+        calls = Counter(data.syncs.names[i] for i in sync_name[met].tolist())
         causes.append(Cause(kind="implicit_sync", share_pct=share(sync_wait.total()),
                             evidence=f"GPU idle {sync_wait.total() / 1000:.1f} ms during "
                             + ", ".join(f"{n} x{c}" for n, c in calls.most_common(3))
@@ -656,7 +414,7 @@ def _analyse(rank: int, display: str, data: _Collected, include_last: bool) -> _
         non_compute_pct=hta_non_compute, comm_pct=_pct(comm_ms, length), memory_pct=_pct(memory, length),
         exposed_comm_pct=_pct(exposed, length),
         comm_overlap_pct=_pct(comm_ms - exposed, comm_ms), data_wait_pct=_pct(data_wait.total(), length),
-        gpu_events=len(_gpu(data).ts), events=data.events,
+        gpu_events=len(gpu_columns(data).ts), events=data.events,
     )
     summary.bottleneck = bottleneck(summary.gpu_busy_pct, causes)
     return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, per_step,
@@ -673,41 +431,44 @@ def bottleneck(busy_pct: float | None, causes: list[Cause]) -> str:
     return top.kind
 
 
-def _idle_ops(rank: int, data: _Collected, idle: Spans) -> list[IdleOp]:
-    overlap: dict[str, float] = defaultdict(float)
-    calls: Counter[str] = Counter()
-    for s, e, name in data.long_ops:
-        shared = idle.within(s, e)
-        if shared > 0:
-            overlap[name] += shared
-            calls[name] += 1
-    top = sorted(overlap.items(), key=lambda item: item[1], reverse=True)[:TRACE_TOP_KERNELS]
-    return [IdleOp(name=short_name(n), rank=rank, idle_overlap_ms=round(v / 1000, 3), calls=calls[n]) for n, v in top]
+def _idle_ops(rank: int, data: Collected, idle: Spans) -> list[IdleOp]:
+    overlap, calls = _overlap_by_name(data.long_ops, idle)
+    top = [i for i in np.argsort(-overlap, kind="stable")[:TRACE_TOP_KERNELS].tolist() if overlap[i] > 0]
+    return [IdleOp(name=short_name(data.long_ops.names[i]), rank=rank, idle_overlap_ms=round(float(overlap[i]) / 1000,
+                   3), calls=int(calls[i])) for i in top]
 
 
-def _overlaps(merged: Intervals, start: float, end: float) -> bool:
-    """Whether [start, end) meets any interval of the sorted, merged list (binary search)."""
-    i = bisect.bisect_right(merged, (start, float("inf")))
-    return any(a < end and start < b for a, b in merged[max(i - 1, 0) : i + 1])
+def _overlap_by_name(ops: HostOps, spans: Spans) -> tuple[np.ndarray[Any, np.dtype[np.float64]],
+                                                          np.ndarray[Any, np.dtype[np.int64]]]:
+    """Per op name: how much of `spans` its ops cover (nested ones each count), and how many of them meet it."""
+    ts, end, _, name = ops.columns()
+    shared = spans.within_each(ts, end)
+    hit = shared > 0
+    return (np.asarray(np.bincount(name[hit], weights=shared[hit], minlength=len(ops.names)), dtype=np.float64),
+            np.asarray(np.bincount(name[hit], minlength=len(ops.names)), dtype=np.int64))
 
 
-def _sync_ops(data: _Collected, waits: Intervals) -> Counter[str]:
-    """The Python-level ops (aten::item, .cpu(), ...) that issued the sync calls overlapping `waits`."""
+def _sync_ops(data: Collected, met: np.ndarray[Any, np.dtype[np.int64]]) -> Counter[str]:
+    """The Python-level ops (aten::item, .cpu(), ...) that issued the sync calls `met` (indices into data.syncs)."""
     found: Counter[str] = Counter()
-    ops_by_tid: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-    for s, e, tid, name in data.sync_ops:
-        ops_by_tid[tid].append((s, e, name))
-    for ops in ops_by_tid.values():
-        ops.sort()
-    for s, e, tid, _ in data.syncs:
-        if not _overlaps(waits, s, e):
+    ops = data.sync_ops
+    if not len(ops) or not len(met):
+        return found
+    ts, end, thread, name = ops.columns()
+    order = np.lexsort((end, ts, thread))  # by thread, then start (then end, as tuples sort)
+    ts, end, thread, name = ts[order], end[order], thread[order], name[order]
+    thread_of = {key: index for index, key in enumerate(ops.threads)}
+    sync_ts, sync_end, sync_thread, _ = data.syncs.columns()
+    for k in met.tolist():
+        index = thread_of.get(data.syncs.threads[sync_thread[k]])
+        if index is None:
             continue
-        ops = ops_by_tid.get(tid, [])
+        low, high = np.searchsorted(thread, [index, index + 1], side="left").tolist()
+        i = low + int(np.searchsorted(ts[low:high], sync_ts[k], side="right"))
         # The latest-starting op that still contains the call is the innermost: it names the cause best.
-        i = bisect.bisect_right(ops, (s, float("inf"), ""))
-        for _, oe, name in reversed(ops[max(i - _NESTING_LOOKBACK, 0) : i]):
-            if oe >= e:
-                found[name] += 1
+        for j in range(i - 1, max(i - _NESTING_LOOKBACK, low) - 1, -1):
+            if end[j] >= sync_end[k]:
+                found[ops.names[name[j]]] += 1
                 break
     return found
 
@@ -731,17 +492,17 @@ class _IdleGaps:
     kernel_us: list[float] = field(default_factory=list)  # durations of the kernels in the window (sampled)
 
 
-def _sample_kernels(data: _Collected, found: _IdleGaps, start: float, end: float) -> None:
-    gpu = _gpu(data)
-    window = (gpu.ts >= start) & (gpu.ts < end) & (gpu.kind == _KIND_CODE["compute"])
-    found.kernel_us = (gpu.end[window] - gpu.ts[window])[:_LAUNCH_SAMPLE].tolist()
+def _sample_kernels(data: Collected, found: _IdleGaps, start: float, end: float) -> None:
+    gpu = gpu_columns(data)
+    window = (gpu.ts >= start) & (gpu.ts < end) & (gpu.kind == KIND_CODE["compute"])
+    found.kernel_us = (gpu.end[window] - gpu.ts[window])[:LAUNCH_SAMPLE].tolist()
 
 
-def _launch_at(data: _Collected, times: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[
+def _launch_at(data: Collected, times: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[
         np.ndarray[Any, np.dtype[np.bool_]], np.ndarray[Any, np.dtype[np.float64]]]:
     """For each time: whether GPU work starts exactly then, and the latest launch call behind it (-inf when it
     has none in the trace, e.g. a CUDA graph's kernels)."""
-    gpu = _gpu(data)
+    gpu = gpu_columns(data)
     if not len(gpu.ts):
         return np.zeros(len(times), dtype=bool), np.full(len(times), -np.inf)
     if data.launch_by_start is None:
@@ -753,7 +514,7 @@ def _launch_at(data: _Collected, times: np.ndarray[Any, np.dtype[np.float64]]) -
     return found, np.where(found, latest[at], -np.inf)
 
 
-def _preprocessing(data: _Collected, busy: Spans, rest: Spans, steps: list[tuple[float, float]]) -> tuple[Spans, int]:
+def _preprocessing(data: Collected, busy: Spans, rest: Spans, steps: list[tuple[float, float]]) -> tuple[Spans, int]:
     """Host work that opens a step before its first GPU work: the GPU idles from the step's start, the first work
     is launched only after the step began, and the idle time before it (DataLoader and syncs taken out) is longer
     than op-by-op dispatch."""
@@ -774,7 +535,7 @@ def _preprocessing(data: _Collected, busy: Spans, rest: Spans, steps: list[tuple
     return Spans(np.concatenate(starts), np.concatenate(ends)), count
 
 
-def _classify_gaps(data: _Collected, gaps: Spans, found: _IdleGaps) -> None:
+def _classify_gaps(data: Collected, gaps: Spans, found: _IdleGaps) -> None:
     """Each gap by the GPU work that ends it: launched only after the gap began (the GPU waited for the host:
     dispatch overhead when short, other host work when long), queued before it (a wait on the GPU side; a CUDA
     graph's kernels count here), or unknown (no work at its end in the window, or none of it with a launch call
@@ -791,7 +552,7 @@ def _classify_gaps(data: _Collected, gaps: Spans, found: _IdleGaps) -> None:
     found.launch_to_start = (gaps.ends[host_bound] - launch[host_bound]).tolist()
 
 
-def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Spans) -> str:
+def _launch_evidence(data: Collected, gaps: _IdleGaps, launch_gaps: Spans) -> str:
     parts = [f"CPU overhead: GPU idle {launch_gaps.total() / 1000:.1f} ms in {len(launch_gaps)} gaps between "
              f"kernels, median gap {float(np.median(launch_gaps.ends - launch_gaps.starts)):.1f} us"]
     if gaps.launch_to_start:
@@ -804,13 +565,12 @@ def _launch_evidence(data: _Collected, gaps: _IdleGaps, launch_gaps: Spans) -> s
     return "; ".join(parts)
 
 
-def _ops_during(data: _Collected, spans: Spans) -> list[tuple[str, float]]:
+def _ops_during(data: Collected, spans: Spans) -> list[tuple[str, float]]:
     """The longest CPU ops (>= LONG_OP_US) running during `spans`, by overlap in ms, innermost ones included."""
+    by_name, _ = _overlap_by_name(data.long_ops, spans)
     overlap: dict[str, float] = defaultdict(float)
-    for s, e, name in data.long_ops:
-        shared = spans.within(s, e)
-        if shared > 0:
-            overlap[short_name(name)] += shared
+    for i in np.flatnonzero(by_name > 0).tolist():
+        overlap[short_name(data.long_ops.names[i])] += float(by_name[i])
     return [(n, v / 1000) for n, v in sorted(overlap.items(), key=lambda kv: kv[1], reverse=True)[:3]]
 
 
@@ -853,14 +613,14 @@ def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, d
             processes = nsys_processes(path, display, deadline)
             for index, process in enumerate(processes):
                 header = TraceHeader()
-                data = _collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)
+                data = collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)
                 data.device_name = _device_name(header, data.device)
                 # One process per GPU: torchrun under one nsys puts every rank in one export.
                 rank = index if len(processes) > 1 else rank_of_trace(header, display, position)
                 label = f"{display} (process {(process >> 24) & 0xFFFFFF})" if len(processes) > 1 else display
                 results.append(_analyse(rank, label, data, include_last))
             continue
-        data, header = _collect(path, display, deadline, steps_named)
+        data, header = collect_file(path, display, deadline, steps_named)
         data.device_name = _device_name(header, data.device)
         results.append(_analyse(rank_of_trace(header, display, position), display, data, include_last))
     return results
@@ -965,7 +725,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
 
 def _from_stats(stats: NsysStats, display: str) -> SummarizeTraceResult:
     """The partial result nsys stats tables allow: totals, no timeline."""
-    kernels = [KernelStat(name=short_name(r.name), kind="comm" if _COMM_NAME.search(r.name) else _hta_kind(r.name),
+    kernels = [KernelStat(name=short_name(r.name), kind="comm" if COMM_NAME.search(r.name) else hta_kind(r.name),
                           count=r.count, total_ms=round(r.total_ms, 3),
                           mean_us=round(1000 * r.total_ms / r.count, 3) if r.count else 0.0,
                           share_pct=r.share_pct or 0.0) for r in stats.kernels]

@@ -23,6 +23,9 @@ def test_spans_match_the_list_functions(seed: int) -> None:
     low, high = sorted((rng.uniform(-5, 105), rng.uniform(-5, 105)))
     assert list(sa.clip(low, high)) == clip(a, low, high)
     assert sa.within(low, high) == pytest.approx(total(clip(a, low, high)))
+    queries = [(x, x + rng.uniform(-2, 30)) for x in (rng.uniform(-10, 110) for _ in range(25))]
+    expected = [total(clip(a, s, e)) for s, e in queries]
+    assert sa.within_each([s for s, _ in queries], [e for _, e in queries]).tolist() == pytest.approx(expected)
     pairs = sorted((x, x + rng.uniform(0, 5)) for x in (rng.uniform(0, 100) for _ in range(20)))
     assert list(Spans.union([p for p, _ in pairs], [q for _, q in pairs])) == merge(pairs)
     assert list(Spans.join(sa, sb)) == merge([*a, *b])
@@ -33,3 +36,6 @@ def test_touching_intervals_merge_and_empty_ones_drop() -> None:
     assert not Spans.union([], []) and Spans([], []).total() == 0.0
     assert list(Spans([0], [10]).subtract(Spans([0, 5], [2, 10]))) == [(2.0, 5.0)]
     assert Spans([0, 20], [10, 30]).within(5, 25) == 10.0
+    # Many at once: inside one interval, across a gap, ending on an edge, reversed, and on an empty set.
+    assert Spans([0, 20], [10, 30]).within_each([2, 5, 10, 25], [4, 25, 20, 5]).tolist() == [2.0, 10.0, 0.0, 0.0]
+    assert Spans([], []).within_each([0], [5]).tolist() == [0.0]
