@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import get_origin
 
 import pytest
 
@@ -66,6 +67,33 @@ def test_budget_keeps_small_results_whole_and_cuts_big_ones_exactly() -> None:
     assert len(render_markdown(one_more, "t").encode()) > 4096 or len(to_json(one_more).encode()) > 3 * 4096
     assert len(to_json(cut).encode()) <= 3 * 4096
     assert [r.values["index"] for r in cut.rows] == list(range(len(cut.rows)))  # the first rows are kept
+
+
+def test_every_cuttable_table_names_a_list_of_its_result() -> None:
+    """fit_to_budget cuts a table by the result field it names: a name that is not a list field of the result
+    (a dotted path, a typo) fails only on a result too big for the budget, as a 5 GB trace's 1000 steps did. Each
+    result type is built empty (lists empty, other fields their defaults or None) and its tables are read."""
+    from mcp_server.registry import TOOLS
+
+    checked = set()
+    for tool in TOOLS:
+        model = tool.result_model
+        values: dict[str, object] = {}
+        for name, spec in model.model_fields.items():
+            origin = get_origin(spec.annotation)
+            values[name] = [] if origin is list else {} if origin is dict else (
+                None if spec.is_required() else spec.get_default(call_default_factory=True))
+        try:
+            tables = model.model_construct(**values).tables()
+        except (TypeError, AttributeError):
+            continue  # a table that needs a non-list field filled in: not checkable empty
+        for table in tables:
+            if table.source_field:
+                assert get_origin(model.model_fields[table.source_field].annotation) is list, (
+                    f"{model.__name__}: table {table.title!r} cuts {table.source_field!r}, not a list field")
+        checked.add(model.__name__)
+    assert {"SummarizeTraceResult", "CompareRunsResult", "HealthCheckResult", "DiagnoseLogsResult"} <= checked
+    assert len(checked) >= len(TOOLS) - 3
 
 
 def test_sop_branches_and_next_step_validation() -> None:

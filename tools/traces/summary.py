@@ -222,7 +222,7 @@ class SummarizeTraceResult(ToolResult):
                   "nsys_rules"),
             Table("CUDA API (nsys stats)", ["api", "calls", "total ms", "share %"],
                   [[r.name, str(r.count), f"{r.total_ms:.2f}", _f(r.share_pct)]
-                   for r in (self.nsys_stats.api if self.nsys_stats else [])], "nsys_stats.api"),
+                   for r in (self.nsys_stats.api if self.nsys_stats else [])]),  # bounded where it is read
             Table("Per step", ["rank", "step", "ms", "busy %", "data wait %"],
                   [[str(p.rank), str(p.step), f"{p.step_time_ms:.1f}", _f(p.gpu_busy_pct), _f(p.data_wait_pct)]
                    for p in self.steps], "steps"),
