@@ -18,6 +18,7 @@ from typing import Any, Literal
 import anyio
 
 from mcp_server.contract import execute
+from mcp_server.process import return_freed_memory
 from mcp_server.registry import TOOLS, ToolSpec
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
@@ -146,6 +147,7 @@ def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    return_freed_memory()
     if argv[:1] == ["report"]:
         from mcp_server.report_cli import report_main
 

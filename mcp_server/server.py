@@ -21,6 +21,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from mcp_server.contract import execute, validate_arguments
+from mcp_server.process import return_freed_memory
 from mcp_server.prompts import add_prompts
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
 from mcp_server.render import render_markdown
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"gpu-triage-mcp {VERSION}")
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
+    return_freed_memory()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:
         settings = settings_from_args(args)

@@ -104,6 +104,31 @@ class HostOps:
         return (np.frombuffer(self.ts, dtype=np.float64), np.frombuffer(self.end, dtype=np.float64),
                 np.frombuffer(self.thread, dtype=np.int32), np.frombuffer(self.name, dtype=np.int32))
 
+    def around(self, calls: HostOps) -> HostOps:
+        """The spans that contain the start of one of `calls` on their own thread (the ops that may have issued
+        them), as a new set: emit_nvtx traces push hundreds of thousands of copy ranges, a few of them syncing."""
+        kept = HostOps()
+        kept.names, kept._name_index = self.names, self._name_index
+        kept.threads, kept._thread_index = self.threads, self._thread_index
+        if not len(self) or not len(calls):
+            return kept
+        ts, end, thread, _ = self.columns()
+        call_ts, _, call_thread, _ = calls.columns()
+        keep = np.zeros(len(ts), dtype=bool)
+        for index, key in enumerate(calls.threads):
+            mine = self._thread_index.get(key)
+            if mine is None:
+                continue
+            starts = np.sort(call_ts[call_thread == index])
+            where = np.flatnonzero(thread == mine)
+            keep[where] = (np.searchsorted(starts, ts[where], side="left")
+                           < np.searchsorted(starts, end[where], side="right"))
+        for column, source in ((kept.ts, self.ts), (kept.end, self.end), (kept.thread, self.thread),
+                               (kept.name, self.name)):
+            values = np.frombuffer(source, dtype=np.float64 if source.typecode == "d" else np.int32)[keep]
+            column.frombytes(values.tobytes())
+        return kept
+
     def spans(self) -> Spans:
         """The union of the spans."""
         ts, end, _, _ = self.columns()

@@ -273,6 +273,7 @@ def _hta_breakdown(data: Collected, steps: list[tuple[float, float]]) -> tuple[f
 
 def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _RankResult:
     notes: list[str] = []
+    data.sync_ops = data.sync_ops.around(data.syncs)  # before the large sets are made: memory bounds the size
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
     gpu_all = gpu_union(data)
