@@ -236,7 +236,11 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
             category = cat.lower()
             # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
             # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
-            if stream is not None and stream != -1 and category != "gpu_user_annotation":
+            if category == "gpu_user_annotation":
+                # record_function ranges drawn on the GPU's timeline (ProfilerStep#N among them): neither GPU work
+                # nor a step, DataLoader call or op of the host; counted as a step they cut the window short.
+                continue
+            if stream is not None and stream != -1:
                 assert args is not None
                 classes = seen_kernels.get(name)
                 if classes is None:  # kernel names repeat and are long: classify each name once

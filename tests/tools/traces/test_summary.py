@@ -329,13 +329,29 @@ def test_wrong_types_in_fields_are_skipped_not_fatal(tmp_path: Path) -> None:
     assert result.ranks[0].gpu_events == 1 and result.ranks[0].gpu_busy_pct == 50.0
 
 
-def test_per_step_rows(tmp_path: Path) -> None:
+def _per_step_rows_events() -> list[dict[str, Any]]:
     events = _steps((0, 1000), (1000, 3000), (3000, 3500))
     events.append(_x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1000, 1000))
-    events += _kernel("gemm_kernel", 0, 1000, 1) + _kernel("gemm_kernel", 2000, 1000, 2)
-    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    return events + _kernel("gemm_kernel", 0, 1000, 1) + _kernel("gemm_kernel", 2000, 1000, 2)
+
+
+def test_per_step_rows(tmp_path: Path) -> None:
+    result = summarize(_write(tmp_path / "t.json", _per_step_rows_events()).name, tmp_path)
     assert [(p.step, p.step_time_ms, p.gpu_busy_pct, p.data_wait_pct) for p in result.steps] == [
         (0, 1.0, 100.0, 0.0), (1, 2.0, 50.0, 50.0)]
+
+
+def test_profiler_steps_drawn_on_the_gpu_timeline_are_not_steps(tmp_path: Path) -> None:
+    # Newer Kineto and ROCm traces repeat each ProfilerStep#N as a gpu_user_annotation spanning the step's GPU
+    # work (with a stream arg). Counted as steps, they made three of two and cut the window at the GPU copy's end.
+    events = _per_step_rows_events()
+    for i, (s, e) in enumerate(((0, 1000), (2000, 3000))):
+        events.append(_x("gpu_user_annotation", f"ProfilerStep#{i}", s, e - s, pid=0, tid=7, stream=7, device=0))
+    result = summarize(_write(tmp_path / "t.json", events).name, tmp_path)
+    assert (result.ranks[0].steps, result.ranks[0].window) == (2, "ProfilerSteps 2 of 3 (last left out, as HTA)")
+    assert [(p.step, p.step_time_ms, p.gpu_busy_pct, p.data_wait_pct) for p in result.steps] == [
+        (0, 1.0, 100.0, 0.0), (1, 2.0, 50.0, 50.0)]
+    assert sum(result.kernel_histogram.values()) == 2  # the annotations are not GPU work either
 
 
 def test_cpu_ops_during_gpu_idle(tmp_path: Path) -> None:
