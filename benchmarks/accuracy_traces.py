@@ -6,7 +6,8 @@ the numbers measured and how the verdict was reached), written with the reader's
 this tool. Small traces under licences that allow it are in tests/data/traces/wild/files/<id>.json.gz, stripped
 to their events (no metadata block). The others are read from a local mirror of their repository: pass
 `--mirrors DIR` (a folder of `owner+name/repo` bare git directories, as the project's fetch tool makes them) and
-they are extracted into .cache/wild_traces/ once, checked against their sha256.
+they are extracted into .cache/wild_traces/ once, checked against their sha256 (the uncopied nsys exports and
+reports too; a report is exported by summarize_trace itself, with Debian's nsys from .cache when none is on PATH).
 
 The Nsight Systems set: tests/data/nsys/cases.jsonl, one line per real export (sanitised copies in
 tests/data/nsys/files), with a verdict per process (`per_process`: each process with GPU work is a rank); each
@@ -27,6 +28,8 @@ import argparse
 import hashlib
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -41,10 +44,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
+from tools.core.errors import TriageError  # noqa: E402
 from tools.traces.summary import SummarizeTraceInput, summarize_trace  # noqa: E402
 
 WILD = REPO / "tests" / "data" / "traces" / "wild"
 NSYS = REPO / "tests" / "data" / "nsys"
+NSYS_SUFFIXES = (".sqlite", ".qdrep", ".nsys-rep")
+# Reports (.qdrep, .nsys-rep) are exported by summarize_trace with the nsys on PATH: Debian's, as scripts/test.sh
+# unpacks it, when none is.
+DEBIAN_NSYS = REPO / ".cache" / "nsys" / "usr" / "lib" / "x86_64-linux-gnu" / "nsight-systems" / "target-linux-x64"
 CACHE = REPO / ".cache" / "wild_traces"
 
 
@@ -59,7 +67,9 @@ class Case:
 
 def _extract(label: dict[str, Any], mirrors: Path) -> Path | None:
     """The trace from a mirror of its repository, checked against its sha256, cached under .cache."""
-    suffix = ".json.gz" if label.get("gz") or str(label.get("member", label["path"])).endswith(".gz") else ".json"
+    source = str(label.get("member", label["path"]))
+    suffix = next((s for s in NSYS_SUFFIXES if source.endswith(s)), None) or (
+        ".json.gz" if label.get("gz") or source.endswith(".gz") else ".json")
     target = CACHE / f"{label['id']}{suffix}"
     if target.is_file():
         return target
@@ -96,9 +106,10 @@ def load_cases(mirrors: Path | None) -> list[Case]:
         if not line.strip():
             continue
         export = json.loads(line)
-        path = NSYS / "files" / f"{export['id']}.sqlite"
+        copy = NSYS / "files" / f"{export['id']}.sqlite"
+        path = copy if copy.is_file() else (_extract(export, mirrors) if mirrors else None)
         for process in export.get("per_process", []):
-            cases.append(Case(f"{export['id']}#{process['pid_index']}", process, path if path.is_file() else None,
+            cases.append(Case(f"{export['id']}#{process['pid_index']}", process, path,
                               rank=process["pid_index"], format="nsys"))
     return cases
 
@@ -106,7 +117,10 @@ def load_cases(mirrors: Path | None) -> list[Case]:
 async def run(case: Case) -> tuple[str, str]:
     assert case.path is not None
     context = ToolContext(roots=(case.path.parent.resolve(),), timeout_s=300)
-    result = await summarize_trace(SummarizeTraceInput(path=case.path.name), context)
+    try:
+        result = await summarize_trace(SummarizeTraceInput(path=case.path.name), context)
+    except TriageError as exc:  # e.g. a capture with no GPU work: no verdict, said why
+        return "refused", str(exc)[:120]
     top = ", ".join(f"{c.kind} {c.share_pct:.1f}" for c in result.causes[:3])
     if case.format == "nsys":  # the verdict of the labelled process, not of the job
         rank = result.ranks[case.rank]
@@ -121,6 +135,8 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true", help="list every trace whose verdict differs")
     args = parser.parse_args()
     cases = load_cases(args.mirrors)
+    if shutil.which("nsys") is None and (DEBIAN_NSYS / "nsys").is_file():
+        os.environ["PATH"] = f"{DEBIAN_NSYS}{os.pathsep}{os.environ.get('PATH', '')}"
     missing = [c.id for c in cases if c.path is None]
     by_primary: dict[str, list[bool]] = defaultdict(list)
     by_format: dict[str, list[bool]] = defaultdict(list)
@@ -150,7 +166,7 @@ def main() -> None:
         print(f"format {name:15} {len(by_format[name]):3} {sum(by_format[name]):6}")
     print()
     print(f"cases {len(cases)}: {len(cases) - len(missing)} read, {len(missing)} not here"
-          + (f" (Kineto: pass --mirrors; nsys: not copied, tests/data/nsys/PROVENANCE.md says why): "
+          + (f" (pass --mirrors; the nsys ones were not copied, tests/data/nsys/PROVENANCE.md says why): "
              f"{', '.join(missing)}" if missing else ""))
     if scored:
         print(f"right {sum(scored)}/{len(scored)} = {sum(scored) / len(scored):.3f} (target >= 0.90)")
