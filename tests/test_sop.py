@@ -155,6 +155,17 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
                                                        logs=["logs/rank*.log"]), ToolContext(roots=()))
     gpu_step = next(s for s in slow_rank.steps if s.step == "gpu")
     assert gpu_step.arguments == {"logs": ["logs/rank*.log"], "slurm_job": "4242"}
+    # An nsys capture in the user's words, English or Chinese: the trace branch, the report filled in.
+    for words in ("nsys timeline shows kernel gaps, where is the bottleneck?", "nsys 时间线上瓶颈在哪"):
+        nsys = anyio.run(triage_plan, TriagePlanInput(symptom=words, traces=["run.nsys-rep"]), ToolContext(roots=()))
+        assert nsys.branch == "gpu_utilization_low", (words, nsys.alternatives)
+        assert next(s for s in nsys.steps if s.tool == "summarize_trace").arguments == {"path": "run.nsys-rep"}
+    # No words to go by but a profile handed over: the branch that reads it, and a question for the user.
+    bare = anyio.run(triage_plan, TriagePlanInput(symptom="what is wrong here?", traces=["job.sqlite"]),
+                     ToolContext(roots=()))
+    assert (bare.branch, bare.confidence) == ("gpu_utilization_low", 0.0)
+    assert next(s for s in bare.steps if s.tool == "summarize_trace").arguments == {"path": "job.sqlite"}
+    assert bare.conclusion[0].startswith("No branch's keywords occur in the symptom, but traces were given")
 
 
 async def test_every_listed_tool_keeps_the_contract() -> None:

@@ -149,7 +149,9 @@ async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanRe
     sop = branches()
     scores = _scores(params.symptom)
     total = sum(s.score for s in scores)
-    chosen = sop[scores[0].branch] if scores else sop["triage"]
+    # No words to go by, but a profile to read: the trace branch is where a profile answers (an nsys report or a
+    # torch.profiler trace handed over with "what is wrong here?").
+    chosen = sop[scores[0].branch] if scores else sop["gpu_utilization_low" if params.traces else "triage"]
     confidence = round(scores[0].score / total, 2) if scores else 0.0
     entry = sop["triage"]
     steps = [_planned(entry, s, params) for s in entry.steps if s.tool != "triage_plan"]
@@ -165,6 +167,9 @@ async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanRe
         conclusion = [f"Branch {chosen.id} ({chosen.title}), confidence {confidence:.2f}: matched "
                       f"{', '.join(scores[0].matched)}{runner_up}.",
                       f"Run the {len(steps)} calls in order; the first two at once, without waiting for details."]
+    elif params.traces:
+        conclusion = [f"No branch's keywords occur in the symptom, but traces were given: branch {chosen.id} "
+                      f"({chosen.title}) reads them; ask the user what they saw (slow, hung, one rank slow) meanwhile."]
     else:
         conclusion = ["No branch's keywords occur in the symptom: ask the user which of slow / hung / one rank slow / "
                       "out of memory / NaN / inference latency / compile it is, and run the health checks meanwhile."]
