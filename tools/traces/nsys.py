@@ -219,6 +219,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
                          for start, end, stream, corr, device in rows if end is not None]
                 header.events += len(batch)
                 yield batch
+        yield from _graph_replays(connection, tables, global_pid, display, deadline, header)
         runtime = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME", set())
         if runtime and "StringIds" in tables:
             # 2022.x exports hold every runtime call twice: once as the call (eventClass 0 runtime, 1 driver), once
@@ -252,6 +253,35 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
                          for start, end, text, tid in rows if end is not None and text]
                 header.events += len(batch)
                 yield batch
+
+
+def _graph_replays(connection: sqlite3.Connection, tables: dict[str, set[str]], global_pid: int, display: str,
+                   deadline: float, header: TraceHeader) -> Iterator[list[TraceEvent]]:
+    """CUDA graph replays traced at graph level (`--cuda-graph-trace=graph`, the default): one row per replay in
+    CUPTI_ACTIVITY_KIND_GRAPH_TRACE and none of its kernels in the kernel table, so without them a GPU busy with
+    graphs looks idle. Linked to their cudaGraphLaunch by correlation id, like kernels. A capture traced at node
+    level has the graph's kernels themselves (graphNodeId set): then the replays are left out, counted once."""
+    graph = tables.get("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", set())
+    if not {"start", "end", "streamId", "correlationId", "globalPid"} <= graph:
+        return
+    if connection.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE WHERE globalPid = ? LIMIT 1",
+                          (global_pid,)).fetchone() is None:
+        return
+    if "graphNodeId" in tables.get("CUPTI_ACTIVITY_KIND_KERNEL", set()) and connection.execute(
+            "SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = ? AND graphNodeId IS NOT NULL LIMIT 1",
+            (global_pid,)).fetchone() is not None:
+        return
+    graph_id = "graphId" if "graphId" in graph else "NULL"
+    device = "deviceId" if "deviceId" in graph else "NULL"
+    sql = (f"SELECT start, end, streamId, correlationId, {device}, {graph_id} FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE "
+           "WHERE globalPid = ? ORDER BY start")
+    for rows in _rows(connection, sql, (global_pid,), deadline, display):
+        batch = [TraceEvent(ph="X", cat="kernel", name=f"CUDA graph {gid if gid is not None else '?'} (whole replay, "
+                            "graph-level trace)", ts=_us(start), dur=_us(end - start), tid=stream,
+                            args=TraceArgs(stream=stream, correlation=corr, device=dev))
+                 for start, end, stream, corr, dev, gid in rows if end is not None]
+        header.events += len(batch)
+        yield batch
 
 
 def _memcpy_name(kind: Any, src: Any, dst: Any) -> str:

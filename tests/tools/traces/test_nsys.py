@@ -99,6 +99,16 @@ class Export:
         self.db.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 0, 0, 0, ?, ?, NULL, ?, 0)",
                         (int(start_us * 1000), int(end_us * 1000), None if registered else text, pid + 1, text_id))
 
+    def graph_replay(self, pid: int, start_us: float, dur_us: float, launch_us: float, graph: int = 3) -> None:
+        """One replay of a CUDA graph as --cuda-graph-trace=graph records it (2025.x's table), with its launch."""
+        self.db.execute("CREATE TABLE IF NOT EXISTS CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER, end INTEGER, "
+                        "deviceId INTEGER, contextId INTEGER, greenContextId INTEGER, streamId INTEGER, "
+                        "correlationId INTEGER, globalPid INTEGER, graphId INTEGER, graphExecId INTEGER)")
+        corr, self.corr = self.corr, self.corr + 1
+        self.db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 1, NULL, 7, ?, ?, ?, 1)",
+                        (int(start_us * 1000), int((start_us + dur_us) * 1000), corr, pid, graph))
+        self.runtime(pid, "cudaGraphLaunch_v10000", launch_us, 3, corr)
+
     def close(self) -> None:
         self.db.commit()
         self.db.close()
@@ -145,6 +155,35 @@ def test_two_processes_of_one_export_are_two_ranks_with_their_causes(tmp_path: P
     assert "cudaStreamSynchronize x2" in by_kind["implicit_sync"].evidence
     kernels = {k.name: k for k in result.top_kernels}
     assert kernels["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"].kind == "comm"
+
+
+def test_cuda_graph_replays_traced_at_graph_level_are_gpu_work_counted_once(tmp_path: Path) -> None:
+    # Decode steps as CUDA graphs, traced at graph level: the kernel table holds only an eager 100 us kernel; each
+    # step's 900 us replay is one GRAPH_TRACE row, launched 20 us ahead. Read, the GPU is 9/10 busy, not idle.
+    export = Export(tmp_path / "graphs.sqlite")
+    for i, base in enumerate((0, 1000, 2000, 3000)):
+        export.range(PID_A, f"ProfilerStep#{i}", base, base + 1000)
+        export.kernel(PID_A, "sampler_kernel(float*)", base, 100)
+        export.graph_replay(PID_A, base + 100, 900, launch_us=base + 80)
+    export.close()
+    result = summarize(tmp_path / "graphs.sqlite")
+    rank = result.ranks[0]
+    assert (rank.steps, rank.gpu_busy_pct, rank.compute_pct) == (3, 100.0, 100.0)
+    assert result.bottleneck == "gpu_busy" and not result.causes
+    assert {k.name: k.count for k in result.top_kernels} == {
+        "CUDA graph 3 (whole replay, graph-level trace)": 4, "sampler_kernel(float*)": 4}
+    # Traced at node level the graph's kernels are in the kernel table (graphNodeId set): a replay row beside them
+    # would count the same GPU time twice, so it is left out.
+    export = Export(tmp_path / "nodes.sqlite")
+    for i, base in enumerate((0, 1000, 2000)):
+        export.range(PID_A, f"ProfilerStep#{i}", base, base + 1000)
+        export.kernel(PID_A, "graph_node_gemm(float*)", base, 800)
+        export.graph_replay(PID_A, base, 800, launch_us=base - 20)
+    export.db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = 11")
+    export.close()
+    nodes = summarize(tmp_path / "nodes.sqlite")
+    assert {k.name: k.count for k in nodes.top_kernels} == {"graph_node_gemm(float*)": 3}
+    assert nodes.ranks[0].gpu_busy_pct == 80.0
 
 
 def test_the_environment_in_the_export_is_never_read(tmp_path: Path) -> None:
