@@ -51,6 +51,10 @@ LAUNCH_SAMPLE = 100_000  # launch-call durations kept for the median
 _KINDS = ("compute", "comm", "memory", "other")
 KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation"})
+# MPI calls that set up or ask rather than communicate: the GPU idle during MPI_Init is start-up, not communication.
+_MPI_SETUP = re.compile(r"MPI_(?:Init|Finalize|Comm_|Type_|Info_|Get_|Query_thread|Wtime|Wtick|Abort|Op_|Errhandler|"
+                        r"Attr_|Group_|Keyval|Cart_|Graph_|Dims_|Pack|Unpack|Buffer_|Win_create|Win_free|Alloc_mem|"
+                        r"Free_mem|Error_)")
 
 
 def _number(value: Any) -> float | None:
@@ -159,6 +163,7 @@ class Collected:
     launch_durations: array[float] = field(default_factory=lambda: array("d"))  # a bounded sample
     graph_launches: int = 0  # cudaGraphLaunch calls: kernels of a replayed graph have no launch of their own
     long_ops: HostOps = field(default_factory=HostOps)  # CPU ops >= LONG_OP_US
+    host_comm: HostOps = field(default_factory=HostOps)  # MPI calls that communicate (nsys -t mpi)
     kernels: dict[str, list[Any]] = field(default_factory=dict)  # name -> [count, total us, kind]
     kernel_durations: Counter[str] = field(default_factory=Counter)
     cpu_span: list[float] = field(default_factory=lambda: [float("inf"), float("-inf")])
@@ -268,6 +273,10 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
                     durations[_bucket(dur)] += 1
                 continue
             if category == "python_function":
+                continue
+            if category == "mpi":
+                if not _MPI_SETUP.match(name):
+                    data.host_comm.add(ts, end, _key(event.tid), name)
                 continue
             if ts < cpu_low:
                 cpu_low = ts

@@ -35,8 +35,8 @@ from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
 from tools.traces.names import api_name
 
-__all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_processes", "nsys_rules",
-           "read_nsys_batches"]
+__all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_processes", "nsys_ranks",
+           "nsys_rules", "read_nsys_batches"]
 
 _MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 20_000
@@ -48,6 +48,9 @@ _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
               10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device", 6: "Managed"}
 _NVTX_RANGES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange and their NVTXT forms
+_NVTX_THREAD_NAME = 39  # NvtxThread: nvtxNameOsThread
+_MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
+_MPI_TABLES = ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS")
 # torch.autograd.profiler.emit_nvtx names each op 'aten::mm, op_id = 17' (', seq = 3, sizes = [...]' too): the op
 # is 'aten::mm', as Kineto names it.
 _AUTOGRAD_ID = re.compile(r", (?:op_id|seq|sizes|input_op_ids) = .*$")
@@ -253,6 +256,46 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
                          for start, end, text, tid in rows if end is not None and text]
                 header.events += len(batch)
                 yield batch
+        yield from _mpi_calls(connection, tables, global_pid, display, deadline, header)
+
+
+def _mpi_calls(connection: sqlite3.Connection, tables: dict[str, set[str]], global_pid: int, display: str,
+               deadline: float, header: TraceHeader) -> Iterator[list[TraceEvent]]:
+    """MPI calls nsys traced (`-t mpi`: MPI_P2P_EVENTS, MPI_COLLECTIVES_EVENTS, MPI_START_WAIT_EVENTS and
+    MPI_OTHER_EVENTS; only the last in 2021-era reports), as host-side communication: a CUDA-aware MPI job's GPU
+    idles while its host waits in MPI_Sendrecv or MPI_Allreduce, and no NCCL kernel shows it."""
+    if "StringIds" not in tables:
+        return
+    for table in _MPI_TABLES:
+        if not {"start", "end", "globalTid", "textId"} <= tables.get(table, set()):
+            continue
+        sql = (f'SELECT m.start, m.end, m.globalTid, s.value FROM "{table}" m JOIN StringIds s ON s.id = m.textId '
+               f"WHERE (m.globalTid & {_PID_MASK}) = ? ORDER BY m.start")
+        for rows in _rows(connection, sql, (global_pid,), deadline, display):
+            batch = [TraceEvent(ph="X", cat="mpi", name=name, ts=_us(start), dur=_us(end - start),
+                                tid=tid & 0xFFFFFF, args=None)
+                     for start, end, tid, name in rows if end is not None and isinstance(name, str)]
+            header.events += len(batch)
+            yield batch
+
+
+def nsys_ranks(path: Path, display: str, deadline: float) -> dict[int, int]:
+    """The rank each process (globalPid) says it is: nsys's MPI tracing names a thread of each rank "MPI Rank N"
+    (an NVTX thread name). Empty when no process says so."""
+    with _open(path, display, deadline) as connection:
+        tables = _tables(connection)
+        nvtx = tables.get("NVTX_EVENTS", set())
+        if not {"eventType", "globalTid", "text"} <= nvtx:
+            return {}
+        text = "coalesce(s.value, n.text)" if "textId" in nvtx and "StringIds" in tables else "n.text"
+        join = "LEFT JOIN StringIds s ON s.id = n.textId " if text != "n.text" else ""
+        found: dict[int, int] = {}
+        for tid, name in connection.execute(f"SELECT n.globalTid, {text} FROM NVTX_EVENTS n {join}"
+                                            f"WHERE n.eventType = {_NVTX_THREAD_NAME}"):
+            said = _MPI_RANK.match(name or "")
+            if said and isinstance(tid, int):
+                found.setdefault(tid & _PID_MASK, int(said.group(1)))
+        return found
 
 
 def _graph_replays(connection: sqlite3.Connection, tables: dict[str, set[str]], global_pid: int, display: str,

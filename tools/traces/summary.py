@@ -63,6 +63,7 @@ from tools.traces.nsys import (
     exported_reports,
     is_nsys_export,
     nsys_processes,
+    nsys_ranks,
     nsys_rules,
     read_nsys_batches,
 )
@@ -131,7 +132,8 @@ class RankSummary(BaseModel):
     non_compute_pct: float | None
     comm_pct: float | None = Field(description="% of step time with a communication kernel running.")
     memory_pct: float | None = Field(description="% of step time with a memcpy/memset running.")
-    exposed_comm_pct: float | None = Field(description="% of step time with communication but no compute.")
+    exposed_comm_pct: float | None = Field(description="% of step time with communication but no compute: collective "
+                                           "kernels alone on the GPU, or the GPU idle while the host waits in MPI.")
     comm_overlap_pct: float | None = Field(description="% of communication time overlapped by compute.")
     data_wait_pct: float | None = Field(description="% of step time the GPU idles while the DataLoader runs.")
     achieved_tflops: float | None = Field(default=None, description="FLOPs the trace records over the analysed "
@@ -334,12 +336,15 @@ def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _R
     del compute, comm
     idle = step_window.subtract(busy)
 
-    # Attribute idle time: data loading first, then host syncs; then host work that opens a step before its first
-    # GPU work (input preprocessing); then each remaining gap by the GPU work that ends it.
+    # Attribute idle time: data loading first, then host syncs, then communication the host waits in (MPI); then
+    # host work that opens a step before its first GPU work (input preprocessing); then each remaining gap by the GPU
+    # work that ends it.
     data_wait = idle.intersect(dataloader)
     rest = idle.subtract(data_wait)
     sync_wait = rest.intersect(data.syncs.spans())
     rest = rest.subtract(sync_wait)
+    host_comm_wait = rest.intersect(data.host_comm.spans())
+    rest = rest.subtract(host_comm_wait)
     gaps = _IdleGaps()
     _sample_kernels(data, gaps, start, end)
     gaps.preprocess, gaps.preprocess_steps = _preprocessing(data, busy, rest, analysed)
@@ -384,11 +389,10 @@ def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _R
     if launch_gaps:
         causes.append(Cause(kind="launch_bound", share_pct=share(launch_gaps.total()),
                             evidence=_launch_evidence(data, gaps, launch_gaps), fix=_FIX["launch_bound"]))
-    if exposed > 0:
-        overlap = _pct(comm_ms - exposed, comm_ms)
-        causes.append(Cause(kind="exposed_comm", share_pct=share(exposed),
-                            evidence=f"{exposed / 1000:.1f} ms of communication with no compute beside it "
-                            f"({overlap:.0f}% of {comm_ms / 1000:.1f} ms overlapped)", fix=_FIX["exposed_comm"]))
+    if exposed > 0 or host_comm_wait:
+        causes.append(Cause(kind="exposed_comm", share_pct=share(exposed + host_comm_wait.total()),
+                            evidence=_exposed_evidence(data, exposed, comm_ms, host_comm_wait),
+                            fix=_FIX["exposed_comm"]))
     if gaps.queued:
         causes.append(Cause(kind="gpu_wait", share_pct=share(gaps.queued.total()),
                             evidence=f"GPU idle {gaps.queued.total() / 1000:.1f} ms in {len(gaps.queued)} gaps with "
@@ -413,7 +417,7 @@ def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _R
         precision=compute_rate.precision, peak_tflops=compute_rate.peak_tflops, device=compute_rate.device,
         gpu_busy_pct=_pct(busy.total(), length), idle_pct=hta_idle, compute_pct=hta_compute,
         non_compute_pct=hta_non_compute, comm_pct=_pct(comm_ms, length), memory_pct=_pct(memory, length),
-        exposed_comm_pct=_pct(exposed, length),
+        exposed_comm_pct=_pct(exposed + host_comm_wait.total(), length),
         comm_overlap_pct=_pct(comm_ms - exposed, comm_ms), data_wait_pct=_pct(data_wait.total(), length),
         gpu_events=len(gpu_columns(data).ts), events=data.events,
     )
@@ -553,6 +557,23 @@ def _classify_gaps(data: Collected, gaps: Spans, found: _IdleGaps) -> None:
     found.launch_to_start = (gaps.ends[host_bound] - launch[host_bound]).tolist()
 
 
+def _exposed_evidence(data: Collected, on_gpu: float, comm_ms: float, host_wait: Spans) -> str:
+    """What the exposed communication is: collective kernels with no compute beside them, the GPU idle while the
+    host waits in MPI calls, or both."""
+    parts = []
+    if on_gpu > 0:
+        overlap = _pct(comm_ms - on_gpu, comm_ms)
+        parts.append(f"{on_gpu / 1000:.1f} ms of communication with no compute beside it ({overlap:.0f}% of "
+                     f"{comm_ms / 1000:.1f} ms overlapped)")
+    if host_wait:
+        ts, end, _, name = data.host_comm.columns()
+        met = host_wait.within_each(ts, end) > 0
+        calls = Counter(data.host_comm.names[i] for i in name[met].tolist())
+        parts.append(f"GPU idle {host_wait.total() / 1000:.1f} ms while the host waited in MPI ("
+                     + ", ".join(f"{n} x{c}" for n, c in calls.most_common(3)) + "): communication nothing overlaps")
+    return "; ".join(parts)
+
+
 def _launch_evidence(data: Collected, gaps: _IdleGaps, launch_gaps: Spans) -> str:
     parts = [f"CPU overhead: GPU idle {launch_gaps.total() / 1000:.1f} ms in {len(launch_gaps)} gaps between "
              f"kernels, median gap {float(np.median(launch_gaps.ends - launch_gaps.starts)):.1f} us"]
@@ -612,12 +633,17 @@ def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, d
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
         if is_nsys_export(path):
             processes = nsys_processes(path, display, deadline)
+            said = nsys_ranks(path, display, deadline)
+            # The ranks the processes name themselves (MPI), when each says one of its own; else their order.
+            named = said if all(p in said for p in processes) and len({said[p] for p in processes}) == len(processes) \
+                else {}
             for index, process in enumerate(processes):
                 header = TraceHeader()
                 data = collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)
                 data.device_name = _device_name(header, data.device)
                 # One process per GPU: torchrun under one nsys puts every rank in one export.
-                rank = index if len(processes) > 1 else rank_of_trace(header, display, position)
+                rank = named[process] if named else index if len(processes) > 1 else rank_of_trace(header, display,
+                                                                                                  position)
                 label = f"{display} (process {(process >> 24) & 0xFFFFFF})" if len(processes) > 1 else display
                 results.append(_analyse(rank, label, data, include_last))
             continue

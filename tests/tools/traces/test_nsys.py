@@ -186,6 +186,35 @@ def test_cuda_graph_replays_traced_at_graph_level_are_gpu_work_counted_once(tmp_
     assert nodes.ranks[0].gpu_busy_pct == 80.0
 
 
+def test_mpi_ranks_name_themselves_and_their_waits_in_mpi_are_exposed_communication(tmp_path: Path) -> None:
+    # Two ranks of a CUDA-aware MPI job in one export, traced with -t cuda,mpi as 2021's nsys wrote it: the halo
+    # exchange is an MPI_Sendrecv on the host (MPI_OTHER_EVENTS), each rank names a thread "MPI Rank N" (listed in
+    # the opposite order of their first GPU work). Per 1000 us step: 600 us of kernels, then 300 us in
+    # MPI_Sendrecv with the GPU idle; MPI_Init before the steps is start-up, not communication.
+    export = Export(tmp_path / "mpi.sqlite")
+    export.db.execute("CREATE TABLE MPI_OTHER_EVENTS (start INTEGER, end INTEGER, globalTid INTEGER, textId INTEGER)")
+    for pid, rank, offset in ((PID_A, 1, 10), (PID_B, 0, 20)):
+        export.db.execute("INSERT INTO NVTX_EVENTS VALUES (0, NULL, 39, NULL, NULL, NULL, ?, ?, NULL, NULL, 0)",
+                          (f"MPI Rank {rank}", pid + 1))
+        export.db.execute("INSERT INTO MPI_OTHER_EVENTS VALUES (?, ?, ?, ?)", (0, offset * 1000, pid + 1,
+                                                                               export.string("MPI_Init")))
+        for i, base in enumerate((offset, 1000 + offset, 2000 + offset)):
+            export.range(pid, f"ProfilerStep#{i}", base, base + 1000)
+            export.kernel(pid, "jacobi_kernel(float*)", base, 600)
+            export.db.execute("INSERT INTO MPI_OTHER_EVENTS VALUES (?, ?, ?, ?)",
+                              (int((base + 650) * 1000), int((base + 950) * 1000), pid + 1,
+                               export.string("MPI_Sendrecv")))
+    export.close()
+    result = summarize(tmp_path / "mpi.sqlite")
+    assert [(r.rank, r.file) for r in result.ranks] == [(0, "mpi.sqlite (process 145)"),
+                                                       (1, "mpi.sqlite (process 144)")]
+    for rank in result.ranks:
+        assert (rank.gpu_busy_pct, rank.exposed_comm_pct, rank.comm_pct) == (60.0, 30.0, 0.0)
+    exposed = next(c for c in result.causes if c.kind == "exposed_comm")
+    assert exposed.share_pct == 30.0 and result.bottleneck == "exposed_comm"
+    assert "while the host waited in MPI (MPI_Sendrecv x2)" in exposed.evidence
+
+
 def test_the_environment_in_the_export_is_never_read(tmp_path: Path) -> None:
     result = summarize(_two_rank_export(tmp_path / "job.sqlite"))
     assert SECRET not in result.model_dump_json() and "HF_TOKEN" not in result.model_dump_json()
