@@ -77,6 +77,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Inference server metrics (vLLM / SGLang)", open_world=True),
     ToolSpec("diagnose_compile", "tools.compile", "DiagnoseCompileInput", "DiagnoseCompileResult",
              "torch.compile graph breaks and recompiles"),
+    ToolSpec("check_interconnect", "tools.interconnect", "CheckInterconnectInput", "CheckInterconnectResult",
+             "Interconnect check (NCCL transports, nccl-tests, NVLink/IB/Ethernet links)"),
     ToolSpec("triage_plan", "tools.triage", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult", "Triage report",
              open_world=True),

@@ -1,8 +1,8 @@
 """The triage tools: plain async functions over pydantic inputs, returning pydantic results.
 
-One package per kind of evidence (gpu, logs, traces, hangs, stragglers, memory, serving, compile; cluster for the
-job's processes and nodes; compare for before/after; triage for the plan and the report over the others), each over
-the shared tools.core.
+One package per kind of evidence (gpu, logs, traces, hangs, stragglers, memory, serving, compile, interconnect;
+cluster for the job's processes and nodes; compare for before/after; triage for the plan and the report over the
+others), each over the shared tools.core.
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
 """
 
@@ -11,6 +11,7 @@ import importlib
 __all__ = [
     "analyze_flight_recorder",
     "analyze_memory",
+    "check_interconnect",
     "compare_runs",
     "diagnose_compile",
     "diagnose_logs",
@@ -29,6 +30,7 @@ __all__ = [
 _PACKAGES = {
     "analyze_flight_recorder": "tools.hangs",
     "analyze_memory": "tools.memory",
+    "check_interconnect": "tools.interconnect",
     "compare_runs": "tools.compare",
     "diagnose_compile": "tools.compile",
     "diagnose_logs": "tools.logs",

@@ -153,3 +153,10 @@ INFER_MAX_TARGET_S: Final = 3600.0
 
 # diagnose_compile: findings listed (the tables keep every break and recompile).
 COMPILE_MAX_FINDINGS: Final = 24
+
+# check_interconnect: saved nccl-tests outputs and node captures are read whole (they are KB; a bigger one is not
+# such an output), NCCL logs through the log reader (any size, one pass).
+NET_MAX_CAPTURE_BYTES: Final = 8 * 1024 * 1024
+NET_MAX_FILES: Final = 1024
+NET_MAX_FINDINGS: Final = 40
+NET_MAX_WARN_KINDS: Final = 8  # distinct NCCL WARN messages listed

@@ -109,3 +109,16 @@ NSYS_SMALL_HTOD_BYTES = 64_000
 # share of the step or more when no cause of GPU idle reaches BOTTLENECK_CAUSE_PCT; else the largest cause is it.
 BOTTLENECK_BUSY_PCT = 85.0
 BOTTLENECK_CAUSE_PCT = 10.0
+
+# check_interconnect: a run's peak busbw below this share of what the fabric should give is low (below the second
+# share, critical); one run below this share of the median of its peers (same collective and ranks) is the slow
+# one. nccl-tests' own rule of thumb: ~80 % of the advertised rate (stas00/ml-engineering, network/debug).
+BUSBW_LOW_RATIO = 0.8
+BUSBW_CRIT_RATIO = 0.5
+BUSBW_PEER_RATIO = 0.8
+# Usable share of a NIC's line rate as NCCL busbw (NVIDIA: ~12 GB/s per 100G, ~24 per 200G, 46-48 per 400G NIC).
+NIC_EFFICIENCY = 0.96
+# A run whose busbw at its largest size (at least FALL_OFF_MIN_BYTES) is under this share of its own peak falls off:
+# busbw rises with the size and then holds on a healthy path (Azure lists the fall-off as a congestion pattern).
+FALL_OFF_RATIO = 0.5
+FALL_OFF_MIN_BYTES = 16 * 1024 * 1024

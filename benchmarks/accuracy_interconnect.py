@@ -1,0 +1,135 @@
+"""check_interconnect against real outputs from public threads, docs and test fixtures, one file at a time.
+
+The set: `cases*.jsonl` in the folder given (default tests/data/interconnect/wild): one line per file, with where
+it comes from (url, source, versions), its input kind (nccl_log, nccl_tests, topo, nvlink_status, nvlink_errors,
+ibstat, ibstatus, ibv_devinfo, ibdev2netdev, ethtool) and the label a careful triager gave it from the output and
+its thread, independently of this tool: `findings` (the finding kinds it supports; empty for a healthy one) and
+`facts` (values literally visible: the peak busbw of a test, NCCL's version and network, a port's state...).
+
+Scored per file:
+- verdict: the set of finding kinds we report equals the label's (exact);
+- facts: for nccl-tests the peak busbw (within 1 %), collective and ranks; for NCCL logs the version, nranks,
+  nnodes and the network NCCL chose; for IB captures the number of ports and of ports up; for topo the GPU count.
+Printed: right / scored overall, per input kind and per finding kind (recall and false alarms), and every miss with
+`--misses`. Target (issue 19): >= 95 % of the verdicts right.
+
+Usage: .venv/bin/python benchmarks/accuracy_interconnect.py [--cases DIR] [--misses]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tools.core.context import ToolContext  # noqa: E402
+from tools.core.errors import TriageError  # noqa: E402
+from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, check_interconnect  # noqa: E402
+
+DEFAULT = REPO / "tests" / "data" / "interconnect" / "wild"
+_ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
+
+
+async def run(folder: Path, label: dict[str, Any]) -> CheckInterconnectResult | str:
+    argument = _ARGUMENT.get(label["kind"], "captures")
+    context = ToolContext(roots=(folder.resolve(),), timeout_s=60)
+    try:
+        return await check_interconnect(CheckInterconnectInput(**{argument: [label["file"]]}), context)
+    except TriageError as exc:
+        return f"refused: {exc}"
+
+
+def facts_right(label: dict[str, Any], result: CheckInterconnectResult) -> list[tuple[str, bool]]:
+    """(fact, right) for the facts this label states and this tool reports."""
+    facts = label.get("facts", {})
+    checked: list[tuple[str, bool]] = []
+    kind = label["kind"]
+    if kind.startswith("nccl_tests") and result.bandwidth:
+        best = max(result.bandwidth, key=lambda b: b.peak_busbw_gbs or 0)
+        if isinstance(facts.get("peak_busbw_gbs"), int | float):
+            ours = best.peak_busbw_gbs or 0
+            checked.append(("peak_busbw", abs(ours - facts["peak_busbw_gbs"]) <= 0.01 * facts["peak_busbw_gbs"]))
+        if isinstance(facts.get("ranks"), int) and best.ranks is not None:
+            checked.append(("ranks", best.ranks == facts["ranks"]))
+        if isinstance(facts.get("collective"), str) and best.collective is not None:
+            checked.append(("collective", best.collective == facts["collective"].removesuffix("_perf")))
+    if kind == "nccl_log" and result.transports:
+        rows = result.transports
+        if isinstance(facts.get("nccl_version"), str):
+            checked.append(("nccl_version", any((t.nccl_version or "") == facts["nccl_version"].split("+")[0]
+                                                for t in rows)))
+        if isinstance(facts.get("net"), str):
+            checked.append(("net", any((t.network or "").startswith(facts["net"].split()[0]) for t in rows)))
+        for key in ("nranks", "nnodes"):
+            if isinstance(facts.get(key), int):
+                checked.append((key, any(getattr(t, key) == facts[key] for t in rows)))
+    if kind in ("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev") and isinstance(facts.get("ports"), list):
+        ports = [link for link in result.links if link.kind == "ib_port"]
+        checked.append(("ports", len(ports) == len(facts["ports"])))
+    if kind == "topo" and isinstance(facts.get("gpus"), int):
+        pairs = next((link for link in result.links if link.kind == "gpu_pair" and "GPU pairs" in link.name), None)
+        if pairs is not None:
+            count = int(pairs.name.split()[0])
+            checked.append(("gpus", count == facts["gpus"] * (facts["gpus"] - 1) // 2))
+    return checked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", type=Path, default=DEFAULT)
+    parser.add_argument("--misses", action="store_true")
+    args = parser.parse_args()
+    labels = [json.loads(line) for manifest in sorted(args.cases.glob("cases*.jsonl"))
+              for line in manifest.read_text().splitlines() if line.strip()]
+    by_kind: dict[str, list[bool]] = defaultdict(list)
+    recall: dict[str, list[bool]] = defaultdict(list)
+    false_alarms: dict[str, int] = defaultdict(int)
+    facts: dict[str, list[bool]] = defaultdict(list)
+    rows = []
+    for label in labels:
+        result = anyio.run(run, args.cases, label)
+        wanted = set(label.get("findings", []))
+        if isinstance(result, str):
+            ours: set[str] = {"refused"}
+        else:
+            ours = {f.kind for f in result.findings}
+            for name, ok in facts_right(label, result):
+                facts[name].append(ok)
+        right = ours == wanted
+        by_kind[label["kind"]].append(right)
+        for kind in wanted:
+            recall[kind].append(kind in ours)
+        for kind in ours - wanted:
+            false_alarms[kind] += 1
+        rows.append((right, label["file"], sorted(wanted), sorted(ours),
+                     result if isinstance(result, str) else (result.conclusion[0][:160] if result.conclusion else "")))
+    print(f"{'input kind':16} {'n':>4} {'right':>6}")
+    for kind in sorted(by_kind):
+        print(f"{kind:16} {len(by_kind[kind]):4} {sum(by_kind[kind]):6}")
+    print(f"\n{'finding':22} {'labelled':>8} {'found':>6} {'false alarms':>13}")
+    for kind in sorted(set(recall) | set(false_alarms)):
+        print(f"{kind:22} {len(recall[kind]):8} {sum(recall[kind]):6} {false_alarms[kind]:13}")
+    print(f"\n{'fact':14} {'n':>4} {'right':>6}")
+    for name in sorted(facts):
+        print(f"{name:14} {len(facts[name]):4} {sum(facts[name]):6}")
+    total = [r for results in by_kind.values() for r in results]
+    if total:
+        print(f"\nverdicts right {sum(total)}/{len(total)} = {sum(total) / len(total):.3f} (target >= 0.95)")
+    all_facts = [f for results in facts.values() for f in results]
+    if all_facts:
+        print(f"facts right {sum(all_facts)}/{len(all_facts)} = {sum(all_facts) / len(all_facts):.3f}")
+    for right, name, wanted, ours, said in rows:
+        if args.misses and not right:
+            print(f"  MISS {name}: label {wanted}, ours {ours} | {said}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""check_interconnect: the culprit named through the real MCP server (a node on sockets, the slow node of a set of
+nccl-tests pairs, a degraded GPU pair), the real outputs of public threads (tests/data/interconnect/wild, their
+PROVENANCE.md), and bad inputs refused clearly with the server still answering."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.helpers import DATA, base_env, stdio_client, structured
+from tools.core.context import ToolContext
+from tools.core.errors import LimitExceeded, UnreadableInput
+from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, check_interconnect
+
+WILD = DATA / "interconnect" / "wild"
+
+
+def check(root: Path, **arguments: Any) -> CheckInterconnectResult:
+    return anyio.run(check_interconnect, CheckInterconnectInput(**arguments), ToolContext(roots=(root.resolve(),)))
+
+
+def _ib_node(host: str, base: int, ranks: range) -> list[str]:
+    """NCCL 2.18 INFO lines of a healthy node, one process per GPU: IB with GPU Direct RDMA, P2P within the node."""
+    lines = []
+    for rank in ranks:
+        pid, dev = base + rank, rank % 8
+        head = f"{host}:{pid}:{pid + 1} [{dev}] NCCL INFO"
+        lines += [f"{host}:{pid}:{pid} [{dev}] NCCL INFO NCCL version 2.18.3+cuda12.2",
+                  f"{head} Bootstrap : Using ib0:10.0.0.{base % 250}<0>",
+                  f"{head} NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.{base % 250}<0>",
+                  f"{head} Using network IB",
+                  f"{head} comm 0x55d1 rank {rank} nRanks 24 nNodes 3 localRanks 8 localRank {dev} MNNVL 0",
+                  f"{head} Channel 00/0 : {rank}[{dev}] -> {rank + 1}[{(dev + 1) % 8}] via P2P/IPC"]
+    lines.append(f"{host}:{base + ranks[-1]}:1 [7] NCCL INFO Channel 00/0 : {ranks[-1]}[7] -> {ranks[-1] + 1}[0] "
+                 "[send] via NET/IB/0/GDRDMA")
+    return lines
+
+
+def _socket_node(host: str, base: int, ranks: range) -> list[str]:
+    """The same job's third node, where the container has no verbs library: NCCL falls back to sockets (mpirun's
+    --tag-output prefixes)."""
+    lines = []
+    for rank in ranks:
+        pid, dev = base + rank, rank % 8
+        head = f"[1,{rank}]<stdout>:{host}:{pid}:{pid + 1} [{dev}]"
+        lines += [f"{head} NCCL INFO Bootstrap : Using eth0:10.0.1.7<0>",
+                  f"{head} misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+                  f"{head} NCCL INFO NET/Socket : Using [0]eth0:10.0.1.7<0>",
+                  f"{head} NCCL INFO Using network Socket",
+                  f"{head} NCCL INFO comm 0x7f11 rank {rank} nRanks 24 nNodes 3 localRanks 8 localRank {dev} MNNVL 0"]
+    lines.append(f"[1,23]<stdout>:{host}:{base + 23}:1 [7] NCCL INFO Channel 00/0 : 23[7] -> 0[0] [send] via "
+                 "NET/Socket/0")
+    return lines
+
+
+def _nccl_tests(hosts: tuple[str, str], busbw_at_8g: float) -> str:
+    """An all_reduce_perf run over two 8-GPU H100 nodes (nccl-tests 2.13+ columns)."""
+    lines = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 "
+             "agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    for rank in range(16):
+        lines.append(f"#  Rank {rank:2d} Group  0 Pid {1000 + rank:6d} on {hosts[rank // 8]:>10s} device "
+                     f"{rank % 8:2d} [0x{rank:02x}] NVIDIA H100 80GB HBM3")
+    lines += ["#", "#                                                              out-of-place                     "
+              "  in-place", "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+              "     time   algbw   busbw #wrong"]
+    size = 1048576
+    while size <= 8589934592:
+        busbw = busbw_at_8g * min(1.0, size / 1073741824)
+        lines.append(f"{size:12d} {size // 4:12d}     float     sum      -1   100.0  {busbw / 1.875:6.2f}  "
+                     f"{busbw:6.2f}      0   100.0  {busbw / 1.875:6.2f}  {busbw:6.2f}      0")
+        size *= 4
+    lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {busbw_at_8g / 3:.4f}", "#"]
+    return "\n".join(lines) + "\n"
+
+
+def _topo_h100(degraded: tuple[int, int] | None) -> str:
+    """nvidia-smi topo -m of an 8-GPU NVSwitch board (tab-separated, as the tool prints it; ANSI header)."""
+    header = ("\x1b[4m\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tCPU Affinity\tNUMA Affinity\t"
+              "GPU NUMA ID\x1b[0m")
+    rows = [header]
+    for i in range(8):
+        cells = ["X" if i == j else ("NV12" if degraded and {i, j} == set(degraded) else "NV18") for j in range(8)]
+        rows.append(f"GPU{i}\t" + "\t".join(cells) + f"\t{'PIX' if i < 2 else 'SYS'}\t0-55\t0\t\tN/A")
+    rows.append("NIC0\t" + "\t".join("PIX" if i < 2 else "SYS" for i in range(8)) + "\t X ")
+    rows += ["", "Legend:", "", "  X    = Self", "  NV#  = Connection traversing a bonded set of # NVLinks", "",
+             "NIC Legend:", "", "  NIC0: mlx5_0"]
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.anyio
+async def test_the_culprit_is_named_through_mcp(tmp_path: Path) -> None:
+    # A 3-node job: node-c's container has no libibverbs, so its inter-node traffic goes over TCP.
+    log = _ib_node("node-a", 4100, range(8)) + _ib_node("node-b", 4200, range(8, 16)) + _socket_node(
+        "node-c", 4300, range(16, 24))
+    (tmp_path / "job.log").write_text("\n".join(log) + "\n")
+    # nccl-tests per node pair: every pair with node-c is slow.
+    for name, hosts, busbw in (("ab", ("node-a", "node-b"), 352.0), ("ac", ("node-a", "node-c"), 11.8),
+                               ("bc", ("node-b", "node-c"), 12.1), ("ad", ("node-a", "node-d"), 349.5)):
+        (tmp_path / f"pair-{name}.txt").write_text(_nccl_tests(hosts, busbw))
+    (tmp_path / "node-a").mkdir()
+    (tmp_path / "node-a" / "topo.txt").write_text(_topo_h100(degraded=(2, 5)))
+    async with stdio_client(base_env(), "--root", str(tmp_path)) as client:
+        found = structured(await client.call_tool("check_interconnect", {
+            "nccl_logs": ["job.log"], "nccl_tests": ["pair-*.txt"], "captures": ["node-a/topo.txt"]}))
+    kinds = {(f["kind"], f["node"]) for f in found["findings"]}
+    assert ("socket_fallback", "node-c") in kinds
+    assert ("busbw_low", "node-c") in kinds  # the node in every slow pair and in no healthy one
+    assert ("topo_degraded", "node-a") in kinds
+    assert found["severity"] == "crit" and found["verdict"] in {"socket_fallback", "busbw_low", "topo_degraded"}
+    socket = next(f for f in found["findings"] if f["kind"] == "socket_fallback")
+    assert socket["rank"] == "16-23" and "NET/Socket" in socket["evidence"]
+    warn = next(f for f in found["findings"] if f["kind"] == "nccl_warn")
+    assert "Failed to open libibverbs" in warn["evidence"] and warn["node"] == "node-c"
+    degraded = next(f for f in found["findings"] if f["kind"] == "topo_degraded" and "GPU2-GPU5" in f["evidence"])
+    assert "NV12 where the other GPU pairs are NV18" in degraded["evidence"]
+    rows = {b["file"]: b for b in found["bandwidth"]}
+    assert rows["pair-ab.txt"]["peak_busbw_gbs"] == 352.0 and rows["pair-ab.txt"]["size_at_peak_bytes"] == 4294967296
+    assert rows["pair-ac.txt"]["ranks"] == 16 and rows["pair-ac.txt"]["nodes"] == "node-a, node-c"
+    assert {t["node"]: t["network"] for t in found["transports"]} == {"node-a": "IB", "node-b": "IB",
+                                                                        "node-c": "Socket"}
+
+
+def test_busbw_against_the_fabrics_figure(tmp_path: Path) -> None:
+    # Two H100 nodes with 8 NDR rails each (ibstat of node-a): 8 x 400 Gb/s x 96 % = 384 GB/s, capped by the
+    # board's NVLink at 370. A run at 150 GB/s is 41 %: critical.
+    (tmp_path / "node-a").mkdir()
+    ports = "".join(f"CA 'mlx5_{i}'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n"
+                    f"\t\tRate: 400\n\t\tLink layer: InfiniBand\n" for i in range(8))
+    (tmp_path / "node-a" / "ibstat.txt").write_text(ports)
+    (tmp_path / "run.txt").write_text(_nccl_tests(("node-a", "node-b"), 150.0))
+    result = check(tmp_path, nccl_tests=["run.txt"], captures=["node-a/ibstat.txt"])
+    row = result.bandwidth[0]
+    assert (row.expected_busbw_gbs, row.ratio) == (370.0, round(150.0 / 370.0, 3))
+    assert "capped by the node's NVLink" in (row.expected_from or "")
+    assert [(f.kind, f.severity.value) for f in result.findings] == [("busbw_low", "crit")]
+    # The caller's figure wins over the table.
+    given = check(tmp_path, nccl_tests=["run.txt"], expected_busbw_gbs=160.0)
+    assert given.bandwidth[0].ratio == 0.938 and given.findings == []
+
+
+def test_every_real_output_parses_and_the_verdicts_hold() -> None:
+    labels = [json.loads(line) for manifest in sorted(WILD.glob("cases_*.jsonl"))
+              for line in manifest.read_text().splitlines() if line.strip()]
+    assert len(labels) >= 100
+    argument = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests"}
+    misses = []
+    for label in labels:
+        result = check(WILD, **{argument.get(label["kind"], "captures"): [label["file"]]})
+        if {f.kind for f in result.findings} != set(label["findings"]):
+            misses.append(label["file"])
+        if label["kind"] == "nccl_tests" and isinstance(label["facts"].get("peak_busbw_gbs"), int | float):
+            peak = max(b.peak_busbw_gbs or 0 for b in result.bandwidth)
+            assert abs(peak - label["facts"]["peak_busbw_gbs"]) <= 0.01 * label["facts"]["peak_busbw_gbs"]
+    assert 1 - len(misses) / len(labels) >= 0.95, misses
+    # The known misses: sockets on a job whose log never shows it spans nodes (the thread says it does), and EFA
+    # without /GDRDMA on hardware the log does not name.
+    assert set(misses) <= {"socketifname-2node__nccl-810.log", "socket-noroute-accelerate__nccl-1105.log",
+                           "fastsocket-gcp-a100__nccl-651.log", "efa-nogdr-p4-2.7.8__aws-ofi-nccl-64.log"}
+
+
+def test_a_binary_built_without_mpi_is_told_from_its_output() -> None:
+    result = check(WILD, nccl_tests=["nccl_tests__NVIDIA-nccl-tests-213.txt"])
+    assert [f.kind for f in result.findings] == ["single_process_test"]
+    assert "nothing crossed the network" in result.findings[0].evidence
+
+
+def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
+    (tmp_path / "junk.bin").write_bytes(os.urandom(4096) + b"\x00" * 4096)
+    with pytest.raises(UnreadableInput, match="binary"):
+        check(tmp_path, captures=["junk.bin"])
+    big = tmp_path / "huge.txt"
+    with big.open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)
+    with pytest.raises(LimitExceeded, match="at most"):
+        check(tmp_path, nccl_tests=["huge.txt"])
+    # A 2 GB job log (16 KiB of text, then a sparse hole) is one streamed pass within the deadline, not a read into
+    # memory; a file that starts binary is said to be so.
+    log = tmp_path / "job.log"
+    with log.open("wb") as handle:
+        handle.write(b"node1:1:1 [0] NCCL INFO Using network Socket\n" + b"node1:1:1 [0] step 1 loss 2.3\n" * 560)
+        handle.truncate(2 * 1024**3)
+    started = time.monotonic()
+    try:
+        result = check(tmp_path, nccl_logs=["job.log"])
+        assert result.transports[0].network == "Socket"
+    except LimitExceeded as exc:  # a slow machine: the deadline ends it, said clearly
+        assert "out of time" in str(exc)
+    assert time.monotonic() - started < 130
+    (tmp_path / "zeros.log").write_bytes(b"\x00" * 9000)
+    assert any("binary" in n for n in check(tmp_path, nccl_logs=["zeros.log"]).notes)
+    # A table cut in the middle of a row keeps the rows before it.
+    text = _nccl_tests(("a", "b"), 200.0)
+    (tmp_path / "cut.txt").write_text(text[: text.index("268435456") + 20])
+    cut = check(tmp_path, nccl_tests=["cut.txt"])
+    assert cut.bandwidth[0].peak_busbw_gbs == round(200.0 * 67108864 / 1073741824, 2)
+    with pytest.raises(ValueError, match="at least one"):
+        CheckInterconnectInput()

@@ -1,0 +1,162 @@
+"""check_interconnect: is NCCL on the right transport and NIC, and does the fabric give the bandwidth it should?
+
+Joins what the job and the nodes left behind into one verdict that names the link:
+- NCCL's debug log (tools/interconnect/nccl_log.py): per node the network NCCL chose, the transport of each channel
+  (NET/IB with or without GDRDMA, NET/Socket, P2P, SHM), the interfaces, P2P refusals, versions, WARN lines;
+- nccl-tests outputs (nccl_tests.py): the peak busbw at large messages against what the fabric should give
+  (expected.py, or expected_busbw_gbs), wrong results, mpirun'd binaries built without MPI, and the run below its
+  peers when several runs of one test are given (one per node pair, or a suspect against a healthy node);
+- node captures (captures.py): GPU pairs below the board's norm, inactive or slow NVLinks and their error counters,
+  IB ports not Active or slower than their siblings, Ethernet links slower than the others.
+The judges live beside it (transports.py, bandwidth.py, nodes.py, over evidence.py); this module holds the tool's
+input and result and the one verdict.
+SOP: nccl_hang_or_slow (the network step), straggler.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio.to_thread
+from pydantic import Field, model_validator
+
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded
+from tools.core.files import expand_inputs
+from tools.core.limits import NET_MAX_FILES, NET_MAX_FINDINGS
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.interconnect.bandwidth import Bandwidth, judge_tests
+from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
+from tools.interconnect.nodes import judge_captures
+from tools.interconnect.transports import Transport, judge_logs
+
+__all__ = ["CheckInterconnectInput", "CheckInterconnectResult", "check_interconnect"]
+
+
+class CheckInterconnectInput(InputModel):
+    nccl_logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Job logs with NCCL_DEBUG=INFO "
+                                     "lines (files or globs; any launcher prefix; gzip too).")
+    nccl_tests: list[PathArg] = Field(default_factory=list, max_length=64, description="nccl-tests outputs (text or "
+                                      "-J JSON; several runs are compared, e.g. one per node pair).")
+    captures: list[PathArg] = Field(default_factory=list, max_length=64, description="Saved outputs of nvidia-smi "
+                                    "topo -m, nvidia-smi nvlink -s / -e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, "
+                                    "ethtool IFACE (the kind is told from the content; the node from the folder or "
+                                    "file name).")
+    expected_busbw_gbs: float | None = Field(default=None, gt=0, le=10_000, description="What the fabric should "
+                                             "give at large messages (GB/s), when the hardware tables do not know it.")
+
+    @model_validator(mode="after")
+    def _something(self) -> CheckInterconnectInput:
+        if not (self.nccl_logs or self.nccl_tests or self.captures):
+            raise ValueError("pass nccl_logs, nccl_tests or captures (at least one)")
+        return self
+
+
+class CheckInterconnectResult(ToolResult):
+    verdict: str = Field(description="The kind of the worst finding ('healthy' when none).")
+    findings: list[NetFinding]
+    transports: list[Transport]
+    bandwidth: list[Bandwidth]
+    links: list[Link]
+    notes: list[str]
+
+    narrow_hint = "pass fewer logs or captures"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Findings", ["kind", "severity", "node", "rank", "evidence", "fix"],
+                  [[f.kind, f.severity.value, f.node or "-", f.rank or "-", f.evidence, f.fix] for f in self.findings],
+                  "findings"),
+            Table("Bandwidth (nccl-tests)", ["file", "collective", "ranks", "nodes", "peak busbw GB/s", "at size",
+                                             "expected", "ratio", "wrong"],
+                  [[b.file, b.collective or "?", _cell(b.ranks), b.nodes, _cell(b.peak_busbw_gbs),
+                    _cell(b.size_at_peak_bytes), _cell(b.expected_busbw_gbs), _cell(b.ratio), _cell(b.wrong)]
+                   for b in self.bandwidth], "bandwidth"),
+            Table("NCCL transports", ["node", "ranks", "version", "network", "interfaces", "transports", "warn"],
+                  [[t.node, t.ranks, t.nccl_version or "?", t.network or "?", t.interfaces, t.transports,
+                    str(t.warnings)] for t in self.transports], "transports"),
+            Table("Links", ["node", "kind", "name", "state", "speed", "expected"],
+                  [[k.node, k.kind, k.name, k.state, k.speed, k.expected] for k in self.links], "links"),
+        ]
+
+
+def _cell(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: float) -> CheckInterconnectResult:
+    found = Evidence()
+    captures = expand_inputs(params.captures, roots, NET_MAX_FILES) if params.captures else []
+    tests = expand_inputs(params.nccl_tests, roots, NET_MAX_FILES) if params.nccl_tests else []
+    logs = expand_inputs(params.nccl_logs, roots, NET_MAX_FILES) if params.nccl_logs else []
+    judge_captures(captures, found)  # first: the logs' and tests' judgements use what the nodes have
+    transports = judge_logs(logs, deadline, found) if logs else []
+    if time.monotonic() > deadline:
+        raise LimitExceeded("the check ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
+    bandwidth = judge_tests(tests, params.expected_busbw_gbs, found) if tests else []
+    order = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
+    findings = sorted(found.findings, key=lambda f: order[f.severity])
+    if len(findings) > NET_MAX_FINDINGS:
+        found.notes.append(f"{len(findings) - NET_MAX_FINDINGS} more finding(s) not listed (the worst come first).")
+        findings = findings[:NET_MAX_FINDINGS]
+    missing = [name for name, given in (("nccl_logs", logs), ("nccl_tests", tests), ("captures", captures))
+               if not given]
+    return CheckInterconnectResult(
+        severity=worst(f.severity for f in findings), verdict=findings[0].kind if findings else "healthy",
+        conclusion=_conclude(findings, bandwidth, transports, missing), next_steps=_next(findings, missing),
+        findings=findings, transports=transports, bandwidth=bandwidth, links=found.links, notes=found.notes[:10])
+
+
+def _conclude(findings: list[NetFinding], bandwidth: list[Bandwidth], transports: list[Transport],
+              missing: list[str]) -> list[str]:
+    if findings:
+        top = findings[0]
+        where = " ".join(x for x in (f"on {top.node}" if top.node else "", f"(rank {top.rank})" if top.rank else "")
+                         if x)
+        said = [f"{top.kind} {where}: {top.evidence}.".replace("  ", " "), f"Fix: {top.fix}"]
+        if len(findings) > 1:
+            said.append(f"{len(findings) - 1} more finding(s): "
+                        + ", ".join(sorted({f.kind for f in findings[1:]})) + ".")
+        return said[:3]
+    parts = []
+    if bandwidth:
+        best = [b for b in bandwidth if b.ratio is not None]
+        parts.append(f"{len(bandwidth)} nccl-tests run(s) read" + (
+            f", the lowest at {min(b.ratio or 0 for b in best):.0%} of expected" if best else
+            " (no expected figure for this hardware: pass expected_busbw_gbs)"))
+    if transports:
+        parts.append(f"NCCL on {len(transports)} node(s) uses " + ", ".join(sorted({t.network or '?' for t in
+                                                                                    transports})))
+    first = "No interconnect problem found: " + "; ".join(parts) + "." if parts else "No interconnect problem found."
+    return [first, f"Not given: {', '.join(missing)}." if missing else "Every kind of evidence was given."]
+
+
+def _next(findings: list[NetFinding], missing: list[str]) -> list[NextStep]:
+    if findings:
+        first = findings[0]
+        return [NextStep(branch=BRANCH, step="logs", action=f"Fix {first.kind} ({first.fix.split('.')[0]}), then "
+                         "rerun nccl-tests and check_interconnect", why="The link named is the one that is slow or "
+                         "on the wrong path.")]
+    if missing:
+        return [NextStep(branch=BRANCH, step="logs", action="check_interconnect with " + " and ".join(missing),
+                         why="The evidence not given may hold the fault (NCCL_DEBUG=INFO logs, nccl-tests per node "
+                         "pair, ibstat / topo -m captures).")]
+    return [NextStep(branch="straggler", step="find", action="find_stragglers on the job's logs",
+                     why="The interconnect looks healthy: the slow rank may compute or load data slowly instead.")]
+
+
+async def check_interconnect(params: CheckInterconnectInput, ctx: ToolContext) -> CheckInterconnectResult:
+    """Is NCCL on the right transport and NIC, and does the fabric give the bandwidth it should? Reads NCCL_DEBUG=INFO
+    logs (the network and the transport of every channel per node: NET/IB with or without GDRDMA, sockets, P2P,
+    SHM; interfaces, P2P refusals, versions, WARN lines), nccl-tests outputs (peak busbw at large messages against
+    the fabric's expected figure, wrong results, binaries built without MPI, the run below its peers) and saved
+    captures (nvidia-smi topo -m and nvlink -s/-e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, ethtool): one
+    verdict that names the node, rank, NIC or GPU pair, with the fix.
+    """
+    if not ctx.roots:
+        raise BadInput("no roots are configured.", "Start the server with --root.")
+    deadline = time.monotonic() + ctx.remaining_s()
+    return await anyio.to_thread.run_sync(_check, params, ctx.roots, deadline, abandon_on_cancel=True)

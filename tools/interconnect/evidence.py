@@ -1,0 +1,86 @@
+"""What the interconnect judges share: a finding, a link row, the evidence gathered as the inputs are read, and
+the reading of a saved capture (bounded, text only)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tools.core.errors import LimitExceeded, UnreadableInput
+from tools.core.files import InputFile
+from tools.core.limits import NET_MAX_CAPTURE_BYTES
+from tools.core.models import Severity
+
+__all__ = ["BRANCH", "Evidence", "FindingKind", "Link", "NCCL_DOC", "NetFinding", "node_of", "read_capture"]
+
+
+BRANCH = "nccl_hang_or_slow"
+FindingKind = Literal["socket_fallback", "no_gdr", "wrong_interface", "p2p_disabled", "shm_instead_of_p2p",
+                      "nccl_version_mismatch", "single_process_test", "busbw_low", "wrong_results", "topo_degraded",
+                      "nvlink_inactive", "nvlink_slow", "nvlink_errors", "ib_port_down", "ib_rate_low",
+                      "eth_speed_low", "nccl_warn"]
+NCCL_DOC = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
+
+
+class NetFinding(BaseModel):
+    kind: FindingKind
+    severity: Severity
+    node: str | None = Field(default=None, description="The node (host, or the capture's folder or file).")
+    rank: str | None = Field(default=None, description="The rank(s) concerned, when the evidence names them.")
+    evidence: str
+    fix: str
+    sop_branch: str = BRANCH
+
+
+class Link(BaseModel):
+    node: str
+    kind: str = Field(description="gpu_pair, gpu_nic, nvlink, ib_port, eth.")
+    name: str
+    state: str
+    speed: str
+    expected: str
+
+
+def read_capture(file: InputFile) -> str:
+    try:
+        size = file.path.stat().st_size
+        if size > NET_MAX_CAPTURE_BYTES:
+            raise LimitExceeded(f"{file.name} is {size} bytes; a capture or nccl-tests output is at most "
+                                f"{NET_MAX_CAPTURE_BYTES}.", "Pass the command's own output, or the job log as "
+                                "nccl_logs (read in one streamed pass).")
+        data = file.path.read_bytes()
+    except OSError as exc:
+        raise UnreadableInput(f"cannot read {file.name}: {exc.strerror}.") from exc
+    if b"\x00" in data[:65536]:
+        raise UnreadableInput(f"{file.name} is binary, not a command's text output.",
+                              "Pass the saved text output of the command.")
+    return data.decode("utf-8", "replace")
+
+
+def node_of(name: str) -> str:
+    """A capture's node: the folder it sits in, else its file name without the command's words."""
+    path = Path(name)
+    if len(path.parts) > 1:
+        return path.parts[-2]
+    stem = re.sub(r"\.(?:txt|log|out)$", "", path.name)
+    stem = re.sub(r"(?i)(?:^|[-_.])(?:nvidia[-_]smi|topo(?:[-_]m)?|nvlink(?:[-_][se])?|ibstat(?:us)?|ibv[-_]devinfo|"
+                  r"ibdev2netdev|ethtool(?:[-_]\w+)?)(?=$|[-_.])", "", stem).strip("-_.")
+    return stem or path.name
+
+
+class Evidence:
+    def __init__(self) -> None:
+        self.findings: list[NetFinding] = []
+        self.links: list[Link] = []
+        self.notes: list[str] = []
+        self.nvlink_nodes: set[str] = set()  # nodes whose GPUs a capture shows NVLink-connected
+        self.nic_rates: dict[str, list[float]] = defaultdict(list)  # node -> Active IB/RoCE port rates
+
+    def add(self, kind: FindingKind, severity: Severity, evidence: str, fix: str, node: str | None = None,
+            rank: str | None = None) -> None:
+        self.findings.append(NetFinding(kind=kind, severity=severity, node=node, rank=rank, evidence=evidence,
+                                        fix=fix))

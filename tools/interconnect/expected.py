@@ -1,0 +1,67 @@
+"""What bus bandwidth a fabric should give nccl-tests at large messages, with the source of each figure.
+
+The bottleneck link decides (nccl-tests doc/PERFORMANCE.md: "The bus bandwidth should reflect the speed of the
+hardware bottleneck: NVLink, PCI, QPI, or network"):
+- within one NVSwitch node, the GPU's NVLink generation (NVIDIA maintainers' figures for 8-GPU boards);
+- across nodes, the NICs: about line rate x NIC_EFFICIENCY per NIC, times the NICs of a node, never above what
+  the node's NVLink gives.
+Lower bounds on purpose: NVLS and two-node tree runs report more than the ring formula (nccl-tests#22, #212), so a
+figure under these is low whatever the algorithm. PCIe-only boxes and alltoall depend on the board and the node
+count: no figure, the caller's expected_busbw_gbs instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tools.core.thresholds import NIC_EFFICIENCY
+
+__all__ = ["Expectation", "expected_busbw", "nvswitch_busbw"]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    busbw_gbs: float
+    basis: str  # what the figure stands on, in words
+
+
+# (GPU name pattern, ring busbw of an 8-GPU NVSwitch board in GB/s, source). SXM/HGX parts only: PCIe cards of the
+# same name have no NVSwitch.
+_NVSWITCH = (
+    (re.compile(r"\bB200\b|\bB300\b|GB200|GB300", re.I), 720.0,
+     "NVLink5: NCCL's own model, 18 links x 40.1 GB/s (nccl#1807)"),
+    (re.compile(r"\bH800\b", re.I), 215.0, "H800 (NVLink cut to 400 GB/s): ~215 GB/s all_reduce (nccl#1374)"),
+    (re.compile(r"\bH100\b(?!.*PCIe)(?!.*NVL)|\bH200\b(?!.*NVL)|\bH20\b", re.I), 370.0,
+     "NVLink4 8-GPU board: ~370 GB/s ring (18 x 20.6 GB/s; nccl-tests#212)"),
+    (re.compile(r"\bA100\b(?=.*SXM)|A100-SXM|A100 80GB HBM2e|A100-SXM4", re.I), 230.0,
+     "NVLink3 8-GPU board: ~230 GB/s all_reduce (nccl-tests#149)"),
+    (re.compile(r"\bA800\b(?=.*SXM)|A800-SXM", re.I), 155.0,
+     "A800 (NVLink cut to 400 GB/s): ~155 GB/s (8 links x 20 GB/s)"),
+)
+
+
+def nvswitch_busbw(gpu_name: str) -> tuple[float, str] | None:
+    """The ring busbw an 8-GPU NVSwitch board of this GPU gives, and why; None for other boards."""
+    for pattern, busbw, source in _NVSWITCH:
+        if pattern.search(gpu_name):
+            return busbw, source
+    return None
+
+
+def expected_busbw(gpu_names: list[str], nodes: int, gpus_per_node: int,
+                   nic_rates_gbps: list[float] | None) -> Expectation | None:
+    """The floor a healthy fabric gives this run at large messages, or None when nothing says it."""
+    board = nvswitch_busbw(gpu_names[0]) if gpu_names else None
+    if nodes <= 1:
+        if board is None or gpus_per_node < 4:
+            return None  # PCIe boxes, bridged pairs and 2-GPU runs: the board decides, and it is not known
+        return Expectation(board[0], board[1])
+    if not nic_rates_gbps:
+        return None
+    network = sum(nic_rates_gbps) / 8 * NIC_EFFICIENCY  # GB/s a node's NICs carry
+    rates = ", ".join(f"{r:g}" for r in sorted(set(nic_rates_gbps)))
+    basis = f"{len(nic_rates_gbps)} NIC(s) of {rates} Gb/s per node x {NIC_EFFICIENCY:.0%}"
+    if board is not None and board[0] < network:
+        return Expectation(board[0], f"{basis}, capped by the node's NVLink ({board[1]})")
+    return Expectation(round(network, 1), basis)

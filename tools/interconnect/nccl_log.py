@@ -1,0 +1,222 @@
+"""The one reader of NCCL's debug output (NCCL_DEBUG=INFO / WARN), 2.4 to 2.30: what each process says about its
+communicator, the network it chose and the transport of every channel.
+
+Grammar (NVIDIA/nccl src/debug.cc and the transports' connect lines, as ../shared/notes/interconnect.md §2 lists):
+- `<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <msg>`, WARN lines with `<file>:<line>` before `NCCL WARN`; launchers
+  prefix lines (`[1,0]<stdout>:`, `0: `, `[rank3]:`), 2.2x may prefix a wall-clock stamp, and people who paste logs
+  often drop the host part: the `NCCL INFO|WARN` marker is what a line is found by, the identity is taken when it
+  is there.
+- Version: the bare `NCCL version 2.21.5+cuda12.4` (up to 2.21) or the INFO form (2.22+).
+- Communicator: `ncclCommInitRank comm 0x.. rank R nranks N cudaDev D ...` and (2.20+) `comm 0x.. rank R nRanks N
+  nNodes M localRanks L localRank l MNNVL x`; a process in several communicators keeps the largest.
+- Network: `Using network <name>` (the chosen one), `NET/IB : Using [0]mlx5_0:1/IB ...`, `NET/Socket : Using
+  [0]eth0:10.0.0.1<0> ...`, `NET/IB : No device found.`, `Bootstrap : Using eth0:...` (no space before the colon
+  from 2.24), `NCCL_SOCKET_IFNAME set (by environment) to X`.
+- Channels: `Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`, `... [send] via NET/IB/0/GDRDMA`, `via NET/Socket/1`,
+  `via SHM/direct/direct` (`direct shared memory` up to 2.12), `via P2P/CUMEM`, `via P2P/MNNVL`, `COLLNET`.
+- GPU Direct RDMA: `GPU Direct RDMA Disabled for GPU ...` / `NET/IB : GPU Direct RDMA Disabled for HCA ...`.
+- `P2P is disabled between [NVLINK ]connected GPUs A and B`.
+The log lines are found by the shared log scanner (tools/logs: globs, gzip, bounded streaming), so a 2 GB job log
+costs one pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from tools.core.files import InputFile
+from tools.logs import LineMatcher, ScanStats, display_line, scan_file
+
+__all__ = ["NcclProcess", "read_nccl_log"]
+
+# Lines the scanner hands over: NCCL's own, and the bare version banner.
+_PATTERNS = (r"NCCL (?:INFO|WARN)", r"NCCL version \d", r"\d+(?:\[[0-9a-fx]+\])? -> \d+(?:\[[0-9a-fx]+\])?.* via ",
+             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks")
+
+_LINE = re.compile(r"(?:(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
+                   r"(?:(?P<src>[\w/.\-]+\.(?:cc|cpp|h):\d+) )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_INIT_RANK = re.compile(r"\bcomm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)(?: nNodes (\d+) localRanks (\d+))?")
+_NVML_DEV = re.compile(r"\bcudaDev (\d+) nvmlDev (\d+)")
+_USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
+_NET_USING = re.compile(r"^NET/(\w+) ?: Using (.*)$")
+_LISTED = re.compile(r"\[\d+\]([^\s\[]+)")
+_BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (.*)$")
+_OLD_SOCKET = re.compile(r"^NET ?: Using interface ([^:\s]+):")  # 2.2-2.3: one line per interface
+_ADDRESS = re.compile(r"(?:^|[\s\]])([A-Za-z][\w.\-]*):((?:\d{1,3}\.){3}\d{1,3}|[0-9a-f:]+%?\w*)<\d+>")
+_IFNAME = re.compile(r"NCCL_SOCKET_IFNAME set (?:by environment )?to (\S+)")
+# `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA` (2.7+), `Ring 00 : 6 -> 2 [receive] via NET/IB/0` (before),
+# or the bare `9[1a000] -> 2[6b000] [send] via ...` a poster kept.
+_CHANNEL = re.compile(r"(?:^|(?:Channel|CollNet|Ring) \d+(?:/\d+)? : )(\d+)(?:\[[0-9a-fx]*\])? -> (\d+)"
+                      r"(?:\[[0-9a-fx]*\])?(?: \[(?:send|receive)\])? via (\S+(?: \S+)*?)\s*$")
+_NET_TRANSPORT = re.compile(r"^(?:NET|COLLNET)/(.+?)/\d+")
+_GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for")
+_P2P_DISABLED = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d+) and (\d+)")
+_NO_IB = re.compile(r"^NET/IB ?: No device found")
+_IB_DISABLE = re.compile(r"NCCL_IB_DISABLE set (?:by environment )?to 1")
+# Network plugins that carry NCCL's traffic over TCP (Google's FastSocket): a job on them is on sockets.
+_SOCKET_PLUGIN = re.compile(r"^NET/(FastSocket) ?:")
+_NUMBERS = re.compile(r"0x[0-9a-f]+|\d+")
+
+
+@dataclass
+class NcclProcess:
+    """What one process (host and pid, or the file when the log lost them) said about its communication."""
+
+    file: str
+    host: str | None
+    pid: str | None
+    version: str | None = None
+    rank: int | None = None
+    nranks: int | None = None
+    nnodes: int | None = None
+    local_ranks: int | None = None
+    network: str | None = None  # `Using network X`: IB, Socket, IBext_v8, AWS Libfabric...
+    ib_devices: list[str] = field(default_factory=list)
+    socket_interfaces: list[str] = field(default_factory=list)
+    bootstrap_interface: str | None = None
+    socket_ifname: str | None = None
+    addresses: list[str] = field(default_factory=list)  # IPs of its interfaces, in the order NCCL named them
+    devices: set[int] = field(default_factory=set)  # local CUDA devices it used (the `[dev]` of its lines)
+    nvml_devices: set[int] = field(default_factory=set)  # their NVML ids (ncclCommInitRank's nvmlDev)
+    no_ib_device: bool = False
+    ib_disabled: bool = False  # NCCL_IB_DISABLE=1 in its environment
+    transports: Counter[str] = field(default_factory=Counter)  # P2P/IPC, SHM, NET/IB, NET/IB/GDRDMA, NET/Socket...
+    max_peer: int | None = None  # the largest rank its channel lines name (a floor for nranks when none is said)
+    gdr_disabled: list[str] = field(default_factory=list)
+    p2p_disabled: list[tuple[int, int, bool]] = field(default_factory=list)  # (gpu, gpu, NVLink-connected)
+    warnings: Counter[str] = field(default_factory=Counter)  # WARN text with its numbers blanked -> count
+    warning_text: dict[str, str] = field(default_factory=dict)  # one real instance of each
+    lines: int = 0
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return any(t.startswith(("NET/", "COLLNET/")) for t in self.transports) or (self.nnodes or 1) > 1
+
+
+@lru_cache(maxsize=1)
+def _matcher() -> LineMatcher:
+    return LineMatcher(list(_PATTERNS), case_sensitive=True)
+
+
+def _transport(via: str) -> str:
+    """A channel's `via` text as a transport class: `NET/IB/GDRDMA`, `NET/Socket`, `P2P/IPC`, `SHM`..."""
+    if via.startswith(("NET/", "COLLNET/")):
+        found = _NET_TRANSPORT.match(via)
+        name = found.group(1) if found else via.split("/")[1]
+        kind = "COLLNET" if via.startswith("COLLNET/") else "NET"
+        return f"{kind}/{name}" + ("/GDRDMA" if "/GDRDMA" in via else "")
+    if via.startswith(("SHM", "direct shared memory")):
+        return "SHM"
+    if via.startswith("P2P/"):
+        parts = via.split("/")
+        return "P2P/" + (parts[1].split()[0] if len(parts) > 1 else "?")
+    return via.split("/")[0]
+
+
+def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = None) -> list[NcclProcess]:
+    """Every process that wrote NCCL lines to `file`, in the order they first spoke (`stats`: what the scan saw,
+    e.g. that the file is binary and was not read)."""
+    processes: dict[tuple[str | None, str | None], NcclProcess] = {}
+    stats = stats if stats is not None else ScanStats()
+    last: NcclProcess | None = None
+    for match in scan_file(file, _matcher(), context=0, deadline=deadline, stats=stats):
+        text = display_line(match.text, 4000)
+        line = _LINE.search(text)
+        if line is None and "NCCL" not in text and (_CHANNEL.search(text) or _INIT_RANK.search(text)):
+            # A poster kept the message and cut the `host:pid:tid [dev] NCCL INFO` before it.
+            last = processes.setdefault((None, None), NcclProcess(file.name, None, None)) if last is None else last
+            _read(last, "INFO", text.strip())
+            continue
+        if line is None:
+            version = _VERSION.search(text)
+            if version and last is not None and last.version is None:
+                last.version = version.group(1)
+            elif version:  # the bare banner before any INFO line: a process of its own until one speaks
+                last = processes.setdefault((None, None), NcclProcess(file.name, None, None))
+                last.version = last.version or version.group(1)
+            continue
+        key = (line.group("host"), line.group("pid"))
+        process = processes.get(key)
+        if process is None:
+            process = processes[key] = NcclProcess(file.name, key[0], key[1])
+            anonymous = processes.get((None, None))
+            if anonymous is not None and anonymous is not process and process.version is None and key[0]:
+                process.version = anonymous.version
+        last = process
+        process.lines += 1
+        if line.group("dev") is not None:
+            process.devices.add(int(line.group("dev")))
+        _read(process, line.group("level"), line.group("msg"))
+    if (None, None) in processes and len(processes) > 1 and processes[(None, None)].lines == 0:
+        del processes[(None, None)]  # only a banner, now carried by the processes that spoke
+    return list(processes.values())
+
+
+def _read(process: NcclProcess, level: str, message: str) -> None:
+    if (p2p := _P2P_DISABLED.search(message)) is not None:  # INFO on a PCIe path, WARN between NVLink peers
+        process.p2p_disabled.append((int(p2p.group(2)), int(p2p.group(3)), bool(p2p.group(1))))
+    if level == "WARN":
+        shape = _NUMBERS.sub("N", message.strip())[:200]
+        process.warnings[shape] += 1
+        process.warning_text.setdefault(shape, message.strip()[:300])
+        return
+    if (version := _VERSION.search(message)) is not None:
+        process.version = version.group(1)
+        return
+    if (nvml := _NVML_DEV.search(message)) is not None:
+        process.nvml_devices.add(int(nvml.group(2)))
+    if (init := _INIT_RANK.search(message)) is not None:
+        nranks = int(init.group(2))
+        if process.nranks is None or nranks >= process.nranks:  # the largest communicator: the job's world
+            process.rank, process.nranks = int(init.group(1)), nranks
+            if init.group(3):
+                process.nnodes, process.local_ranks = int(init.group(3)), int(init.group(4))
+        return
+    for _, address in _ADDRESS.findall(message):
+        if address not in process.addresses and not address.startswith(("127.", "fe80")):
+            process.addresses.append(address)
+    if (channel := _CHANNEL.search(message)) is not None:
+        process.transports[_transport(channel.group(3))] += 1
+        peer = max(int(channel.group(1)), int(channel.group(2)))
+        process.max_peer = peer if process.max_peer is None else max(process.max_peer, peer)
+        return
+    if (network := _USING_NETWORK.match(message)) is not None:
+        process.network = network.group(1)
+        return
+    if (listing := _NET_USING.match(message)) is not None:
+        names = _LISTED.findall(listing.group(2).split("; OOB")[0])
+        if listing.group(1) == "Socket":
+            process.socket_interfaces = [n.split(":")[0] for n in names]
+        elif listing.group(1) == "IB":
+            process.ib_devices = names
+        return
+    if (bootstrap := _BOOTSTRAP.match(message)) is not None:
+        said = bootstrap.group(1)
+        # 2.4-2.6 list every interface found (`[0]enp7s0:10.0.0.1<0> [1]virbr0:...`); later ones name the one used.
+        names = _LISTED.findall(said) if said.startswith("[") else [said]
+        process.bootstrap_interface = names[0].split(":")[0] if names else None
+        process.socket_interfaces += [n.split(":")[0] for n in names[1:] if n.split(":")[0] not in
+                                      process.socket_interfaces]
+        return
+    if (old := _OLD_SOCKET.match(message)) is not None:
+        if old.group(1) not in process.socket_interfaces:
+            process.socket_interfaces.append(old.group(1))
+        return
+    if (ifname := _IFNAME.search(message)) is not None:
+        process.socket_ifname = ifname.group(1).rstrip(".")
+        return
+    if _NO_IB.match(message):
+        process.no_ib_device = True
+        return
+    if _IB_DISABLE.search(message):
+        process.ib_disabled = True
+        return
+    if (plugin := _SOCKET_PLUGIN.match(message)) is not None and process.network is None:
+        process.network = plugin.group(1)
+        return
+    if _GDR_DISABLED.search(message):
+        process.gdr_disabled.append(message.strip()[:200])

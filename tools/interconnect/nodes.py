@@ -1,0 +1,227 @@
+"""The judgement of node captures: GPU pairs below the board's norm and GPU-NIC affinity (topo -m), inactive or
+slow NVLinks and their error counters, IB ports down or slower than their siblings, Ethernet links slower than
+the others."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from tools.core.files import InputFile
+from tools.core.models import Severity
+from tools.interconnect.captures import (
+    CaptureKind,
+    EthLink,
+    IbPort,
+    kind_of,
+    read_ethtool,
+    read_ib_ports,
+    read_nvlink_errors,
+    read_nvlink_status,
+    read_topo,
+)
+from tools.interconnect.evidence import Evidence, Link, node_of, read_capture
+
+__all__ = ["judge_captures"]
+
+
+def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
+    for file in files:
+        text = read_capture(file)
+        kind = kind_of(text)
+        node = node_of(file.name)
+        if kind == "topo":
+            _topo(text, node, file.name, found)
+        elif kind == "nvlink_status":
+            _nvlink_status(text, node, found)
+        elif kind == "nvlink_errors":
+            _nvlink_errors(text, node, found)
+        elif kind in ("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev"):
+            _ib(read_ib_ports(text, kind), node, kind, found)
+        elif kind == "ethtool":
+            _eth(read_ethtool(text), node, found)
+        elif kind in ("nccl_log", "nccl_tests"):
+            found.notes.append(f"{file.name} is {kind.replace('_', '-')} output: pass it as {kind}.")
+        else:
+            found.notes.append(f"{file.name}: not a capture this tool reads (topo -m, nvlink -s/-e, ibstat, "
+                               "ibstatus, ibv_devinfo, ibdev2netdev, ethtool).")
+    _eth_across(found)
+
+
+def _nv_count(cell: str) -> int:
+    return int(cell[2:]) if cell.startswith("NV") and cell[2:].isdigit() else 0
+
+
+def _topo(text: str, node: str, name: str, found: Evidence) -> None:
+    matrix = read_topo(text)
+    if matrix is None:
+        found.notes.append(f"{name}: no GPU rows in the topology matrix.")
+        return
+    pairs = matrix.links
+    norm, _ = Counter(pairs.values()).most_common(1)[0] if pairs else ("-", 0)
+    if _nv_count(norm):
+        found.nvlink_nodes.add(node)
+        for (a, b), cell in sorted(pairs.items()):
+            if cell == norm:
+                continue
+            lost = not _nv_count(cell)
+            found.add("topo_degraded", Severity.crit if lost else Severity.warn,
+                      f"{a}-{b} is {cell} where the other GPU pairs are {norm}"
+                      + (": no NVLink between them, traffic goes over PCIe/CPU" if lost else ": fewer NVLinks"),
+                      "Check that pair's NVLinks (nvidia-smi nvlink -s / -e), the fabric manager (NVSwitch boards); "
+                      "reseat or replace, drain the node meanwhile.", node)
+            found.links.append(Link(node=node, kind="gpu_pair", name=f"{a}-{b}", state=cell, speed="-",
+                                    expected=norm))
+        found.links.append(Link(node=node, kind="gpu_pair", name=f"{len(pairs)} GPU pairs", state=norm, speed="-",
+                                expected=norm))
+    # GPU-NIC affinity: a GPU whose nearest NIC is across the CPU socket (no GPU Direct RDMA) while others have one
+    # behind their PCIe switch.
+    nearest: dict[str, str] = {}
+    order = ["PIX", "PXB", "NODE", "PHB", "SYS"]
+    for (gpu, _nic), cell in matrix.nic_links.items():
+        if cell in order and (gpu not in nearest or order.index(cell) < order.index(nearest[gpu])):
+            nearest[gpu] = cell
+    close = [g for g, c in nearest.items() if c in ("PIX", "PXB")]
+    far = [g for g, c in nearest.items() if c in ("NODE", "PHB", "SYS")]
+    if close and far:
+        found.add("topo_degraded", Severity.warn,
+                  f"{', '.join(sorted(far, key=_gpu_key))} have no NIC closer than "
+                  f"{'/'.join(sorted({nearest[g] for g in far}))} while {len(close)} GPU(s) have one at PIX/PXB: "
+                  "their network traffic crosses the CPU (no GPU Direct RDMA)",
+                  "Check the NIC-to-GPU mapping (NCCL_IB_HCA, NCCL topology file) and that no NIC is missing "
+                  "(ibstat).", node)
+
+
+def _gpu_key(name: str) -> int:
+    digits = re.sub(r"\D", "", name)
+    return int(digits) if digits else 0
+
+
+def _nvlink_status(text: str, node: str, found: Evidence) -> None:
+    gpus, all_inactive = read_nvlink_status(text)
+    if all_inactive:
+        found.add("nvlink_inactive", Severity.crit, "NVML: all NVLinks are inactive on this node",
+                  "Check the fabric manager (systemctl status nvidia-fabricmanager) and the GPUs' NVLink state; "
+                  "SKUs without NVLink print nothing at all.", node)
+        return
+    counts = Counter(len([s for s in g.speeds.values() if s is not None]) for g in gpus)
+    norm_links = counts.most_common(1)[0][0] if counts else 0
+    speeds = [s for g in gpus for s in g.speeds.values() if s is not None]
+    top = max(speeds, default=0.0)
+    if speeds:
+        found.nvlink_nodes.add(node)
+    # Links inactive on every GPU alike are the SKU's design (H100 NVL boards use 12 of 18); a GPU with more inactive
+    # links than the others, or one GPU shown alone with some inactive, has lost them.
+    fewest = min((sum(s is None for s in g.speeds.values()) for g in gpus), default=0)
+    by_design = len(gpus) > 1 and fewest > 0 and all(
+        sum(s is None for s in g.speeds.values()) == fewest for g in gpus)
+    if by_design:
+        found.notes.append(f"{node}: every GPU has {fewest} inactive NVLink(s) alike: the board's design, not a fault.")
+    for gpu in gpus:
+        inactive = sorted(k for k, s in gpu.speeds.items() if s is None)
+        slow = sorted(k for k, s in gpu.speeds.items() if s is not None and s < 0.95 * top)
+        active = len(gpu.speeds) - len(inactive)
+        if inactive and active and not by_design and (len(gpus) == 1 or len(inactive) > fewest):
+            found.add("nvlink_inactive", Severity.crit, f"{gpu.gpu}: link(s) {', '.join(map(str, inactive))} "
+                      f"inactive ({active} of {len(gpu.speeds)} active"
+                      + (f", the other GPUs {norm_links})" if len(gpus) > 1 else ")"),
+                      "Reset or reseat; check the fabric manager and Xid 74/NVLink errors (nvidia-smi nvlink -e); "
+                      "drain the node if it stays.", node)
+        if slow:
+            found.add("nvlink_slow", Severity.warn, f"{gpu.gpu}: link(s) {', '.join(map(str, slow))} at "
+                      f"{min(gpu.speeds[k] or 0 for k in slow):g} GB/s, the others {top:g} GB/s",
+                      "A link trained below its siblings: reset the GPU or reseat; see nvidia-smi nvlink -e.", node)
+        found.links.append(Link(node=node, kind="nvlink", name=gpu.gpu,
+                                state=f"{active}/{len(gpu.speeds)} active", speed=f"{top:g} GB/s" if top else "-",
+                                expected=f"{norm_links} active"))
+    if inactive_everywhere := [g.gpu for g in gpus if g.speeds and all(s is None for s in g.speeds.values())]:
+        if len(inactive_everywhere) == len(gpus):
+            found.notes.append(f"{node}: every NVLink listed is inactive (some SKUs have inactive links by design).")
+
+
+def _nvlink_errors(text: str, node: str, found: Evidence) -> None:
+    for gpu in read_nvlink_errors(text):
+        bad = {(link, name): n for link, counters in gpu.errors.items() for name, n in counters.items() if n > 0}
+        if bad:
+            worst_link = max(bad.items(), key=lambda kv: kv[1])
+            found.add("nvlink_errors", Severity.warn, f"{gpu.gpu}: {len(bad)} non-zero NVLink error counter(s), "
+                      f"largest link {worst_link[0][0]} {worst_link[0][1]} = {worst_link[1]}",
+                      "Watch whether they grow under load; replays that keep growing mean a bad link: reseat or "
+                      "replace, drain the node.", node)
+
+
+def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence) -> None:
+    if not ports:
+        found.notes.append(f"{node}: the {kind} capture lists no port (no IB device on that node).")
+        return
+    # Ports by NIC model and link layer: the compute rails are the group with the fastest active port (a node's
+    # front-end or storage NICs are another model or layer, and their Down ports are no fault). A Down port's rate
+    # is meaningless, so it is never compared.
+    groups: dict[tuple[str | None, str | None], list[IbPort]] = defaultdict(list)
+    for port in ports:
+        groups[(port.ca_type, port.link_layer)].append(port)
+    top = max((p.rate_gbps or 0 for p in ports if p.up), default=0)
+    rails = {key for key, members in groups.items()
+             if key[1] == "InfiniBand" or any(p.up and (p.rate_gbps or 0) >= top for p in members)}
+    if not any(p.up for p in ports):  # nothing is up: the InfiniBand ports are rails, an Ethernet one may be any
+        rails = {key for key in groups if key[1] in ("InfiniBand", None)}
+    # The second port of a card whose other port is up is an unused port (dual-port HCAs), not a lost rail.
+    up_devices = {p.device for p in ports if p.up}
+    for port in ports:
+        name = f"{port.device}:{port.port}" + (f" ({port.netdev})" if port.netdev else "")
+        rate = f"{port.rate_gbps:g} Gb/s" if port.rate_gbps is not None and port.up else "-"
+        found.links.append(Link(node=node, kind="ib_port", name=name, state=f"{port.state or '?'}"
+                                + (f"/{port.physical}" if port.physical else ""), speed=rate,
+                                expected="Active/LinkUp" if (port.ca_type, port.link_layer) in rails else "-"))
+        if port.up and port.rate_gbps and (port.ca_type, port.link_layer) in rails:
+            found.nic_rates[node].append(port.rate_gbps)
+        listed = {p.port for p in ports if p.device == port.device}
+        if not port.up and port.port > 1 and listed == {port.port}:
+            found.notes.append(f"{node}: {name} is {port.state or '?'}, and the capture shows no other port of "
+                               f"{port.device} (a filtered listing?): the second port of a dual-port card is often "
+                               "unused.")
+        elif not port.up and (port.ca_type, port.link_layer) in rails and port.device not in up_devices:
+            found.add("ib_port_down", Severity.crit, f"{name} is {port.state or '?'}"
+                      + (f" / {port.physical}" if port.physical else "")
+                      + f" ({sum(p.up for p in ports)} of {len(ports)} ports up)",
+                      "Check the cable and the switch port (ibstat, ibportstate), the subnet manager (port_lid "
+                      "65535 = none assigned); drain the node until the rail is back.", node)
+    for key in rails:
+        same = [p for p in groups[key] if p.up and p.rate_gbps]
+        fastest = max((p.rate_gbps or 0 for p in same), default=0)
+        for port in same:
+            if (port.rate_gbps or 0) < fastest:
+                found.add("ib_rate_low", Severity.warn, f"{port.device}:{port.port} runs at {port.rate_gbps:g} Gb/s, "
+                          f"its siblings at {fastest:g} Gb/s",
+                          "A port trained at a lower rate: check the cable/transceiver and the switch port; NCCL "
+                          "spreads traffic evenly, so the slow rail paces the others.", node)
+
+
+def _eth(links: list[EthLink], node: str, found: Evidence) -> None:
+    found.links.extend(Link(node=node, kind="eth", name=link.iface,
+                            state={True: "link up", False: "no link", None: "?"}[link.link_detected],
+                            speed=f"{link.speed_mbps} Mb/s" if link.speed_mbps else (link.speed_said or "-"),
+                            expected="-") for link in links)
+    for link in links:
+        if link.link_detected and link.speed_mbps is None and link.speed_said:
+            found.add("eth_speed_low", Severity.warn, f"{link.iface}: link up but speed {link.speed_said}",
+                      "The driver reports no speed: check the NIC's driver and firmware (virtual NICs report none).",
+                      node)
+        elif link.link_detected is False:
+            found.add("eth_speed_low", Severity.warn, f"{link.iface}: no link detected",
+                      "Check the cable and the switch port, or that this is not the interface NCCL uses.", node)
+
+
+def _eth_across(found: Evidence) -> None:
+    """Ethernet links slower than the fastest one of the same kind across the captures."""
+    eth = [link for link in found.links if link.kind == "eth" and link.speed.endswith("Mb/s")]
+    speeds = [int(link.speed.split()[0]) for link in eth]
+    if len(speeds) < 2:
+        return
+    top = max(speeds)
+    for link, speed in zip(eth, speeds, strict=True):
+        if speed < top and speed >= top / 100:  # a 1 Gb/s management port beside 100G data ports is another kind
+            found.add("eth_speed_low", Severity.warn, f"{link.name} on {link.node} runs at {speed} Mb/s, the fastest "
+                      f"link at {top} Mb/s", "Check the cable, transceiver and switch port (ethtool shows the "
+                      "negotiated speed); a slow rail paces every collective.", link.node)

@@ -1,0 +1,234 @@
+"""The judgement of NCCL's debug logs: per node the network and the transport of every channel, against what the
+job and its nodes should use (sockets across nodes, no GPU Direct RDMA, a virtual interface, P2P refused, SHM
+where P2P should be, versions that differ, WARN lines)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from tools.core.files import InputFile
+from tools.core.limits import NET_MAX_WARN_KINDS
+from tools.core.models import Severity
+from tools.core.ranks import compact_ranges
+from tools.interconnect.evidence import NCCL_DOC, Evidence
+from tools.interconnect.nccl_log import NcclProcess, read_nccl_log
+from tools.logs import ScanStats
+
+__all__ = ["Transport", "judge_logs"]
+
+
+# Interfaces that are never a cluster's data path: container bridges and veths, tunnels, VPNs, loopback.
+_VIRTUAL_IFACE = re.compile(r"^(?:docker\d*|veth\w*|br-\w+|virbr\d*|cni\d*|flannel[.\w]*|cali\w+|vxlan[.\w]*|"
+                            r"kube-\w+|weave\w*|tunl\d*|tun\d*|tap\w*|wg\d*|tailscale\d*|zt\w+|utun\d*|"
+                            r"CloudflareWARP|lo)$")
+# WARN lines that mean the job's communication failed, not only that NCCL noticed something.
+_FATAL_WARN = re.compile(r"ibv_\w+ failed|completion|async (?:fatal|error)|Test NCCL failure|timeout|"
+                         r"unhandled|no socket interface|No usable|Failed to open libibverbs", re.I)
+
+
+class Transport(BaseModel):
+    node: str
+    ranks: str = Field(description="The ranks seen on that node (from ncclCommInitRank), or '?'.")
+    nccl_version: str | None
+    nranks: int | None
+    nnodes: int | None
+    network: str | None = Field(description="The network NCCL chose ('Using network X').")
+    interfaces: str = Field(description="Bootstrap interface; IB devices or socket interfaces NCCL listed.")
+    transports: str = Field(description="Channels by transport, e.g. 'NET/IB/GDRDMA x16, P2P/IPC x48'.")
+    warnings: int
+    file: str
+
+
+def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence) -> list[Transport]:
+    processes: list[NcclProcess] = []
+    for file in files:
+        stats = ScanStats()
+        processes.extend(read_nccl_log(file, deadline, stats))
+        if stats.binary:
+            found.notes.append(f"{file.name} is binary (NUL bytes at its start): not read as a log.")
+    if not processes:
+        found.notes.append("No NCCL lines in the logs: run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET.")
+        return []
+    by_node = _by_node(processes)
+    hosted = [node for node, group in by_node.items() if any(p.host for p in group)]
+    # NCCL uses its network transport only between nodes: a NET channel anywhere means the job spans two or more.
+    crosses = any(t.startswith(("NET/", "COLLNET/")) for p in processes for t in p.transports)
+    nodes = max([p.nnodes or 1 for p in processes] + [len(hosted), 2 if crosses else 1])
+    rows = []
+    versions = Counter(p.version for p in processes if p.version)
+    if len(versions) > 1:
+        common = versions.most_common(1)[0][0]
+        odd = sorted({p.host or p.file for p in processes if p.version and p.version != common})
+        found.add("nccl_version_mismatch", Severity.crit,
+                  f"NCCL {', '.join(f'{v} on {n} process(es)' for v, n in versions.most_common())}: nodes "
+                  f"{', '.join(odd[:5])} differ", "Run one NCCL build everywhere (the same container image or "
+                  "module on every node).", odd[0] if odd else None)
+    # Whether the job spans nodes: 2 or more seen; 0 when nothing says (one host, no communicator line).
+    known_single = any(p.nnodes == 1 for p in processes) or (nodes == 1 and any(p.nranks for p in processes))
+    span = nodes if nodes > 1 or known_single else 0
+    ib_in_job = any(p.ib_devices for p in processes)
+    for node, group in by_node.items():
+        rows.append(_transport_row(node, group, nodes))
+        _node_findings(node, group, span, ib_in_job, found)
+    _warn_findings(processes, found)
+    return rows
+
+
+def _by_node(processes: list[NcclProcess]) -> dict[str, list[NcclProcess]]:
+    """Processes by node. Host names are weak evidence (containers, VMs all called 'ubuntu', posters who mask
+    them): the processes of one name whose interface addresses never overlap are different nodes, labelled with
+    their address."""
+    by_host: dict[str, list[NcclProcess]] = defaultdict(list)
+    for process in processes:
+        by_host[process.host or process.file].append(process)
+    by_node: dict[str, list[NcclProcess]] = {}
+    for host, group in by_host.items():
+        clusters: list[tuple[set[str], list[NcclProcess]]] = []
+        for process in sorted(group, key=lambda p: not p.addresses):  # processes without an address join last
+            addresses = set(process.addresses)
+            home = next((c for c in clusters if c[0] & addresses), None) if addresses else (
+                max(clusters, key=lambda c: len(c[1])) if clusters else None)
+            if home is None:
+                clusters.append((addresses, [process]))
+            else:
+                home[0].update(addresses)
+                home[1].append(process)
+        for addresses, members in clusters:
+            label = f"{host} ({sorted(addresses)[0]})" if len(clusters) > 1 and addresses else host
+            by_node[label] = members
+    return by_node
+
+
+def _ranks(group: list[NcclProcess]) -> str:
+    ranks = sorted({p.rank for p in group if p.rank is not None})
+    return compact_ranges(ranks) if ranks else "?"
+
+
+def _transport_row(node: str, group: list[NcclProcess], nodes: int) -> Transport:
+    channels: Counter[str] = Counter()
+    for process in group:
+        channels.update(process.transports)
+    first = group[0]
+    interfaces = [f"bootstrap {first.bootstrap_interface}"] if first.bootstrap_interface else []
+    if first.ib_devices:
+        interfaces.append("IB " + " ".join(first.ib_devices[:8]))
+    if first.socket_interfaces:
+        interfaces.append("sockets " + " ".join(first.socket_interfaces[:8]))
+    said = [p.nranks for p in group if p.nranks]
+    seen = [p.max_peer + 1 for p in group if p.max_peer is not None]
+    return Transport(node=node, ranks=_ranks(group), nccl_version=first.version,
+                     nranks=max(said) if said else max(seen, default=None),
+                     nnodes=max([p.nnodes for p in group if p.nnodes] + [nodes]),
+                     network=next((p.network for p in group if p.network), None),
+                     interfaces="; ".join(interfaces) or "-",
+                     transports=", ".join(f"{t} x{n}" for t, n in channels.most_common(6)) or "-",
+                     warnings=sum(sum(p.warnings.values()) for p in group), file=first.file)
+
+
+def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bool, found: Evidence) -> None:
+    """The findings of one node's processes; `span` is the job's node count (0: not known)."""
+    channels: Counter[str] = Counter()
+    for process in group:
+        channels.update(process.transports)
+    ranks = _ranks(group)
+    network = next((p.network for p in group if p.network), None)
+    socket_channels = sum(n for t, n in channels.items() if t.startswith("NET/Socket"))
+    no_ib = any(p.no_ib_device for p in group)
+    # NCCL lists its socket interfaces whatever it uses: a list alone is no evidence of sockets, unless no process of
+    # the job ever named an IB device (2.2-2.6 logs say nothing else).
+    on_sockets = network in ("Socket", "FastSocket") or no_ib or any(p.ib_disabled for p in group) or (
+        network is None and not ib_in_job and any(p.socket_interfaces for p in group))
+    if on_sockets and not socket_channels and span == 0:
+        found.notes.append(f"{node}: NCCL's network is TCP sockets; nothing in these lines says whether the job spans "
+                           "nodes (no nranks/nNodes line, one host): pass every node's log to tell.")
+    if socket_channels or (span > 1 and on_sockets):
+        said = (f"inter-node traffic over TCP sockets ({socket_channels} channel(s) via NET/Socket" if socket_channels
+                else "NCCL's network is TCP sockets and the job spans nodes")
+        said += (", 'NET/IB : No device found'" if no_ib else "") + (
+            ", NCCL_IB_DISABLE=1" if any(p.ib_disabled for p in group) else "") + (
+            f", NCCL chose {network}" if network else "") + (")" if socket_channels else "")
+        found.add("socket_fallback", Severity.crit, said,
+                  "Make the IB/RoCE devices usable in the job: rdma-core (libibverbs) in the container, "
+                  "/dev/infiniband mounted, NCCL_IB_DISABLE unset, NCCL_IB_HCA naming the compute HCAs; ibstat "
+                  f"must show them Active. {NCCL_DOC}", node, ranks)
+    # GPU Direct RDMA shows as /GDRDMA on IB channels; other plugins (AWS Libfabric, TCPX) say it elsewhere or not.
+    ib_plain = sum(n for t, n in channels.items() if re.match(r"(?:NET|COLLNET)/IB", t) and not t.endswith("/GDRDMA"))
+    ib_gdr = sum(n for t, n in channels.items() if t.endswith("/GDRDMA"))
+    disabled = [line for p in group for line in p.gdr_disabled]
+    if ib_plain or (disabled and not on_sockets):
+        said = (f"{ib_plain} network channel(s) without GPU Direct RDMA (no /GDRDMA suffix"
+                + (f"; {ib_gdr} with it" if ib_gdr else "") + ")") if ib_plain else "NCCL disables GPU Direct RDMA"
+        found.add("no_gdr", Severity.warn,
+                  said + (f"; NCCL: {disabled[0]}" if disabled else "") + ": data is staged through host memory",
+                  "Load nvidia-peermem on every node (or use DMA-BUF with the open kernel driver), and check that "
+                  "each GPU has a NIC at PIX/PXB in nvidia-smi topo -m (NCCL_NET_GDR_LEVEL).", node, ranks)
+    interfaces = {p.bootstrap_interface for p in group if p.bootstrap_interface} | {
+        i for p in group for i in p.socket_interfaces}
+    virtual = sorted(i for i in interfaces if _VIRTUAL_IFACE.match(i))
+    if virtual:
+        found.add("wrong_interface", Severity.crit if socket_channels else Severity.warn,
+                  f"NCCL uses {', '.join(virtual)} (a container, tunnel, VPN or loopback interface) for its sockets"
+                  + (f"; NCCL_SOCKET_IFNAME={group[0].socket_ifname}" if group[0].socket_ifname else ""),
+                  "Set NCCL_SOCKET_IFNAME to the cluster's data interface (e.g. =ib0 or =^docker,lo,veth).", node,
+                  ranks)
+    for process in group:
+        for a, b, nvlink in process.p2p_disabled[:1]:
+            found.add("p2p_disabled", Severity.crit if nvlink else Severity.warn,
+                      f"P2P is disabled between {'NVLink-connected ' if nvlink else ''}GPUs {a} and {b}: NCCL "
+                      "falls back to shared memory through the host",
+                      "NVLink pair: a hardware or fabric-manager fault (nvidia-smi nvlink -s, topo -p2p n). PCIe: "
+                      "ACS or IOMMU on the PCIe switches (disable ACS, iommu=pt), or containers without a shared "
+                      "IPC namespace.", node, str(process.rank) if process.rank is not None else ranks)
+            break
+    # One GPU visible per process (CUDA_VISIBLE_DEVICES narrowed): every process says cudaDev 0 for another nvmlDev.
+    one_visible = len(group) > 1 and all(p.devices <= {0} for p in group) and len(
+        {d for p in group for d in p.nvml_devices}) > 1
+    if channels.get("SHM") and one_visible:
+        found.add("shm_instead_of_p2p", Severity.warn,
+                  f"{channels['SHM']} channel(s) via SHM: each process sees only its own GPU (cudaDev 0 for nvmlDev "
+                  f"{', '.join(map(str, sorted({d for p in group for d in p.nvml_devices})))}), so P2P cannot be used",
+                  "Let every rank see all the node's GPUs (no per-process CUDA_VISIBLE_DEVICES; select the device in "
+                  "the program with LOCAL_RANK), or run them in one container with --ipc=host.", node, ranks)
+    elif channels.get("SHM"):
+        if node in found.nvlink_nodes:
+            found.add("shm_instead_of_p2p", Severity.warn,
+                      f"{channels['SHM']} channel(s) via SHM between GPUs that the capture shows NVLink-connected",
+                      "P2P is not used: processes in separate containers or IPC namespaces, one GPU visible per "
+                      "process (CUDA_VISIBLE_DEVICES), or P2P refused (see p2p_disabled); run the ranks of a node "
+                      "in one container with --ipc=host.", node, ranks)
+        else:
+            found.notes.append(f"{node}: {channels['SHM']} channel(s) via SHM within the node (P2P not used): fine "
+                               "on a PCIe box without P2P, a loss if the GPUs have NVLink (pass nvidia-smi topo -m).")
+
+
+def _warn_findings(processes: list[NcclProcess], found: Evidence) -> None:
+    shapes: Counter[str] = Counter()
+    where: dict[str, set[str]] = defaultdict(set)
+    text: dict[str, str] = {}
+    for process in processes:
+        for shape, count in process.warnings.items():
+            shapes[shape] += count
+            where[shape].add(process.host or process.file)
+            text.setdefault(shape, process.warning_text[shape])
+    for shape, count in shapes.most_common(NET_MAX_WARN_KINDS):
+        nodes = sorted(where[shape])
+        found.add("nccl_warn", Severity.crit if _FATAL_WARN.search(shape) else Severity.warn,
+                  f"NCCL WARN x{count} on {len(nodes)} node(s): {text[shape]}",
+                  _warn_fix(shape), nodes[0] if len(nodes) == 1 else ", ".join(nodes[:4]))
+
+
+def _warn_fix(shape: str) -> str:
+    if "ibv_modify_qp" in shape:
+        return "No route or a GID mismatch on that rail: check the subnet/VLAN and NCCL_IB_GID_INDEX (RoCE)."
+    if "completion" in shape.lower():
+        return ("The IB transfer failed (status 12: retries exhausted, a flapping link or congestion; status 4: ACS "
+                "breaking GPU Direct RDMA): check the named peer's port counters and ACS.")
+    if "libibverbs" in shape:
+        return "Install rdma-core (libibverbs) in the container, or NCCL falls back to sockets."
+    if "socket interface" in shape or "No usable" in shape:
+        return "NCCL_SOCKET_IFNAME matches no interface: set it to an existing one (ip -br addr)."
+    return f"Read the warning in context ({NCCL_DOC})."
