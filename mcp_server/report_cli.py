@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
     parser.add_argument("--compile-logs", action="append", default=[], metavar="GLOB",
                         help="Logs written with TORCH_LOGS=graph_breaks,recompiles (repeatable).")
+    parser.add_argument("--nccl-logs", action="append", default=[], metavar="GLOB",
+                        help="Logs with NCCL_DEBUG=INFO lines, for check_interconnect (repeatable).")
+    parser.add_argument("--nccl-tests", action="append", default=[], metavar="GLOB",
+                        help="nccl-tests outputs, for check_interconnect (repeatable).")
+    parser.add_argument("--net-captures", action="append", default=[], metavar="GLOB",
+                        help="Saved topo -m / nvlink / ibstat / ibv_devinfo / ethtool outputs (repeatable).")
     parser.add_argument("--symptom", help="What the user reported (for the record).")
     parser.add_argument("--no-health", action="store_true", help="Skip the GPU/host health check.")
     parser.add_argument("--demo", action="store_true", help="Use the sample artifacts bundled with the package.")
@@ -72,6 +78,9 @@ def report_main(argv: list[str]) -> int:
         arguments.update(metrics=args.metrics, allow_host=args.allow_host)
     if args.compile_logs:
         arguments["compile_logs"] = args.compile_logs
+    for name in ("nccl_logs", "nccl_tests", "net_captures"):
+        if getattr(args, name):
+            arguments[name] = getattr(args, name)
     if args.pids:
         try:
             arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
@@ -95,6 +104,7 @@ def report_main(argv: list[str]) -> int:
                                                                    or args.job or args.slurm_job),
                                  ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
                                  ("metrics", args.metrics), ("compile logs", args.compile_logs),
+                                 ("interconnect", args.nccl_logs or args.nccl_tests or args.net_captures),
                                  ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)

@@ -109,7 +109,9 @@ async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) ->
         slow = await _follow(client, slow_plan)
     assert hang_plan["branch"] == "nccl_hang_or_slow" and hang_plan["confidence"] >= 0.5
     assert [s["tool"] for s in hang_plan["steps"]] == ["health_check", "diagnose_logs", "dump_stacks",
-                                                        "analyze_flight_recorder"]
+                                                        "analyze_flight_recorder", "check_interconnect"]
+    network = hang_plan["steps"][-1]  # the job's logs filled in; nccl-tests and captures asked for
+    assert network["arguments"]["nccl_logs"] == hang_args["logs"] and len(network["needs"]) == 2
     assert set(hang) == {"health_check", "diagnose_logs", "dump_stacks", "analyze_flight_recorder"}
     assert [(s["rank"], s["function"]) for s in hang["dump_stacks"]["suspects"]] == [(0, "save_checkpoint")]
     assert [(s["rank"], s["reason"]) for s in hang["analyze_flight_recorder"]["suspects"]] == [(0, "mismatched_op")]
@@ -160,6 +162,12 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
         nsys = anyio.run(triage_plan, TriagePlanInput(symptom=words, traces=["run.nsys-rep"]), ToolContext(roots=()))
         assert nsys.branch == "gpu_utilization_low", (words, nsys.alternatives)
         assert next(s for s in nsys.steps if s.tool == "summarize_trace").arguments == {"path": "run.nsys-rep"}
+    # The network in the user's words: the collective branch, whose network step is check_interconnect.
+    for words in ("all-reduce is slow between our nodes", "scaling efficiency is low at 64 GPUs", "多机通信慢"):
+        net = anyio.run(triage_plan, TriagePlanInput(symptom=words, logs=["logs/rank*.log"]), ToolContext(roots=()))
+        assert net.branch == "nccl_hang_or_slow", (words, net.alternatives)
+        step = next(s for s in net.steps if s.tool == "check_interconnect")
+        assert step.arguments["nccl_logs"] == ["logs/rank*.log"]
     # No words to go by but a profile handed over: the branch that reads it, and a question for the user.
     bare = anyio.run(triage_plan, TriagePlanInput(symptom="what is wrong here?", traces=["job.sqlite"]),
                      ToolContext(roots=()))

@@ -137,11 +137,11 @@ def _conclude(findings: list[NetFinding], bandwidth: list[Bandwidth], transports
 def _next(findings: list[NetFinding], missing: list[str]) -> list[NextStep]:
     if findings:
         first = findings[0]
-        return [NextStep(branch=BRANCH, step="logs", action=f"Fix {first.kind} ({first.fix.split('.')[0]}), then "
+        return [NextStep(branch=BRANCH, step="network", action=f"Fix {first.kind} ({first.fix.split('.')[0]}), then "
                          "rerun nccl-tests and check_interconnect", why="The link named is the one that is slow or "
                          "on the wrong path.")]
     if missing:
-        return [NextStep(branch=BRANCH, step="logs", action="check_interconnect with " + " and ".join(missing),
+        return [NextStep(branch=BRANCH, step="network", action="check_interconnect with " + " and ".join(missing),
                          why="The evidence not given may hold the fault (NCCL_DEBUG=INFO logs, nccl-tests per node "
                          "pair, ibstat / topo -m captures).")]
     return [NextStep(branch="straggler", step="find", action="find_stragglers on the job's logs",

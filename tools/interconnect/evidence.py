@@ -82,5 +82,5 @@ class Evidence:
 
     def add(self, kind: FindingKind, severity: Severity, evidence: str, fix: str, node: str | None = None,
             rank: str | None = None) -> None:
-        self.findings.append(NetFinding(kind=kind, severity=severity, node=node, rank=rank, evidence=evidence,
-                                        fix=fix))
+        self.findings.append(NetFinding(kind=kind, severity=severity, node=node, rank=None if rank == "?" else rank,
+                                        evidence=evidence, fix=fix))

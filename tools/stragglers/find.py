@@ -529,8 +529,9 @@ def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
     if verdict == "straggler":
         rank = flagged[0].rank
         if flagged[0].kind == "wait_slow":
-            return [NextStep(branch="straggler", action="Run nccl-tests all_reduce_perf between this rank's node and a "
-                             "healthy one; check ibstat / ethtool on its NICs",
+            return [NextStep(branch="straggler", step="network", action=f"check_interconnect on the job's NCCL_DEBUG="
+                             f"INFO logs and nccl-tests all_reduce_perf between rank {rank}'s node and a healthy one "
+                             "(with ibstat / ethtool captures of its NICs)",
                              why="A rank that waits with normal compute points at its network or its data input.")]
         gpu = NextStep(branch="straggler", step="gpu", action=f"find_stragglers again with slurm_job=<job id> (or "
                        f"hosts): rank {rank}'s own GPU is read on its node; on that node alone, sample_gpus=true or "

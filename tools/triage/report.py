@@ -25,7 +25,8 @@ __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult"
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "summarize_trace": 4, "analyze_memory": 4, "inference_metrics": 4, "diagnose_compile": 4,
+                 "check_interconnect": 3, "summarize_trace": 4, "analyze_memory": 4, "inference_metrics": 4,
+                 "diagnose_compile": 4,
                  "diagnose_logs": 5, "compare_runs": 6}
 
 
@@ -55,6 +56,12 @@ class TriageReportInput(InputModel):
                                         "(diagnose_compile).")
     baseline: PathArg | None = Field(default=None, description="The run before the fix (a trace, or step-time logs): "
                                      "compared with the first of traces (else of logs) by compare_runs.")
+    nccl_logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Logs with NCCL_DEBUG=INFO "
+                                     "lines (check_interconnect; the job's logs are read for them too).")
+    nccl_tests: list[PathArg] = Field(default_factory=list, max_length=64, description="nccl-tests outputs "
+                                      "(check_interconnect).")
+    net_captures: list[PathArg] = Field(default_factory=list, max_length=64, description="Saved topo -m, nvlink, "
+                                        "ibstat, ibv_devinfo, ethtool outputs (check_interconnect).")
 
 
 class ReportRow(BaseModel):
@@ -208,6 +215,15 @@ def _compile_rows(result: Any) -> list[ReportRow]:
             for f in result.findings[:8]]
 
 
+def _interconnect_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"interconnect: {f.kind.replace('_', ' ')}",
+                      root_cause=" ".join(x for x in (f.node, f"rank {f.rank}" if f.rank else "") if x) or f.kind,
+                      evidence=f.evidence, fix=f.fix,
+                      verification="check_interconnect after the fix (and nccl-tests per node pair): no such finding",
+                      source="check_interconnect", branch=f.sop_branch)
+            for f in result.findings[:8]]
+
+
 def _compare_rows(result: Any) -> list[ReportRow]:
     dominant = result.now_dominant
     regressed = result.verdict == "regressed"
@@ -260,7 +276,8 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     """Run the health check and every tool that has inputs (logs -> diagnose_logs and find_stragglers, traces ->
     summarize_trace, stacks / pids / job -> dump_stacks, slurm_job -> health_check and dump_stacks on every node
     and diagnose_logs on the job's output, fr_dir -> analyze_flight_recorder, metrics ->
-    inference_metrics, compile_logs -> diagnose_compile) and merge what they
+    inference_metrics, compile_logs -> diagnose_compile, nccl_logs / nccl_tests / net_captures ->
+    check_interconnect) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are; memory -> analyze_memory. With a baseline (the run before the fix), compare_runs
@@ -317,6 +334,12 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
 
         compile_input = DiagnoseCompileInput(paths=params.compile_logs)
         await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)
+    if params.nccl_logs or params.nccl_tests or params.net_captures:
+        from tools.interconnect import CheckInterconnectInput, check_interconnect
+
+        net_input = CheckInterconnectInput(nccl_logs=params.nccl_logs, nccl_tests=params.nccl_tests,
+                                           captures=params.net_captures)
+        await _run("check_interconnect", lambda: check_interconnect(net_input, ctx), _interconnect_rows, rows, runs)
     baseline: list[BaselineRow] = []
     if params.baseline:
         newer = params.traces or params.logs

@@ -201,3 +201,14 @@ def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
     assert cut.bandwidth[0].peak_busbw_gbs == round(200.0 * 67108864 / 1073741824, 2)
     with pytest.raises(ValueError, match="at least one"):
         CheckInterconnectInput()
+
+
+def test_the_report_takes_the_interconnect() -> None:
+    from tools.triage import TriageReportInput, triage_report
+
+    report = anyio.run(triage_report, TriageReportInput(health=False, nccl_logs=["socketfallback-hpcx__nccl-952.log"],
+                                                        nccl_tests=["nccl_tests__NVIDIA-nccl-tests-213.txt"]),
+                       ToolContext(roots=(WILD.resolve(),)))
+    assert [r.tool for r in report.runs] == ["check_interconnect"]
+    assert [r.symptom for r in report.rows] == ["interconnect: socket fallback", "interconnect: single process test"]
+    assert report.rows[0].branch == "nccl_hang_or_slow" and "rank ?" not in report.rows[0].root_cause

@@ -185,7 +185,7 @@ def test_a_rank_slow_with_normal_compute_waits(tmp_path: Path) -> None:
     assert [(f.rank, f.kind, f.severity.value) for f in result.flagged] == [(3, "wait_slow", "crit")]
     assert result.waited_on_rank is None
     assert "its compute is normal" in result.flagged[0].evidence
-    assert result.next_steps[0].action.startswith("Run nccl-tests all_reduce_perf")
+    assert result.next_steps[0].action.startswith("check_interconnect") and result.next_steps[0].step == "network"
 
 
 def test_a_thousand_ranks_stay_within_the_budget(tmp_path: Path) -> None:
