@@ -11,17 +11,18 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
   }
 fi
-# The multi-node tests start a real Slurm cluster (munged, slurmctld, slurmd) and a real sshd on loopback.
+# The multi-node tests start a real Slurm cluster (munged, slurmctld, slurmd) and a real sshd on loopback;
+# check_interconnect's live mode runs the real ibstat (infiniband-diags: its "no IB device" path) and ethtool.
 need=()
-for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen; do
+for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen ibstat ethtool; do
   command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || need+=("$program")
 done
 if [ "${#need[@]}" -gt 0 ]; then
-  echo "installing Debian's Slurm, munge and OpenSSH (missing: ${need[*]})" >&2
+  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags and ethtool (missing: ${need[*]})" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client munge openssh-server openssh-client >/dev/null
+    slurmctld slurmd slurm-client munge openssh-server openssh-client infiniband-diags ethtool >/dev/null
 fi
 export PATH="$PATH:/usr/sbin"
 

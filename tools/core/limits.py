@@ -160,3 +160,4 @@ NET_MAX_CAPTURE_BYTES: Final = 8 * 1024 * 1024
 NET_MAX_FILES: Final = 1024
 NET_MAX_FINDINGS: Final = 40
 NET_MAX_WARN_KINDS: Final = 8  # distinct NCCL WARN messages listed
+NET_LIVE_TIMEOUT_S: Final = 20.0  # the live captures of one node, run together

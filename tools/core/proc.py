@@ -29,7 +29,9 @@ __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 # arguments on a job's nodes (tools/cluster/nodes.py), never with caller text.
 # nsys only as `nsys export --type sqlite` of a report the caller named, into a private temporary folder that is
 # deleted after the call (tools/traces/nsys.py): it reads the report and writes nothing else.
-ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys"})
+# ibstat (no arguments) and ethtool (an interface name this node's /sys/class/net lists, nothing else) only print
+# the state of the node's ports (tools/interconnect/live.py).
+ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys", "ibstat", "ethtool"})
 
 
 @dataclass(frozen=True)

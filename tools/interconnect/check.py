@@ -15,26 +15,29 @@ SOP: nccl_hang_or_slow (the network step), straggler.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import anyio.to_thread
 from pydantic import Field, model_validator
 
+from tools.cluster import collect_from_nodes, job_backend, node_name
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded
 from tools.core.files import expand_inputs
-from tools.core.limits import NET_MAX_FILES, NET_MAX_FINDINGS
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.limits import NET_LIVE_TIMEOUT_S, NET_MAX_FILES, NET_MAX_FINDINGS
+from tools.core.models import NameArg, NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
 from tools.interconnect.bandwidth import Bandwidth, judge_tests
 from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
-from tools.interconnect.nodes import judge_captures
+from tools.interconnect.live import LiveCapture, capture_this_node
+from tools.interconnect.nodes import judge_across_nodes, judge_capture, judge_captures
 from tools.interconnect.transports import Transport, judge_logs
 
 __all__ = ["CheckInterconnectInput", "CheckInterconnectResult", "check_interconnect"]
 
 
-class CheckInterconnectInput(InputModel):
+class CheckInterconnectInput(NodesInput):
     nccl_logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Job logs with NCCL_DEBUG=INFO "
                                      "lines (files or globs; any launcher prefix; gzip too).")
     nccl_tests: list[PathArg] = Field(default_factory=list, max_length=64, description="nccl-tests outputs (text or "
@@ -45,16 +48,25 @@ class CheckInterconnectInput(InputModel):
                                     "file name).")
     expected_busbw_gbs: float | None = Field(default=None, gt=0, le=10_000, description="What the fabric should "
                                              "give at large messages (GB/s), when the hardware tables do not know it.")
+    live: bool = Field(default=False, description="Also capture this node now: nvidia-smi topo -m and nvlink -s/-e, "
+                       "ibstat, ethtool on its physical interfaces (read-only; missing programs are notes). With "
+                       "slurm_job / hosts / hostfile every node of the job is captured instead.")
+    interfaces: list[NameArg] = Field(default_factory=list, max_length=32, description="The interfaces ethtool "
+                                      "reads in live mode (default: every physical one); each must exist on the "
+                                      "node.")
 
     @model_validator(mode="after")
     def _something(self) -> CheckInterconnectInput:
-        if not (self.nccl_logs or self.nccl_tests or self.captures):
-            raise ValueError("pass nccl_logs, nccl_tests or captures (at least one)")
+        if not (self.nccl_logs or self.nccl_tests or self.captures or self.live or self.local or self.slurm_job
+                or self.hosts or self.hostfile):
+            raise ValueError("pass nccl_logs, nccl_tests or captures, or live (this node) or slurm_job / hosts "
+                             "(every node of a job): at least one")
         return self
 
 
 class CheckInterconnectResult(ToolResult):
     verdict: str = Field(description="The kind of the worst finding ('healthy' when none).")
+    node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
     findings: list[NetFinding]
     transports: list[Transport]
     bandwidth: list[Bandwidth]
@@ -87,12 +99,20 @@ def _cell(value: float | int | None) -> str:
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
-def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: float) -> CheckInterconnectResult:
+def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: float, live: list[LiveCapture],
+           nodes: dict[str, CheckInterconnectResult | str]) -> CheckInterconnectResult:
     found = Evidence()
     captures = expand_inputs(params.captures, roots, NET_MAX_FILES) if params.captures else []
     tests = expand_inputs(params.nccl_tests, roots, NET_MAX_FILES) if params.nccl_tests else []
     logs = expand_inputs(params.nccl_logs, roots, NET_MAX_FILES) if params.nccl_logs else []
-    judge_captures(captures, found)  # first: the logs' and tests' judgements use what the nodes have
+    # First what the nodes have (saved, taken now, or collected from every node): the logs' and tests' judgements
+    # use it (NIC rates for the expected busbw, NVLink for SHM).
+    judge_captures(captures, found)
+    for capture in live:
+        judge_capture(capture.text, capture.name, node_name(), found)
+    for node, answer in nodes.items():
+        _merge_node(node, answer, found)
+    judge_across_nodes(found)
     transports = judge_logs(logs, deadline, found) if logs else []
     if time.monotonic() > deadline:
         raise LimitExceeded("the check ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
@@ -102,8 +122,8 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
     if len(findings) > NET_MAX_FINDINGS:
         found.notes.append(f"{len(findings) - NET_MAX_FINDINGS} more finding(s) not listed (the worst come first).")
         findings = findings[:NET_MAX_FINDINGS]
-    missing = [name for name, given in (("nccl_logs", logs), ("nccl_tests", tests), ("captures", captures))
-               if not given]
+    missing = [name for name, given in (("nccl_logs", logs), ("nccl_tests", tests),
+                                        ("captures", captures or live or nodes)) if not given]
     return CheckInterconnectResult(
         severity=worst(f.severity for f in findings), verdict=findings[0].kind if findings else "healthy",
         conclusion=_conclude(findings, bandwidth, transports, missing), next_steps=_next(findings, missing),
@@ -148,6 +168,23 @@ def _next(findings: list[NetFinding], missing: list[str]) -> list[NextStep]:
                      why="The interconnect looks healthy: the slow rank may compute or load data slowly instead.")]
 
 
+def _merge_node(node: str, answer: CheckInterconnectResult | str, found: Evidence) -> None:
+    """One node's collector answer into the job's evidence: its findings and links under its name."""
+    if isinstance(answer, str):
+        found.notes.append(f"{node}: no answer ({answer}).")
+        return
+    for finding in answer.findings:
+        found.findings.append(finding.model_copy(update={"node": finding.node or node}))
+    for link in answer.links:
+        found.links.append(link.model_copy(update={"node": node}))
+        rate = re.match(r"([\d.]+) Gb/s", link.speed)
+        if link.kind == "ib_port" and link.expected != "-" and rate:
+            found.nic_rates[node].append(float(rate.group(1)))
+        if link.kind == "gpu_pair" and link.state.startswith("NV"):
+            found.nvlink_nodes.add(node)
+    found.notes.extend(f"{node}: {note}" for note in answer.notes[:3])
+
+
 async def check_interconnect(params: CheckInterconnectInput, ctx: ToolContext) -> CheckInterconnectResult:
     """Is NCCL on the right transport and NIC, and does the fabric give the bandwidth it should? Reads NCCL_DEBUG=INFO
     logs (the network and the transport of every channel per node: NET/IB with or without GDRDMA, sockets, P2P,
@@ -156,7 +193,21 @@ async def check_interconnect(params: CheckInterconnectInput, ctx: ToolContext) -
     captures (nvidia-smi topo -m and nvlink -s/-e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, ethtool): one
     verdict that names the node, rank, NIC or GPU pair, with the fix.
     """
-    if not ctx.roots:
+    if not ctx.roots and (params.nccl_logs or params.nccl_tests or params.captures):
         raise BadInput("no roots are configured.", "Start the server with --root.")
+    nodes: dict[str, CheckInterconnectResult | str] = {}
+    live: list[LiveCapture] = []
+    notes: list[str] = []
+    backend = job_backend(params, ctx)
+    if backend is not None:  # every node captures itself; its answer is merged here
+        extra = ["--live", *(f"--interfaces={name}" for name in params.interfaces)]
+        nodes = await collect_from_nodes(backend, "check-interconnect", CheckInterconnectResult, ctx,
+                                         params.node_timeout_s, extra)
+    elif params.live or params.local:
+        live, notes = await capture_this_node(params.interfaces, min(NET_LIVE_TIMEOUT_S, ctx.remaining_s()))
     deadline = time.monotonic() + ctx.remaining_s()
-    return await anyio.to_thread.run_sync(_check, params, ctx.roots, deadline, abandon_on_cancel=True)
+    result = await anyio.to_thread.run_sync(_check, params, ctx.roots, deadline, live, nodes, abandon_on_cancel=True)
+    result.notes = (notes + result.notes)[:12]
+    if params.local:
+        result.node = node_name()
+    return result

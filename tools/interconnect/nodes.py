@@ -23,29 +23,45 @@ from tools.interconnect.captures import (
 )
 from tools.interconnect.evidence import Evidence, Link, node_of, read_capture
 
-__all__ = ["judge_captures"]
+__all__ = ["judge_across_nodes", "judge_capture", "judge_captures"]
 
 
 def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
     for file in files:
-        text = read_capture(file)
-        kind = kind_of(text)
-        node = node_of(file.name)
-        if kind == "topo":
-            _topo(text, node, file.name, found)
-        elif kind == "nvlink_status":
-            _nvlink_status(text, node, found)
-        elif kind == "nvlink_errors":
-            _nvlink_errors(text, node, found)
-        elif kind in ("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev"):
-            _ib(read_ib_ports(text, kind), node, kind, found)
-        elif kind == "ethtool":
-            _eth(read_ethtool(text), node, found)
-        elif kind in ("nccl_log", "nccl_tests"):
-            found.notes.append(f"{file.name} is {kind.replace('_', '-')} output: pass it as {kind}.")
-        else:
-            found.notes.append(f"{file.name}: not a capture this tool reads (topo -m, nvlink -s/-e, ibstat, "
-                               "ibstatus, ibv_devinfo, ibdev2netdev, ethtool).")
+        judge_capture(read_capture(file), file.name, node_of(file.name), found)
+
+
+def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
+    """One capture's findings and link rows; `name` is the file (or the command) it came from."""
+    kind = kind_of(text)
+    if kind == "topo":
+        _topo(text, node, name, found)
+    elif kind == "nvlink_status":
+        _nvlink_status(text, node, found)
+    elif kind == "nvlink_errors":
+        _nvlink_errors(text, node, found)
+    elif kind in ("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev"):
+        _ib(read_ib_ports(text, kind), node, kind, found)
+    elif kind == "ethtool":
+        _eth(read_ethtool(text), node, found)
+    elif kind in ("nccl_log", "nccl_tests"):
+        found.notes.append(f"{name} is {kind.replace('_', '-')} output: pass it as {kind}.")
+    else:
+        found.notes.append(f"{name}: not a capture this tool reads (topo -m, nvlink -s/-e, ibstat, ibstatus, "
+                           "ibv_devinfo, ibdev2netdev, ethtool).")
+
+
+def judge_across_nodes(found: Evidence) -> None:
+    """What only several nodes show: a node whose rails are slower than the other nodes' (each node alone looks
+    uniform), and Ethernet links slower than the same links elsewhere."""
+    fastest = {node: max(rates) for node, rates in found.nic_rates.items() if rates}
+    if len(fastest) >= 2:
+        top = max(fastest.values())
+        for node, rate in sorted(fastest.items()):
+            if rate < top:
+                found.add("ib_rate_low", Severity.warn, f"{node}'s rails run at {rate:g} Gb/s, the other nodes' at "
+                          f"{top:g} Gb/s", "Check that node's cables, transceivers and switch ports; the slowest node "
+                          "paces every collective of the job.", node)
     _eth_across(found)
 
 

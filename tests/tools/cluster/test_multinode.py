@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -34,6 +35,7 @@ from tests.helpers import (
     stdio_client,
     structured,
     with_fake_nvml,
+    with_fake_smi,
     write_scenario,
 )
 
@@ -401,3 +403,31 @@ exec srun --kill-on-bad-exit=0 bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTA
     assert all("GPU 1" not in h["check"] for h in data["hardware"])  # only rank 2's own GPU is judged
     assert data["severity"] == "crit"
     assert data["conclusion"][-1].startswith(f"Its GPU: rank 2 on {placed[2]}: GPU 0 ")
+
+
+def test_interconnect_of_every_node_of_the_job(slurm_hang: SlurmHang, tmp_path: Path) -> None:
+    # Each emulated node replays its own nvidia-smi topo -m (the allowed stand-in): a real H100 board's capture
+    # (tests/data/interconnect/wild) on one node, and on the other the same capture with the GPU2-GPU5 pair's cells
+    # at NV12, as a board that lost six of that pair's links prints it. ibstat runs for real (no IB device).
+    cluster = slurm_hang.cluster
+    healthy, degraded = cluster.nodes
+    real = (REPO / "tests" / "data" / "interconnect" / "wild" / "topo__stas00-ml-engineering-4.txt").read_text()
+    (tmp_path / f"topo_{healthy}.txt").write_text(real)
+    rows = real.splitlines()
+    for i, j in ((2, 5), (5, 2)):  # the GPU2 row's GPU5 cell and the GPU5 row's GPU2 cell, spacing kept
+        row = next(n for n, line in enumerate(rows) if line.startswith(f"GPU{i} "))
+        cell = list(re.finditer(r"\S+", rows[row]))[1 + j]
+        assert cell.group(0) == "NV18"
+        rows[row] = rows[row][: cell.start()] + "NV12" + rows[row][cell.end():]
+    (tmp_path / f"topo_{degraded}.txt").write_text("\n".join(rows) + "\n")
+    env = with_fake_smi(base_env(**cluster.env), "capture:none")
+    env["FAKE_SMI_TOPO"] = str(tmp_path / "topo_{node}.txt")
+    env["PATH"] += ":/usr/sbin"
+    done = run_cli(["check-interconnect", "--slurm-job", slurm_hang.job, "--json", "--root", str(tmp_path)], env)
+    assert done.returncode == 1, done.stderr  # fewer NVLinks on a pair: a warning (none at all would be critical)
+    data = json.loads(done.stdout)
+    topo = [f for f in data["findings"] if f["kind"] == "topo_degraded"]
+    assert [(f["node"], f["evidence"].split(" is ")[0]) for f in topo] == [(degraded, "GPU2-GPU5")]
+    pairs = {link["node"]: link["state"] for link in data["links"] if link["name"] == "28 GPU pairs"}
+    assert pairs == {healthy: "NV18", degraded: "NV18"}
+    assert any(note.startswith(f"{healthy}: ibstat: no output") for note in data["notes"]), data["notes"]

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.helpers import DATA, base_env, stdio_client, structured
+from tests.helpers import DATA, base_env, run_cli, stdio_client, structured, with_fake_smi
 from tools.core.context import ToolContext
 from tools.core.errors import LimitExceeded, UnreadableInput
 from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, check_interconnect
@@ -212,3 +212,29 @@ def test_the_report_takes_the_interconnect() -> None:
     assert [r.tool for r in report.runs] == ["check_interconnect"]
     assert [r.symptom for r in report.rows] == ["interconnect: socket fallback", "interconnect: single process test"]
     assert report.rows[0].branch == "nccl_hang_or_slow" and "rank ?" not in report.rows[0].root_cause
+
+
+def test_live_mode_runs_the_real_programs_and_refuses_an_injected_interface(tmp_path: Path) -> None:
+    # nvidia-smi is the allowed stand-in, replaying a real H100 board's topo -m (tests/data/interconnect/wild);
+    # ibstat (infiniband-diags, no IB device here) and ethtool run for real.
+    argv_log = tmp_path / "smi-argv.jsonl"
+    env = with_fake_smi(base_env(PATH=f"{os.environ.get('PATH', '')}:/usr/sbin"), "capture:none", argv_log)
+    env["FAKE_SMI_TOPO"] = str(WILD / "topo__stas00-ml-engineering-4.txt")
+    done = run_cli(["check-interconnect", "--live", "--interfaces", "lo", "--json", "--root", str(tmp_path)], env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    links = {(link["kind"], link["name"]): link for link in data["links"]}
+    assert links[("gpu_pair", "28 GPU pairs")]["state"] == "NV18"
+    assert links[("eth", "lo")]["state"] == "link up"
+    assert any(note.startswith("ibstat: no output (no IB device") for note in data["notes"]), data["notes"]
+    assert any("nvidia-smi nvlink -s: no output" in note for note in data["notes"])
+    assert data["verdict"] == "healthy"
+    assert sorted(json.loads(line)["argv"][0] for line in argv_log.read_text().splitlines()) == [
+        "nvlink", "nvlink", "topo"]
+    # An interface name that is an argument injection: refused before anything runs.
+    argv_log.unlink()
+    bad = run_cli(["check-interconnect", "--live", "--interfaces", "-s eth0 speed 10", "--json"], env)
+    assert bad.returncode == 3 and "not an interface name" in bad.stderr
+    assert not argv_log.exists()
+    missing = run_cli(["check-interconnect", "--live", "--interfaces", "ib7", "--json"], env)
+    assert missing.returncode == 3 and "this node has no interface 'ib7'" in missing.stderr
