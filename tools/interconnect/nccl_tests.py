@@ -181,36 +181,33 @@ def _row(run: NcclTestRun, columns: list[str], tokens: list[str]) -> None:
 
 
 def _from_json(document: Any, name: str) -> list[NcclTestRun]:
-    """nccl-tests `-J` output (v2.17.3+): per-size records with out_of_place / in_place bandwidths."""
+    """nccl-tests `-J` output (v2.17.3+, src/util.cu): `devices` (rank, pid, hostname, device, device_info), `results`
+    (per size: out_of_place / in_place with bus_bw and nwrong), `out_of_bounds` {count, okay} and
+    `average_bus_bandwidth` {bandwidth}. Its `env` and `args` hold the process's whole environment and command line:
+    never read."""
     run = NcclTestRun(name)
-    records: list[Any] = []
-
-    def walk(node: Any, depth: int = 0) -> None:
-        if depth > 6:
-            return
-        if isinstance(node, dict):
-            if "size" in node and ("out_of_place" in node or "in_place" in node):
-                records.append(node)
-                return
-            for key, value in node.items():
-                if key in ("collective", "name", "test") and isinstance(value, str) and run.collective is None:
-                    run.collective = value.removesuffix("_perf")
-                if key == "average_bus_bandwidth" and isinstance(value, int | float):
-                    run.avg_busbw_footer = float(value)
-                walk(value, depth + 1)
-        elif isinstance(node, list):
-            for item in node[:100_000]:
-                walk(item, depth + 1)
-
-    walk(document)
-    for record in records:
-        size = record.get("size")
-        values = [part.get(key) for part in (record.get("out_of_place"), record.get("in_place"))
-                  if isinstance(part, dict) for key in ("bus_bw", "busbw")]
-        numbers = [float(v) for v in values if isinstance(v, int | float)]
-        if isinstance(size, int) and numbers:
-            run.rows.append((size, max(numbers)))
-        for part in (record.get("out_of_place"), record.get("in_place")):
-            if isinstance(part, dict) and isinstance(part.get("wrong"), int | float):
-                run.wrong = int((run.wrong or 0) + part["wrong"])
-    return [run] if run.rows else []
+    if not isinstance(document, dict):
+        return []
+    for device in document.get("devices") or []:
+        if isinstance(device, dict) and isinstance(device.get("rank"), int):
+            run.ranks.append(RankLine(device["rank"], int(device.get("pid") or 0), str(device.get("hostname", "?")),
+                                      int(device.get("device") or 0), str(device.get("device_info", ""))))
+    for record in (document.get("results") or [])[:100_000]:
+        if not isinstance(record, dict) or not isinstance(record.get("size"), int):
+            continue
+        if run.collective is None and isinstance(record.get("experiment_name"), str):
+            run.collective = record["experiment_name"].removesuffix("_perf")
+        parts = [p for p in (record.get("out_of_place"), record.get("in_place")) if isinstance(p, dict)]
+        numbers = [float(p["bus_bw"]) for p in parts if isinstance(p.get("bus_bw"), int | float)]
+        if numbers:
+            run.rows.append((record["size"], max(numbers)))
+        for part in parts:
+            if isinstance(part.get("nwrong"), int | float):
+                run.wrong = int((run.wrong or 0) + part["nwrong"])
+    bounds = document.get("out_of_bounds")
+    if isinstance(bounds, dict) and isinstance(bounds.get("count"), int):
+        run.out_of_bounds, run.failed = bounds["count"], bounds.get("okay") is False
+    average = document.get("average_bus_bandwidth")
+    if isinstance(average, dict) and isinstance(average.get("bandwidth"), int | float):
+        run.avg_busbw_footer = float(average["bandwidth"])
+    return [run] if run.rows or run.ranks else []

@@ -238,3 +238,28 @@ def test_live_mode_runs_the_real_programs_and_refuses_an_injected_interface(tmp_
     assert not argv_log.exists()
     missing = run_cli(["check-interconnect", "--live", "--interfaces", "ib7", "--json"], env)
     assert missing.returncode == 3 and "this node has no interface 'ib7'" in missing.stderr
+
+
+def test_nccl_tests_json_is_read_by_its_keys_and_its_env_never(tmp_path: Path) -> None:
+    # The shape nccl-tests' -J writes (NVIDIA/nccl-tests src/util.cu, v2.19.6): a hand-built document, since no
+    # public -J output was found; its `env` holds the whole environment, here a token that must never come out.
+    document = {
+        "version": 1, "args": ["./all_reduce_perf", "-J", "out.json"], "env": ["HF_TOKEN=hf_FAKEtestTOKEN0json0check0"],
+        "nccl_version": 22703, "config": {"nthreads": 1, "ngpus": 1},
+        "devices": [{"rank": r, "group": 0, "pid": 100 + r, "hostname": f"node{r // 8}", "device": r % 8,
+                     "device_hex": "0000:1b:00", "device_info": "NVIDIA H100 80GB HBM3"} for r in range(16)],
+        "results": [{"size": size, "count": size // 4, "type": "float", "redop": "sum", "root": "-1",
+                     "experiment_name": "all_reduce_perf",
+                     "out_of_place": {"time": 10.0, "alg_bw": 1.0, "bus_bw": bw, "nwrong": 0},
+                     "in_place": {"time": 10.0, "alg_bw": 1.0, "bus_bw": bw - 1, "nwrong": wrong}}
+                    for size, bw, wrong in ((1 << 20, 20.0, 0), (1 << 30, 180.5, 0), (1 << 33, 178.0, 3))],
+        "out_of_bounds": {"count": 3, "okay": False},
+        "average_bus_bandwidth": {"bandwidth": 125.8, "okay": "unchecked"},
+    }
+    (tmp_path / "out.json").write_text(json.dumps(document))
+    result = check(tmp_path, nccl_tests=["out.json"])
+    row = result.bandwidth[0]
+    assert (row.collective, row.ranks, row.nodes, row.peak_busbw_gbs, row.size_at_peak_bytes, row.wrong,
+            row.avg_busbw_footer) == ("all_reduce", 16, "node0, node1", 180.5, 1 << 30, 3, 125.8)
+    assert [f.kind for f in result.findings] == ["wrong_results"]
+    assert "hf_FAKE" not in result.model_dump_json()
