@@ -125,31 +125,38 @@ class NvLinkGpu:
     errors: dict[int, dict[str, int]] = field(default_factory=dict)  # link -> {"Replay Errors": n, ...}
 
 
-def read_nvlink_status(text: str) -> tuple[list[NvLinkGpu], bool]:
-    """Per GPU its links' speeds; and whether NVML said every link is inactive."""
-    gpus: list[NvLinkGpu] = []
-    all_inactive = bool(re.search(r"all links are inActive", text, re.I))
+def _per_gpu(text: str) -> list[tuple[NvLinkGpu, list[str]]]:
+    """The `GPU N: name (UUID: ...)` blocks of an nvlink listing, each with its lines."""
+    blocks: list[tuple[NvLinkGpu, list[str]]] = []
     for line in _lines(text):
         gpu = re.match(r"^\s*GPU (\d+):", line)
         if gpu:
-            gpus.append(NvLinkGpu(f"GPU {gpu.group(1)}"))
-            continue
-        link = re.match(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)", line)
-        if link and gpus:
-            gpus[-1].speeds[int(link.group(1))] = float(link.group(2)) if link.group(2) else None
-    return gpus, all_inactive
+            blocks.append((NvLinkGpu(f"GPU {gpu.group(1)}"), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+def read_nvlink_status(text: str) -> tuple[list[NvLinkGpu], bool]:
+    """Per GPU its links' speeds; and whether NVML said every link is inactive."""
+    gpus = []
+    for gpu, lines in _per_gpu(text):
+        for line in lines:
+            link = re.match(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)", line)
+            if link:
+                gpu.speeds[int(link.group(1))] = float(link.group(2)) if link.group(2) else None
+        gpus.append(gpu)
+    return gpus, bool(re.search(r"all links are inActive", text, re.I))
 
 
 def read_nvlink_errors(text: str) -> list[NvLinkGpu]:
-    gpus: list[NvLinkGpu] = []
-    for line in _lines(text):
-        gpu = re.match(r"^\s*GPU (\d+):", line)
-        if gpu:
-            gpus.append(NvLinkGpu(f"GPU {gpu.group(1)}"))
-            continue
-        error = re.match(r"^\s*Link (\d+): ([A-Za-z ]+?Errors?)\s*:\s*(\d+)", line)
-        if error and gpus:
-            gpus[-1].errors.setdefault(int(error.group(1)), {})[error.group(2).strip()] = int(error.group(3))
+    gpus = []
+    for gpu, lines in _per_gpu(text):
+        for line in lines:
+            error = re.match(r"^\s*Link (\d+): ([A-Za-z ]+?Errors?)\s*:\s*(\d+)", line)
+            if error:
+                gpu.errors.setdefault(int(error.group(1)), {})[error.group(2).strip()] = int(error.group(3))
+        gpus.append(gpu)
     return gpus
 
 
