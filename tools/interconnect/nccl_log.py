@@ -51,7 +51,7 @@ _IFNAME = re.compile(r"NCCL_SOCKET_IFNAME set (?:by environment )?to (\S+)")
 # `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA` (2.7+), `Ring 00 : 6 -> 2 [receive] via NET/IB/0` (before),
 # or the bare `9[1a000] -> 2[6b000] [send] via ...` a poster kept.
 _CHANNEL = re.compile(r"(?:^|(?:Channel|CollNet|Ring) \d+(?:/\d+)? : )(\d+)(?:\[[0-9a-fx]*\])? -> (\d+)"
-                      r"(?:\[[0-9a-fx]*\])?(?: \[(?:send|receive)\])? via (\S+(?: \S+)*?)\s*$")
+                      r"(?:\[[0-9a-fx]*\])?(?: \[(send|receive)\])? via (\S+(?: \S+)*?)\s*$")
 _NET_TRANSPORT = re.compile(r"^(?:NET|COLLNET)/(.+?)/\d+")
 _GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for")
 _P2P_DISABLED = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d+) and (\d+)")
@@ -86,6 +86,10 @@ class NcclProcess:
     ib_disabled: bool = False  # NCCL_IB_DISABLE=1 in its environment
     transports: Counter[str] = field(default_factory=Counter)  # P2P/IPC, SHM, NET/IB, NET/IB/GDRDMA, NET/Socket...
     max_peer: int | None = None  # the largest rank its channel lines name (a floor for nranks when none is said)
+    # The send side of its network channels: GPU Direct RDMA there is GDR *read*, off by default on many platforms
+    # (NCCL_NET_GDR_READ), so a send channel without /GDRDMA beside receive channels with it is no fault.
+    send_transports: Counter[str] = field(default_factory=Counter)
+    bootstrap_link_local: bool = False  # the bootstrap interface has only an IPv6 link-local address (fe80::)
     gdr_disabled: list[str] = field(default_factory=list)
     p2p_disabled: list[tuple[int, int, bool]] = field(default_factory=list)  # (gpu, gpu, NVLink-connected)
     warnings: Counter[str] = field(default_factory=Counter)  # WARN text with its numbers blanked -> count
@@ -180,7 +184,10 @@ def _read(process: NcclProcess, level: str, message: str) -> None:
         if address not in process.addresses and not address.startswith(("127.", "fe80")):
             process.addresses.append(address)
     if (channel := _CHANNEL.search(message)) is not None:
-        process.transports[_transport(channel.group(3))] += 1
+        transport = _transport(channel.group(4))
+        process.transports[transport] += 1
+        if channel.group(3) == "send" and transport.startswith(("NET/", "COLLNET/")):
+            process.send_transports[transport] += 1
         peer = max(int(channel.group(1)), int(channel.group(2)))
         process.max_peer = peer if process.max_peer is None else max(process.max_peer, peer)
         return
@@ -199,6 +206,7 @@ def _read(process: NcclProcess, level: str, message: str) -> None:
         # 2.4-2.6 list every interface found (`[0]enp7s0:10.0.0.1<0> [1]virbr0:...`); later ones name the one used.
         names = _LISTED.findall(said) if said.startswith("[") else [said]
         process.bootstrap_interface = names[0].split(":")[0] if names else None
+        process.bootstrap_link_local = bool(names) and names[0].split(":", 1)[-1].lower().startswith("fe80")
         process.socket_interfaces += [n.split(":")[0] for n in names[1:] if n.split(":")[0] not in
                                       process.socket_interfaces]
         return

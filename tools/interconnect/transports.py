@@ -156,7 +156,13 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                   "/dev/infiniband mounted, NCCL_IB_DISABLE unset, NCCL_IB_HCA naming the compute HCAs; ibstat "
                   f"must show them Active. {NCCL_DOC}", node, ranks)
     # GPU Direct RDMA shows as /GDRDMA on IB channels; other plugins (AWS Libfabric, TCPX) say it elsewhere or not.
-    ib_plain = sum(n for t, n in channels.items() if re.match(r"(?:NET|COLLNET)/IB", t) and not t.endswith("/GDRDMA"))
+    # Receive channels (GDR write) must have it; send channels (GDR read) may lack it by NCCL's default.
+    sends: Counter[str] = Counter()
+    for process in group:
+        sends.update(process.send_transports)
+    plain = {t: n for t, n in channels.items() if re.match(r"(?:NET|COLLNET)/IB", t) and not t.endswith("/GDRDMA")}
+    ib_gdr_any = any(t.endswith("/GDRDMA") for t in channels)
+    ib_plain = sum(n - (sends[t] if ib_gdr_any else 0) for t, n in plain.items())
     ib_gdr = sum(n for t, n in channels.items() if t.endswith("/GDRDMA"))
     disabled = [line for p in group for line in p.gdr_disabled]
     if ib_plain or (disabled and not on_sockets):
@@ -169,6 +175,13 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
     interfaces = {p.bootstrap_interface for p in group if p.bootstrap_interface} | {
         i for p in group for i in p.socket_interfaces}
     virtual = sorted(i for i in interfaces if _VIRTUAL_IFACE.match(i))
+    link_local = sorted({p.bootstrap_interface for p in group if p.bootstrap_link_local and p.bootstrap_interface})
+    if link_local and not virtual:
+        found.add("wrong_interface", Severity.warn,
+                  f"NCCL bootstraps on {', '.join(link_local)} with only an IPv6 link-local address (fe80::): other "
+                  "nodes can reach it only on the same link, and connects hang or fail",
+                  "Set NCCL_SOCKET_IFNAME to an interface with a routable address (ip -br addr), on every node.",
+                  node, ranks)
     if virtual:
         found.add("wrong_interface", Severity.crit if socket_channels else Severity.warn,
                   f"NCCL uses {', '.join(virtual)} (a container, tunnel, VPN or loopback interface) for its sockets"
