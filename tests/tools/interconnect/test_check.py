@@ -285,6 +285,7 @@ def test_gdr_is_judged_on_the_receive_side_and_a_link_local_bootstrap_is_refused
     assert [(f.kind, f.node) for f in result.findings] == [("wrong_interface", "n1"), ("wrong_interface", "n2")]
     assert "only an IPv6 link-local address" in result.findings[0].evidence
     # The receive side without it is staged through host memory.
-    (tmp_path / "nogdr.log").write_text("\n".join(line.replace("[receive] via NET/IB/0/GDRDMA", "[receive] via NET/IB/0")
-                                                  .replace("fe80::a288:c203:d2:aa", "10.0.0.") for line in lines))
+    routable = [line.replace("[receive] via NET/IB/0/GDRDMA", "[receive] via NET/IB/0")
+                .replace("fe80::a288:c203:d2:aa", "10.0.0.") for line in lines]
+    (tmp_path / "nogdr.log").write_text("\n".join(routable))
     assert {f.kind for f in check(tmp_path, nccl_logs=["nogdr.log"]).findings} == {"no_gdr"}
