@@ -79,6 +79,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              "torch.compile graph breaks and recompiles"),
     ToolSpec("check_interconnect", "tools.interconnect", "CheckInterconnectInput", "CheckInterconnectResult",
              "Interconnect check (NCCL transports, nccl-tests, NVLink/IB/Ethernet links)"),
+    ToolSpec("profile_cpu", "tools.host", "ProfileCpuInput", "ProfileCpuResult",
+             "CPU profile of the job's processes (py-spy record)", open_world=True),
     ToolSpec("triage_plan", "tools.triage", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult", "Triage report",
              open_world=True),

@@ -123,6 +123,7 @@ async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) ->
     assert any("utilization" in row["field"] and row["median"] == 40 for row in gpus), gpus
     # Steps without their input are kept in the plan and say what to ask for, not dropped silently.
     assert {tuple(s["needs"]) for s in slow_plan["steps"] if s["needs"]} == {("logs/rank*.log",),
+                                                                           ("the training script, e.g. train.py",),
                                                                            ("trace after the fix",)}
     # The SOP's last step verifies the fix: the trace the user gave is the baseline, the new run is still to come.
     verify = slow_plan["steps"][-1]

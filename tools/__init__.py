@@ -1,6 +1,6 @@
 """The triage tools: plain async functions over pydantic inputs, returning pydantic results.
 
-One package per kind of evidence (gpu, logs, traces, hangs, stragglers, memory, serving, compile, interconnect;
+One package per kind of evidence (gpu, logs, traces, hangs, stragglers, memory, serving, compile, interconnect, host;
 cluster for the job's processes and nodes; compare for before/after; triage for the plan and the report over the
 others), each over the shared tools.core.
 No MCP import here: mcp_server/ registers these, and the CLI calls the same functions.
@@ -21,6 +21,7 @@ __all__ = [
     "health_check",
     "inference_metrics",
     "nvidia_smi_query",
+    "profile_cpu",
     "summarize_trace",
     "triage_plan",
     "triage_report",
@@ -40,6 +41,7 @@ _PACKAGES = {
     "health_check": "tools.gpu",
     "inference_metrics": "tools.serving",
     "nvidia_smi_query": "tools.gpu",
+    "profile_cpu": "tools.host",
     "summarize_trace": "tools.traces",
     "triage_plan": "tools.triage",
     "triage_report": "tools.triage",

@@ -161,3 +161,15 @@ NET_MAX_FILES: Final = 1024
 NET_MAX_FINDINGS: Final = 40
 NET_MAX_WARN_KINDS: Final = 8  # distinct NCCL WARN messages listed
 NET_LIVE_TIMEOUT_S: Final = 20.0  # the live captures of one node, run together
+
+# profile_cpu: py-spy record of the job's processes, bounded in time, rate and what is read back.
+CPU_MIN_DURATION_S: Final = 1.0
+CPU_MAX_DURATION_S: Final = 30.0
+CPU_DEFAULT_DURATION_S: Final = 5.0
+CPU_MAX_RATE_HZ: Final = 200
+CPU_DEFAULT_RATE_HZ: Final = 100
+CPU_MAX_PROCESSES: Final = 16  # recorded at once (each with its subprocesses)
+CPU_STOP_GRACE_S: Final = 5.0  # past its duration py-spy gets SIGINT (it writes its file then), then SIGKILL
+CPU_MAX_STACKS: Final = 200_000  # distinct stacks read from one record
+CPU_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
+CPU_TOP_FUNCTIONS: Final = 8

@@ -122,3 +122,13 @@ NIC_EFFICIENCY = 0.96
 # busbw rises with the size and then holds on a healthy path (Azure lists the fall-off as a congestion pattern).
 FALL_OFF_RATIO = 0.5
 FALL_OFF_MIN_BYTES = 16 * 1024 * 1024
+
+# profile_cpu: the trainer is input-bound when this share of its main thread's samples waits on (or, with
+# num_workers=0, runs) the DataLoader and its workers are busy at least WORKER_BUSY_SHARE; a main thread busy
+# MAIN_LOOP_BUSY_SHARE of its samples outside the DataLoader is CPU-bound itself; IO when most busy worker samples
+# sit in reads.
+INPUT_WAIT_SHARE = 0.3
+WORKER_BUSY_SHARE = 0.5
+MAIN_LOOP_BUSY_SHARE = 0.8
+IO_READ_SHARE = 0.5
+SYNC_WAIT_SHARE = 0.3

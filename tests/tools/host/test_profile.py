@@ -1,0 +1,127 @@
+"""profile_cpu on real processes: the lab's CPU-bound training loops (tests/lab/cpu_bound.py, CPU torch) recorded
+by the real py-spy through the real MCP server, py-spy's own raw and speedscope files read back, and bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from tests.helpers import REPO, base_env, line_of, stdio_client, structured
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.host import ProfileCpuInput, ProfileCpuResult, profile_cpu
+
+LAB = REPO / "tests" / "lab" / "cpu_bound.py"
+TRANSFORM_LINE = line_of(LAB, "acc += (index * 31 + i) % 7 * 0.5")
+BOOKKEEPING_LINE = line_of(LAB, "values = [((step * 13 + i) % 97) / 97")
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))
+
+
+@contextmanager
+def lab_job(mode: str, tmp_path: Path) -> Iterator[int]:
+    """The lab loop running in its own process group, past its first steps; killed with its workers after."""
+    ready = tmp_path / f"ready-{mode}"
+    process = subprocess.Popen([sys.executable, str(LAB), mode, str(ready)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not ready.exists():
+            assert process.poll() is None, f"the lab job {mode} exited"
+            assert time.monotonic() < deadline, f"the lab job {mode} never got past its first steps"
+            time.sleep(0.2)
+        yield process.pid
+        # Never left stopped by the recording.
+        assert psutil.Process(process.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def profile(root: Path, **arguments: Any) -> ProfileCpuResult:
+    return anyio.run(profile_cpu, ProfileCpuInput(**arguments), ToolContext(roots=(root.resolve(),)))
+
+
+@pytest.mark.anyio
+async def test_each_lab_job_gets_its_verdict_and_function_through_mcp(tmp_path: Path) -> None:
+    found: dict[str, dict[str, Any]] = {}
+    async with stdio_client(base_env(), "--root", str(tmp_path)) as client:
+        for mode in ("workers0", "workers2", "python_loop"):
+            with lab_job(mode, tmp_path) as pid:
+                found[mode] = structured(await client.call_tool("profile_cpu", {"pid": [pid], "duration_s": 3}))
+    for mode in ("workers0", "workers2"):
+        data = found[mode]
+        assert data["verdict"] == "input_bound_cpu", (mode, data["findings"])
+        assert f"heavy_transform (cpu_bound.py:{TRANSFORM_LINE})" in data["findings"][0]["evidence"], data
+    assert "loads the data itself (num_workers=0)" in found["workers0"]["findings"][0]["evidence"]
+    workers = [p for p in found["workers2"]["processes"] if p["role"] == "dataloader_worker"]
+    assert len(workers) == 2 and all(p["idle_pct"] < 30 for p in workers)
+    assert all(p["top"][0]["function"] == "heavy_transform" and p["top"][0]["file"] == "cpu_bound.py"
+               for p in workers)
+    trainer = next(p for p in found["workers2"]["processes"] if p["role"] == "trainer")
+    assert trainer["idle_pct"] > 60  # it waits on the input queue: seen only because py-spy ran with --idle
+    loop = found["python_loop"]
+    assert loop["verdict"] == "main_loop_cpu_bound", loop["findings"]
+    assert "python_bookkeeping" in loop["findings"][0]["evidence"]
+    assert f"cpu_bound.py:{BOOKKEEPING_LINE})" in loop["findings"][0]["evidence"]
+
+
+def test_saved_raw_and_speedscope_files_read_alike(tmp_path: Path) -> None:
+    with lab_job("workers2", tmp_path) as pid:
+        for fmt, name in (("raw", "rec.txt"), ("speedscope", "rec.json")):
+            subprocess.run([PY_SPY, "record", "--pid", str(pid), "--duration", "2", "--format", fmt, "--output",
+                            str(tmp_path / name), "--idle", "--subprocesses", "--threads"], check=True,
+                           capture_output=True, timeout=60)
+    for name in ("rec.txt", "rec.json"):
+        result = profile(tmp_path, from_files=[name])
+        assert result.verdict == "input_bound_cpu", (name, result.findings)
+        assert f"heavy_transform (cpu_bound.py:{TRANSFORM_LINE})" in result.findings[0].evidence
+
+
+def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="duration_s"):
+        ProfileCpuInput(pid=[1], duration_s=0)
+    with pytest.raises(ValueError, match="duration_s"):
+        ProfileCpuInput(pid=[1], duration_s=10**6)
+    with pytest.raises(ValueError, match="exactly one"):
+        ProfileCpuInput()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(BadInput, match="no such process"):
+        profile(tmp_path, pid=[gone.pid])
+    # Not Python: py-spy refuses, said plainly, and the process is not left stopped.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(UnreadableInput, match="not a Python process|py-spy"):
+            profile(tmp_path, pid=[sleeper.pid], duration_s=1)
+        assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    big = tmp_path / "huge.txt"
+    with big.open("wb") as handle:
+        handle.truncate(2 * 1024**3)
+    with pytest.raises(LimitExceeded, match="read up to"):
+        profile(tmp_path, from_files=["huge.txt"])
+    # A speedscope profile with a 10^6-deep stack: read within bounds (frames past 512 of a sample are cut).
+    deep = {"shared": {"frames": [{"name": f"f{i}", "file": "deep.py", "line": i} for i in range(1000)]},
+            "profiles": [{"type": "sampled", "name": 'Thread 1 "MainThread"', "samples": [list(range(1000)) * 1000],
+                          "weights": [0.01]}]}
+    (tmp_path / "deep.json").write_text(json.dumps(deep))
+    started = time.monotonic()
+    result = profile(tmp_path, from_files=["deep.json"])
+    assert time.monotonic() - started < 10 and result.processes[0].samples == 1
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(UnreadableInput, match="speedscope"):
+        profile(tmp_path, from_files=["junk.json"])
