@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -158,28 +159,47 @@ async def _record(pid: int, params: ProfileCpuInput, folder: Path, deadline: flo
     argv += ["--gil"] if params.gil else ["--idle"]
     argv += ["--native"] if params.native else []
     argv += ["--nonblocking"] if params.nonblocking else []
-    process = await anyio.open_process(argv, start_new_session=True, stdin=-3, stdout=-3, stderr=-1)
+    process = await anyio.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stopped_by = ""
+    errors: list[bytes] = []
+    drained = anyio.Event()
+
+    async def drain() -> None:  # read stderr as it comes: a full pipe would block py-spy
+        try:
+            if process.stderr is not None:
+                async for chunk in process.stderr:
+                    if sum(map(len, errors)) < 65536:
+                        errors.append(chunk)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            drained.set()
+
     try:
-        with anyio.move_on_after(max(0.5, min(params.duration_s + CPU_STOP_GRACE_S, deadline - time.monotonic()))):
-            await process.wait()
-        if process.returncode is None:  # past its time: SIGINT makes py-spy write what it has
-            stopped_by = "stopped with SIGINT past its duration"
-            process.send_signal(signal.SIGINT)
-            with anyio.move_on_after(3):
+        async with anyio.create_task_group() as group:
+            group.start_soon(drain)
+            with anyio.move_on_after(max(0.5, min(params.duration_s + CPU_STOP_GRACE_S,
+                                                  deadline - time.monotonic()))):
                 await process.wait()
-        if process.returncode is None:
-            stopped_by = "killed: it did not stop on SIGINT"
-            process.kill()
-            with anyio.move_on_after(2):
-                await process.wait()
-        error = (await process.stderr.receive(65536)).decode("utf-8", "replace") if process.stderr else ""
-    except (anyio.EndOfStream, anyio.ClosedResourceError):
-        error = ""
+            if process.returncode is None:  # past its time: SIGINT makes py-spy write what it has
+                stopped_by = "stopped with SIGINT past its duration"
+                process.send_signal(signal.SIGINT)
+                with anyio.move_on_after(3):
+                    await process.wait()
+            if process.returncode is None:
+                stopped_by = "killed: it did not stop on SIGINT"
+                process.kill()
+                with anyio.move_on_after(2):
+                    await process.wait()
+            with anyio.move_on_after(1):  # its last words, then no longer
+                await drained.wait()
+            group.cancel_scope.cancel()
     finally:
         if process.returncode is None:
             process.kill()
         _continue(pid)
+    error = b"".join(errors).decode("utf-8", "replace")
     if output.is_file():
         return output.read_text(encoding="utf-8", errors="replace"), stopped_by
     return None, stopped_by or _failure(error)
