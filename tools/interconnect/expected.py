@@ -34,10 +34,8 @@ _NVSWITCH = (
     (re.compile(r"\bH800\b", re.I), 215.0, "H800 (NVLink cut to 400 GB/s): ~215 GB/s all_reduce (nccl#1374)"),
     (re.compile(r"\bH100\b(?!.*PCIe)(?!.*NVL)|\bH200\b(?!.*NVL)|\bH20\b", re.I), 370.0,
      "NVLink4 8-GPU board: ~370 GB/s ring (18 x 20.6 GB/s; nccl-tests#212)"),
-    (re.compile(r"\bA100\b(?=.*SXM)|A100-SXM|A100 80GB HBM2e|A100-SXM4", re.I), 230.0,
+    (re.compile(r"\bA100\b(?=.*SXM)|A100-SXM", re.I), 230.0,
      "NVLink3 8-GPU board: ~230 GB/s all_reduce (nccl-tests#149)"),
-    (re.compile(r"\bA800\b(?=.*SXM)|A800-SXM", re.I), 155.0,
-     "A800 (NVLink cut to 400 GB/s): ~155 GB/s (8 links x 20 GB/s)"),
 )
 
 
