@@ -30,7 +30,9 @@ __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 # nsys only as `nsys export --type sqlite` of a report the caller named, into a private temporary folder that is
 # deleted after the call (tools/traces/nsys.py): it reads the report and writes nothing else.
 # ibstat (no arguments) and ethtool (an interface name this node's /sys/class/net lists, nothing else) only print
-# the state of the node's ports (tools/interconnect/live.py).
+# the state of the node's ports (tools/interconnect/live.py). py-spy reads the pids it is given: `dump`
+# (tools/hangs/stacks.py) and `record` for a bounded time into a private temporary file (tools/host/profile.py,
+# which starts it itself to stop it with SIGINT, and sends every target SIGCONT after).
 ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys", "ibstat", "ethtool"})
 
 
