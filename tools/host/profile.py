@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -159,8 +160,11 @@ async def _record(pid: int, params: ProfileCpuInput, folder: Path, deadline: flo
     argv += ["--gil"] if params.gil else ["--idle"]
     argv += ["--native"] if params.native else []
     argv += ["--nonblocking"] if params.nonblocking else []
-    process = await anyio.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        process = await anyio.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as exc:
+        return None, f"py-spy could not be started: {exc.strerror or exc}"
     stopped_by = ""
     errors: list[bytes] = []
     drained = anyio.Event()
@@ -383,9 +387,9 @@ def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFindi
     return found
 
 
-def _merged(roles: object) -> _Role:
+def _merged(roles: Iterable[_Role]) -> _Role:
     total = _Role()
-    for measure in roles:  # type: ignore[attr-defined]
+    for measure in roles:
         total.threads += measure.threads
         total.samples += measure.samples
         total.idle += measure.idle
