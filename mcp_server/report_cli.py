@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
     parser.add_argument("--compile-logs", action="append", default=[], metavar="GLOB",
                         help="Logs written with TORCH_LOGS=graph_breaks,recompiles (repeatable).")
+    parser.add_argument("--profile-cpu", action="store_true", help="Record the --pids' CPU time for 5 s with py-spy "
+                        "(profile_cpu).")
     parser.add_argument("--nccl-logs", action="append", default=[], metavar="GLOB",
                         help="Logs with NCCL_DEBUG=INFO lines, for check_interconnect (repeatable).")
     parser.add_argument("--nccl-tests", action="append", default=[], metavar="GLOB",
@@ -78,6 +80,8 @@ def report_main(argv: list[str]) -> int:
         arguments.update(metrics=args.metrics, allow_host=args.allow_host)
     if args.compile_logs:
         arguments["compile_logs"] = args.compile_logs
+    if args.profile_cpu:
+        arguments["profile_cpu"] = True
     for name in ("nccl_logs", "nccl_tests", "net_captures"):
         if getattr(args, name):
             arguments[name] = getattr(args, name)
@@ -105,6 +109,7 @@ def report_main(argv: list[str]) -> int:
                                  ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
                                  ("metrics", args.metrics), ("compile logs", args.compile_logs),
                                  ("interconnect", args.nccl_logs or args.nccl_tests or args.net_captures),
+                                 ("cpu profile", args.profile_cpu),
                                  ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)

@@ -125,3 +125,14 @@ def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
     (tmp_path / "junk.json").write_text("{not json")
     with pytest.raises(UnreadableInput, match="speedscope"):
         profile(tmp_path, from_files=["junk.json"])
+
+
+def test_the_report_records_the_pids_it_is_given(tmp_path: Path) -> None:
+    from tools.triage import TriageReportInput, triage_report
+
+    with lab_job("workers0", tmp_path) as pid:
+        report = anyio.run(triage_report, TriageReportInput(health=False, pids=[pid], profile_cpu=True),
+                           ToolContext(roots=(tmp_path.resolve(),)))
+    assert {r.tool for r in report.runs} == {"dump_stacks", "profile_cpu"}
+    row = next(r for r in report.rows if r.source == "profile_cpu")
+    assert row.symptom == "host CPU: input bound cpu" and "heavy_transform" in row.evidence
