@@ -81,6 +81,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Interconnect check (NCCL transports, nccl-tests, NVLink/IB/Ethernet links)"),
     ToolSpec("profile_cpu", "tools.host", "ProfileCpuInput", "ProfileCpuResult",
              "CPU profile of the job's processes (py-spy record)", open_world=True),
+    ToolSpec("sample_host", "tools.host", "SampleHostInput", "SampleHostResult",
+             "Host sample: disks, CPUs, memory (live /proc, or iostat / vmstat captures)"),
     ToolSpec("triage_plan", "tools.triage", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
     ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult", "Triage report",
              open_world=True),

@@ -173,3 +173,10 @@ CPU_STOP_GRACE_S: Final = 5.0  # past its duration py-spy gets SIGINT (it writes
 CPU_MAX_STACKS: Final = 200_000  # distinct stacks read from one record
 CPU_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
 CPU_TOP_FUNCTIONS: Final = 8
+
+# sample_host: a live sample of this host, bounded; saved captures read whole up to a size.
+HOST_MIN_DURATION_S: Final = 1.0
+HOST_MAX_DURATION_S: Final = 60.0
+HOST_DEFAULT_DURATION_S: Final = 5.0
+HOST_MAX_CAPTURE_BYTES: Final = 16 * 1024 * 1024
+HOST_MAX_PROCESSES: Final = 256

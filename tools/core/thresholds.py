@@ -132,3 +132,14 @@ WORKER_BUSY_SHARE = 0.5
 MAIN_LOOP_BUSY_SHARE = 0.8
 IO_READ_SHARE = 0.5
 SYNC_WAIT_SHARE = 0.3
+
+# sample_host: a disk is saturated when requests wait IO_AWAIT_MS or more with IO_QUEUE_DEPTH or more in flight
+# (%util alone is not saturation on SSD, NVMe or RAID); the CPUs are saturated at CPU_IDLE_PCT idle or less; a
+# DataLoader worker at WORKER_SATURATED_PCT of a core is CPU-bound; iowait of IOWAIT_PCT with blocked tasks, and
+# swapping with MemAvailable under MEM_AVAILABLE_PCT, are the other two verdicts.
+IO_AWAIT_MS = 20.0
+IO_QUEUE_DEPTH = 1.0
+IOWAIT_PCT = 20.0
+CPU_IDLE_PCT = 10.0
+WORKER_SATURATED_PCT = 80.0
+MEM_AVAILABLE_PCT = 10.0

@@ -1,0 +1,86 @@
+"""sample_host: a live sample of this host with a real job whose DataLoader-like workers saturate their cores, saved
+iostat / vmstat captures from public sources (tests/data/host), and bad inputs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.helpers import base_env, stdio_client, structured
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.host import SampleHostInput, SampleHostResult, sample_host
+
+# A trainer that forks one worker (the same command line, as a DataLoader's fork start does) spinning in Python.
+JOB = """
+import os, sys, time
+ready = sys.argv[1]
+if os.fork() == 0:
+    open(ready, "w").write("go")
+    while True:
+        sum(i * i for i in range(10_000))
+while True:
+    time.sleep(0.5)
+"""
+
+
+@contextmanager
+def job(tmp_path: Path) -> Iterator[int]:
+    ready = tmp_path / "ready"
+    process = subprocess.Popen([sys.executable, "-c", JOB, str(ready)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield process.pid
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def sample(root: Path, **arguments: Any) -> SampleHostResult:
+    return anyio.run(sample_host, SampleHostInput(**arguments), ToolContext(roots=(root.resolve(),)))
+
+
+@pytest.mark.anyio
+async def test_a_saturated_worker_is_cpu_bound_through_mcp(tmp_path: Path) -> None:
+    with job(tmp_path) as pid:
+        async with stdio_client(base_env(), "--root", str(tmp_path)) as client:
+            data = structured(await client.call_tool("sample_host", {"pid": [pid], "duration_s": 2}))
+    roles = {p["role"]: p for p in data["processes"]}
+    assert roles["trainer"]["pid"] == pid and roles["trainer"]["cpu_pct"] < 20
+    assert roles["dataloader_worker"]["cpu_pct"] >= 80
+    assert data["verdict"] == "cpu_bound" and "every DataLoader worker (1)" in data["findings"][0]["evidence"]
+    assert data["source"] == "live 2 s" and data["cpu"]["cores"] >= 1
+    assert data["disks"], "the host's block devices are read from /proc/diskstats"
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="duration_s"):
+        SampleHostInput(duration_s=0)
+    with pytest.raises(ValueError, match="duration_s"):
+        SampleHostInput(duration_s=10**6)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with pytest.raises(BadInput, match="no such process"):
+        sample(tmp_path, pid=[gone.pid], duration_s=1)
+    (tmp_path / "junk.txt").write_bytes(b"\x00\x01" * 5000)
+    with pytest.raises(UnreadableInput, match="binary"):
+        sample(tmp_path, from_files=["junk.txt"])
+    with (tmp_path / "huge.txt").open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)
+    with pytest.raises(LimitExceeded, match="read up to"):
+        sample(tmp_path, from_files=["huge.txt"])
+    with pytest.raises(ValueError, match="live sample"):
+        SampleHostInput(from_files=["x"], pid=[1])

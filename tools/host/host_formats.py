@@ -1,0 +1,160 @@
+"""The readers of saved host-metric captures: `iostat -x` (sysstat 10-12 text layouts and `-o JSON`) and `vmstat`
+(procps-ng, with or without the `gu` column). Both are read by their headers, never by column position: the column
+sets change with versions and flags (notes host_evidence.md §3). A capture with several reports keeps the later ones:
+the first report of iostat and the first row of vmstat are averages since boot.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DiskSample", "HostCapture", "is_iostat", "is_vmstat", "read_iostat", "read_vmstat"]
+
+_NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
+
+
+@dataclass
+class DiskSample:
+    name: str
+    util_pct: float | None = None
+    await_ms: float | None = None  # the larger of r_await / w_await (or await)
+    queue_depth: float | None = None  # aqu-sz (avgqu-sz before sysstat 12)
+    read_mbs: float | None = None
+    write_mbs: float | None = None
+    iops: float | None = None
+
+
+@dataclass
+class HostCapture:
+    kind: str
+    disks: list[DiskSample] = field(default_factory=list)  # iostat: one per device per report after the first
+    iowait_pct: list[float] = field(default_factory=list)  # per report or row
+    user_pct: list[float] = field(default_factory=list)
+    system_pct: list[float] = field(default_factory=list)
+    idle_pct: list[float] = field(default_factory=list)
+    steal_pct: list[float] = field(default_factory=list)
+    run_queue: list[float] = field(default_factory=list)  # vmstat r
+    blocked: list[float] = field(default_factory=list)  # vmstat b
+    swap_in: list[float] = field(default_factory=list)  # vmstat si (KiB/s)
+    swap_out: list[float] = field(default_factory=list)
+    reports: int = 0
+
+
+def _number(text: str) -> float | None:
+    text = text.replace(",", ".")  # locales that print decimal commas
+    return float(text) if _NUMBER.match(text) else None
+
+
+def is_iostat(text: str) -> bool:
+    return re.search(r"^Device:?\s", text, re.M) is not None or '"sysstat"' in text[:2000]
+
+
+def is_vmstat(text: str) -> bool:
+    return re.search(r"^\s*r\s+b\s+swpd\s+free", text, re.M) is not None
+
+
+def read_iostat(text: str) -> HostCapture:
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return _iostat_json(json.loads(stripped))
+    capture = HostCapture("iostat")
+    reports: list[tuple[list[DiskSample], list[float]]] = []
+    header: list[str] | None = None
+    cpu_header: list[str] | None = None
+    for line in text.splitlines():
+        tokens = line.split()
+        if not tokens:
+            header = None
+            continue
+        if tokens[0] == "avg-cpu:":
+            cpu_header = [t.lstrip("%") for t in tokens[1:]]
+            reports.append(([], []))
+            continue
+        if cpu_header is not None and all(_number(t) is not None for t in tokens):
+            values = dict(zip(cpu_header, (_number(t) or 0.0 for t in tokens), strict=False))
+            if not reports:
+                reports.append(([], []))
+            reports[-1][1].extend([values.get("iowait", 0.0), values.get("user", 0.0), values.get("system", 0.0),
+                                   values.get("idle", 0.0), values.get("steal", 0.0)])
+            cpu_header = None
+            continue
+        if tokens[0].rstrip(":") == "Device":
+            header = [t.lstrip("%") for t in tokens[1:]]
+            if not reports or reports[-1][0]:
+                reports.append(([], []))
+            continue
+        if header is not None and len(tokens) >= 2:
+            cells = {h: _number(v) for h, v in zip(header, tokens[1:], strict=False)}
+            reports[-1][0].append(_disk(tokens[0], cells))
+    kept = reports[1:] if len(reports) > 1 else reports
+    capture.reports = len(kept)
+    for disks, cpu in kept:
+        capture.disks.extend(disks)
+        if len(cpu) == 5:
+            for column, value in zip((capture.iowait_pct, capture.user_pct, capture.system_pct, capture.idle_pct,
+                                      capture.steal_pct), cpu, strict=True):
+                column.append(value)
+    return capture
+
+
+def _disk(name: str, values: Mapping[str, float | None]) -> DiskSample:
+    def first(*names: str) -> float | None:
+        return next((values[n] for n in names if values.get(n) is not None), None)
+
+    waits = [v for k, v in values.items() if k in ("r_await", "w_await", "await", "d_await") and v is not None]
+    reads = first("rMB/s", "rkB/s", "rsec/s")
+    writes = first("wMB/s", "wkB/s", "wsec/s")
+    scale = 1.0 if "rMB/s" in values else 1 / 1024 if "rkB/s" in values else 512 / 2**20
+    iops = (first("r/s") or 0.0) + (first("w/s") or 0.0)
+    return DiskSample(name=name, util_pct=first("util"), await_ms=max(waits) if waits else None,
+                      queue_depth=first("aqu-sz", "avgqu-sz"),
+                      read_mbs=reads * scale if reads is not None else None,
+                      write_mbs=writes * scale if writes is not None else None, iops=iops)
+
+
+def _iostat_json(document: Any) -> HostCapture:
+    capture = HostCapture("iostat")
+    hosts = document.get("sysstat", {}).get("hosts", []) if isinstance(document, dict) else []
+    statistics = [s for h in hosts if isinstance(h, dict) for s in h.get("statistics", []) if isinstance(s, dict)]
+    kept = statistics[1:] if len(statistics) > 1 else statistics
+    capture.reports = len(kept)
+    for report in kept:
+        cpu = report.get("avg-cpu")
+        if isinstance(cpu, dict):
+            capture.iowait_pct.append(float(cpu.get("iowait", 0)))
+            capture.user_pct.append(float(cpu.get("user", 0)))
+            capture.system_pct.append(float(cpu.get("system", 0)))
+            capture.idle_pct.append(float(cpu.get("idle", 0)))
+            capture.steal_pct.append(float(cpu.get("steal", 0)))
+        for disk in report.get("disk", []) or []:
+            if isinstance(disk, dict) and isinstance(disk.get("disk_device"), str):
+                values = {str(k): float(v) for k, v in disk.items() if isinstance(v, int | float)}
+                capture.disks.append(_disk(disk["disk_device"], values))
+    return capture
+
+
+def read_vmstat(text: str) -> HostCapture:
+    capture = HostCapture("vmstat")
+    header: list[str] | None = None
+    rows: list[dict[str, float | None]] = []
+    for line in text.splitlines():
+        tokens = line.split()
+        if len(tokens) >= 4 and tokens[:4] == ["r", "b", "swpd", "free"]:
+            header = tokens
+            continue
+        if header is not None and tokens and all(_number(t) is not None for t in tokens):
+            rows.append(dict(zip(header, (_number(t) for t in tokens), strict=False)))
+    kept = rows[1:] if len(rows) > 1 else rows  # the first row averages since boot
+    capture.reports = len(kept)
+    for row in kept:
+        for column, key in ((capture.run_queue, "r"), (capture.blocked, "b"), (capture.swap_in, "si"),
+                            (capture.swap_out, "so"), (capture.user_pct, "us"), (capture.system_pct, "sy"),
+                            (capture.idle_pct, "id"), (capture.iowait_pct, "wa"), (capture.steal_pct, "st")):
+            value = row.get(key)
+            if value is not None:
+                column.append(value)
+    return capture

@@ -1,0 +1,369 @@
+"""sample_host: is the host starving the GPU through its disks, its CPUs or its memory? A bounded live sample of
+this host (two readings of /proc `duration_s` apart: per disk utilisation, throughput, IOPS, await and queue depth
+from /proc/diskstats; CPU user/system/iowait/steal from /proc/stat; running and blocked tasks; swap traffic and
+MemAvailable; per process CPU % over the window for the job's processes and their workers, and the ones in D state),
+or saved `iostat -x` / `vmstat` captures (tools/host/host_formats.py).
+
+%util is not saturation on devices that serve requests in parallel (SSD, NVMe, RAID): a disk counts as the
+bottleneck by its await and queue depth, with blocked tasks and workers in D state as corroboration.
+SOP: gpu_utilization_low (the host side of GPU idle).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import psutil
+from pydantic import BaseModel, Field, model_validator
+
+from tools.cluster import processes_by_match
+from tools.core.context import ToolContext
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.files import expand_inputs
+from tools.core.limits import (
+    HOST_DEFAULT_DURATION_S,
+    HOST_MAX_CAPTURE_BYTES,
+    HOST_MAX_DURATION_S,
+    HOST_MAX_PROCESSES,
+    HOST_MIN_DURATION_S,
+    STACK_MAX_MATCH_CHARS,
+)
+from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.thresholds import (
+    CPU_IDLE_PCT,
+    IO_AWAIT_MS,
+    IO_QUEUE_DEPTH,
+    IOWAIT_PCT,
+    MEM_AVAILABLE_PCT,
+    WORKER_SATURATED_PCT,
+)
+from tools.host.host_formats import DiskSample, HostCapture, is_iostat, is_vmstat, read_iostat, read_vmstat
+
+__all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
+
+_BRANCH = "gpu_utilization_low"
+Verdict = Literal["io_bound", "cpu_bound", "memory_pressure", "none"]
+_SKIPPED_DISKS = ("loop", "ram", "zram", "sr", "fd")
+
+
+class SampleHostInput(InputModel):
+    duration_s: float = Field(default=HOST_DEFAULT_DURATION_S, ge=HOST_MIN_DURATION_S, le=HOST_MAX_DURATION_S,
+                              description="How long the live sample lasts.")
+    pid: list[int] = Field(default_factory=list, max_length=64, description="The job's processes (their children, "
+                           "the DataLoader workers, are read too).")
+    match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
+                              description="A regex (RE2) on the job's command line, instead of pids.")
+    from_files: list[PathArg] = Field(default_factory=list, max_length=32, description="Saved `iostat -x` (text or "
+                                      "-o JSON) and `vmstat` outputs, inside the roots, instead of a live sample.")
+
+    @model_validator(mode="after")
+    def _not_both(self) -> SampleHostInput:
+        if self.from_files and (self.pid or self.match):
+            raise ValueError("from_files is a saved capture: pid and match are for a live sample")
+        return self
+
+
+class Disk(BaseModel):
+    name: str
+    util_pct: float | None
+    await_ms: float | None
+    queue_depth: float | None
+    read_mbs: float | None
+    write_mbs: float | None
+    iops: float | None
+
+
+class Cpu(BaseModel):
+    user_pct: float | None
+    system_pct: float | None
+    iowait_pct: float | None
+    steal_pct: float | None
+    idle_pct: float | None
+    run_queue: float | None
+    blocked: float | None
+    cores: int | None
+
+
+class HostProcess(BaseModel):
+    pid: int
+    role: Literal["trainer", "dataloader_worker", "other"]
+    cpu_pct: float = Field(description="% of one core over the window.")
+    state: str
+
+
+class HostFinding(BaseModel):
+    kind: Verdict
+    severity: Severity
+    evidence: str
+    fix: str
+    sop_branch: str = _BRANCH
+
+
+class SampleHostResult(ToolResult):
+    verdict: Verdict
+    source: str = Field(description="'live N s' or the captures read.")
+    disks: list[Disk]
+    cpu: Cpu
+    processes: list[HostProcess]
+    memory_available_pct: float | None
+    findings: list[HostFinding]
+    notes: list[str]
+
+    narrow_hint = "pass fewer pids"
+
+    def tables(self) -> list[Table]:
+        return [
+            Table("Findings", ["kind", "severity", "evidence", "fix"],
+                  [[f.kind, f.severity.value, f.evidence, f.fix] for f in self.findings], "findings"),
+            Table("Disks", ["disk", "util %", "await ms", "queue", "read MB/s", "write MB/s", "IOPS"],
+                  [[d.name, _f(d.util_pct), _f(d.await_ms), _f(d.queue_depth), _f(d.read_mbs), _f(d.write_mbs),
+                    _f(d.iops)] for d in self.disks], "disks"),
+            Table("Processes", ["pid", "role", "CPU % of a core", "state"],
+                  [[str(p.pid), p.role, f"{p.cpu_pct:.0f}", p.state] for p in self.processes], "processes"),
+        ]
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+# ---------------------------------------------------------------- the live sample
+
+
+@dataclass
+class _Reading:
+    at: float
+    disks: dict[str, list[int]]  # name -> the diskstats fields after the name
+    cpu: list[int]  # /proc/stat's cpu line
+    running: int
+    blocked: int
+    swap: tuple[int, int]  # pswpin, pswpout
+    process_cpu: dict[int, float]  # pid -> utime + stime (s)
+
+
+def _read_proc(pids: list[int]) -> _Reading:
+    disks: dict[str, list[int]] = {}
+    whole = set(os.listdir("/sys/block")) if os.path.isdir("/sys/block") else set()
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 14 and (parts[2] in whole or not whole) and not parts[2].startswith(_SKIPPED_DISKS):
+            disks[parts[2]] = [int(x) for x in parts[3:14]]
+    stat = Path("/proc/stat").read_text().splitlines()
+    cpu = [int(x) for x in stat[0].split()[1:]]
+    fields = {line.split()[0]: int(line.split()[1]) for line in stat if line.startswith(("procs_running",
+                                                                                         "procs_blocked"))}
+    vmstat = {k: int(v) for k, v in (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+              if k in ("pswpin", "pswpout")}
+    process_cpu: dict[int, float] = {}
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            process_cpu[pid] = times.user + times.system
+        except psutil.Error:
+            continue
+    return _Reading(time.monotonic(), disks, cpu, fields.get("procs_running", 0), fields.get("procs_blocked", 0),
+                    (vmstat.get("pswpin", 0), vmstat.get("pswpout", 0)), process_cpu)
+
+
+def _disks_between(a: _Reading, b: _Reading) -> list[Disk]:
+    span = max(b.at - a.at, 1e-3)
+    rows = []
+    for name, after in b.disks.items():
+        before = a.disks.get(name)
+        if before is None:
+            continue
+        d = [x - y for x, y in zip(after, before, strict=True)]
+        # reads, reads merged, sectors read, ms reading, writes, merged, sectors written, ms writing, in flight,
+        # ms doing I/O, weighted ms (Documentation/admin-guide/iostats.rst)
+        ios = d[0] + d[4]
+        rows.append(Disk(name=name, util_pct=round(min(100.0, 100 * d[9] / (span * 1000)), 1),
+                         await_ms=round((d[3] + d[7]) / ios, 2) if ios else None,
+                         queue_depth=round(d[10] / (span * 1000), 2), read_mbs=round(d[2] * 512 / 2**20 / span, 2),
+                         write_mbs=round(d[6] * 512 / 2**20 / span, 2), iops=round(ios / span, 1)))
+    return sorted(rows, key=lambda r: -(r.util_pct or 0))
+
+
+def _cpu_between(a: _Reading, b: _Reading) -> Cpu:
+    d = [x - y for x, y in zip(b.cpu, a.cpu, strict=False)]
+    total = sum(d[:8]) or 1  # user nice system idle iowait irq softirq steal
+    pct = [round(100 * x / total, 1) for x in d[:8]] + [0.0] * (8 - len(d[:8]))
+    return Cpu(user_pct=round(pct[0] + pct[1], 1), system_pct=round(pct[2] + pct[5] + pct[6], 1), iowait_pct=pct[4],
+               steal_pct=pct[7], idle_pct=pct[3], run_queue=float(max(a.running, b.running)),
+               blocked=float(max(a.blocked, b.blocked)), cores=psutil.cpu_count())
+
+
+def _targets(params: SampleHostInput) -> tuple[list[int], dict[int, str]]:
+    """The job's processes and their children, with a role each."""
+    roots = list(params.pid)
+    if params.match is not None:
+        found, _, _ = processes_by_match(params.match, HOST_MAX_PROCESSES)
+        roots = [p.pid for p in found]
+        if not roots:
+            raise BadInput(f"no process's command line matches {params.match!r}.", "Check `ps -eo pid,args`.")
+    roles: dict[int, str] = {}
+    for pid in roots:
+        try:
+            process = psutil.Process(pid)
+        except psutil.Error as exc:
+            raise BadInput(f"no such process: {pid}.", "Give the pids of running processes.") from exc
+        roles.setdefault(pid, "trainer")
+        for child in process.children(recursive=True)[:HOST_MAX_PROCESSES]:
+            roles.setdefault(child.pid, "dataloader_worker" if _is_worker(child) else "other")
+    return list(roles)[:HOST_MAX_PROCESSES], roles
+
+
+def _is_worker(process: psutil.Process) -> bool:
+    """A DataLoader worker: PyTorch names its thread pt_data_worker (2.4+); before, a forked child running the
+    trainer's own command line, or a multiprocessing spawn child."""
+    try:
+        if process.name() == "pt_data_worker":
+            return True
+        parent = process.parent()
+        command = process.cmdline()
+        return (parent is not None and command == parent.cmdline()) or "--multiprocessing-fork" in command
+    except psutil.Error:
+        return False
+
+
+async def _live(params: SampleHostInput) -> SampleHostResult:
+    pids, roles = _targets(params)
+    first = _read_proc(pids)
+    await anyio.sleep(params.duration_s)
+    second = _read_proc(pids)
+    span = max(second.at - first.at, 1e-3)
+    processes = []
+    for pid in pids:
+        if pid not in first.process_cpu or pid not in second.process_cpu:
+            continue
+        try:
+            state: str = psutil.Process(pid).status()
+        except psutil.Error:
+            state = "gone"
+        processes.append(HostProcess(pid=pid, role=roles[pid],  # type: ignore[arg-type]
+                                     cpu_pct=round(100 * (second.process_cpu[pid] - first.process_cpu[pid]) / span, 1),
+                                     state=state))
+    memory = psutil.virtual_memory()
+    swapping = (second.swap[0] - first.swap[0]) + (second.swap[1] - first.swap[1]) > 0
+    return _judge(_disks_between(first, second), _cpu_between(first, second), processes,
+                  round(100 * memory.available / memory.total, 1), swapping, f"live {params.duration_s:g} s", [])
+
+
+# ---------------------------------------------------------------- captures
+
+
+def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
+    captures: list[HostCapture] = []
+    notes: list[str] = []
+    for file in expand_inputs(params.from_files, ctx.roots):
+        size = file.path.stat().st_size
+        if size > HOST_MAX_CAPTURE_BYTES:
+            raise LimitExceeded(f"{file.name} is {size} bytes; a capture is read up to {HOST_MAX_CAPTURE_BYTES}.",
+                                "Pass the command's own output.")
+        text = file.path.read_bytes().decode("utf-8", "replace")
+        if "\x00" in text[:65536]:
+            raise UnreadableInput(f"{file.name} is binary, not a command's output.", "Pass iostat -x or vmstat text.")
+        if is_iostat(text):
+            captures.append(read_iostat(text))
+        elif is_vmstat(text):
+            captures.append(read_vmstat(text))
+        else:
+            notes.append(f"{file.name}: neither iostat -x nor vmstat output.")
+    disks_by_name: dict[str, list[DiskSample]] = {}
+    for capture in captures:
+        for disk in capture.disks:
+            disks_by_name.setdefault(disk.name, []).append(disk)
+    disks = [Disk(name=name, util_pct=_peak(s.util_pct for s in samples), await_ms=_peak(s.await_ms for s in samples),
+                  queue_depth=_peak(s.queue_depth for s in samples), read_mbs=_peak(s.read_mbs for s in samples),
+                  write_mbs=_peak(s.write_mbs for s in samples), iops=_peak(s.iops for s in samples))
+             for name, samples in disks_by_name.items()]
+
+    def series(name: str) -> list[float]:
+        return [v for c in captures for v in getattr(c, name)]
+
+    def median(name: str) -> float | None:
+        values = sorted(series(name))
+        return values[len(values) // 2] if values else None
+
+    cpu = Cpu(user_pct=median("user_pct"), system_pct=median("system_pct"), iowait_pct=median("iowait_pct"),
+              steal_pct=median("steal_pct"), idle_pct=median("idle_pct"), run_queue=median("run_queue"),
+              blocked=median("blocked"), cores=None)
+    swap = series("swap_in") + series("swap_out")
+    swapping = sum(1 for v in swap if v > 0) * 2 >= max(len(swap), 1) and any(v > 0 for v in swap)
+    names = ", ".join(c.kind for c in captures) or "nothing readable"
+    return _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
+                  notes)
+
+
+def _peak(values: object) -> float | None:
+    numbers = [v for v in values if isinstance(v, int | float)]  # type: ignore[attr-defined]
+    return round(max(numbers), 2) if numbers else None
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_available: float | None,
+           swapping: bool, source: str, notes: list[str]) -> SampleHostResult:
+    findings: list[HostFinding] = []
+    saturated = [d for d in disks if (d.await_ms or 0) >= IO_AWAIT_MS and (d.queue_depth or 0) >= IO_QUEUE_DEPTH]
+    stuck = [p for p in processes if p.state == psutil.STATUS_DISK_SLEEP]
+    if saturated or ((cpu.iowait_pct or 0) >= IOWAIT_PCT and ((cpu.blocked or 0) >= 1 or stuck)):
+        worst_disk = max(saturated, key=lambda d: d.await_ms or 0) if saturated else None
+        said = (f"{worst_disk.name}: requests wait {worst_disk.await_ms:g} ms with {worst_disk.queue_depth:g} in "
+                f"flight ({_f(worst_disk.util_pct)} % util)" if worst_disk else
+                f"CPU iowait {cpu.iowait_pct:g} % with {cpu.blocked:g} task(s) blocked")
+        findings.append(HostFinding(kind="io_bound", severity=Severity.crit, evidence=said + (
+            f"; {len(stuck)} of the job's processes in D state (waiting on I/O)" if stuck else ""),
+            fix="Faster or local storage (NVMe, a node-local cache of the dataset), more DataLoader workers to overlap "
+                "reads, larger sequential files (WebDataset, record formats) instead of many small ones"))
+    workers = [p for p in processes if p.role == "dataloader_worker"]
+    busy_workers = [p for p in workers if p.cpu_pct >= WORKER_SATURATED_PCT]
+    if (cpu.idle_pct is not None and cpu.idle_pct <= CPU_IDLE_PCT) or (workers and len(busy_workers) == len(workers)):
+        said = (f"every DataLoader worker ({len(workers)}) runs at >= {WORKER_SATURATED_PCT:g} % of a core "
+                f"({', '.join(f'{p.pid}: {p.cpu_pct:.0f} %' for p in busy_workers[:4])})" if busy_workers and
+                len(busy_workers) == len(workers) else f"the CPUs are {100 - (cpu.idle_pct or 0):.0f} % busy")
+        findings.append(HostFinding(kind="cpu_bound", severity=Severity.crit if busy_workers else Severity.warn,
+                                    evidence=said, fix="More DataLoader workers if cores are free, else cheaper "
+                                    "transforms (profile_cpu names the function), decoding on the GPU (DALI, "
+                                    "torchvision.io on CUDA) or pre-decoded data"))
+    if swapping and (memory_available is None or memory_available <= MEM_AVAILABLE_PCT):
+        findings.append(HostFinding(kind="memory_pressure", severity=Severity.crit,
+                                    evidence="the host swaps" + (f" with {memory_available:g} % of memory available"
+                                                                 if memory_available is not None else ""),
+                                    fix="Fewer or lighter DataLoader workers (each holds a copy of the dataset "
+                                        "object), a smaller prefetch_factor, or more host memory"))
+    verdict: Verdict = findings[0].kind if findings else "none"
+    util_only = [d for d in disks if (d.util_pct or 0) >= 90 and d not in saturated]
+    if util_only:
+        notes.append(f"{', '.join(d.name for d in util_only)}: %util near 100 but await/queue say not saturated "
+                     "(devices that serve requests in parallel read 100 % long before their limit).")
+    opening = f"{source}: {len(disks)} disk(s), {len(processes)} job process(es)."
+    conclusion = [opening, f"{verdict}: {findings[0].evidence}." if findings else "No disk, CPU or memory bottleneck "
+                  "on the host.", f"Fix: {findings[0].fix}." if findings else "The GPU side decides: summarize_trace."]
+    return SampleHostResult(
+        severity=worst(f.severity for f in findings), verdict=verdict, source=source, disks=disks[:32], cpu=cpu,
+        processes=sorted(processes, key=lambda p: -p.cpu_pct)[:32], memory_available_pct=memory_available,
+        findings=findings, notes=notes[:10], conclusion=conclusion,
+        next_steps=[NextStep(branch=_BRANCH, step="host", action="profile_cpu on the trainer's pid (the function "
+                             "the host spends its time in)", why="sample_host says which resource; profile_cpu says "
+                             "which code.")])
+
+
+async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
+    """Is the host starving the GPU through its disks, CPUs or memory? A bounded live sample of this host (1-60 s:
+    per disk util, await, queue depth, MB/s, IOPS; CPU user/system/iowait/steal; running and blocked tasks; swap and
+    MemAvailable; the job's processes and DataLoader workers by CPU % of a core over the window, and any in D state),
+    or saved iostat -x / vmstat captures. Verdict io_bound (await and queue depth, not %util alone), cpu_bound,
+    memory_pressure or none, with the fix.
+    """
+    if params.from_files:
+        return await anyio.to_thread.run_sync(_from_captures, params, ctx)
+    if ctx.remaining_s() < params.duration_s + 1:
+        raise BadInput(f"the call has {ctx.remaining_s():.0f} s left, less than duration_s={params.duration_s:g}.",
+                       "Lower duration_s or raise the server's --timeout.")
+    return await _live(params)
