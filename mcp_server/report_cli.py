@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
     parser.add_argument("--compile-logs", action="append", default=[], metavar="GLOB",
                         help="Logs written with TORCH_LOGS=graph_breaks,recompiles (repeatable).")
+    parser.add_argument("--sample-host", action="store_true", help="Sample this host's disks, CPUs and memory for "
+                        "5 s (sample_host), with the --pids' workers.")
     parser.add_argument("--profile-cpu", action="store_true", help="Record the --pids' CPU time for 5 s with py-spy "
                         "(profile_cpu).")
     parser.add_argument("--nccl-logs", action="append", default=[], metavar="GLOB",
@@ -82,6 +84,8 @@ def report_main(argv: list[str]) -> int:
         arguments["compile_logs"] = args.compile_logs
     if args.profile_cpu:
         arguments["profile_cpu"] = True
+    if args.sample_host:
+        arguments["sample_host"] = True
     for name in ("nccl_logs", "nccl_tests", "net_captures"):
         if getattr(args, name):
             arguments[name] = getattr(args, name)
@@ -109,7 +113,7 @@ def report_main(argv: list[str]) -> int:
                                  ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
                                  ("metrics", args.metrics), ("compile logs", args.compile_logs),
                                  ("interconnect", args.nccl_logs or args.nccl_tests or args.net_captures),
-                                 ("cpu profile", args.profile_cpu),
+                                 ("cpu profile", args.profile_cpu), ("host sample", args.sample_host),
                                  ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
     result = anyio.run(execute, spec, arguments, settings)

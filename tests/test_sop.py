@@ -169,6 +169,14 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
         assert net.branch == "nccl_hang_or_slow", (words, net.alternatives)
         step = next(s for s in net.steps if s.tool == "check_interconnect")
         assert step.arguments["nccl_logs"] == ["logs/rank*.log"]
+    # The host side in the user's words: sample_host, then profile_cpu, on the pids given.
+    host = anyio.run(triage_plan, TriagePlanInput(symptom="GPU util is low and the CPU is at 100%", pids=[4242]),
+                     ToolContext(roots=()))
+    assert host.branch == "gpu_utilization_low"
+    steps = {s.tool: s for s in host.steps}
+    assert steps["sample_host"].arguments == {"duration_s": 10, "pid": [4242]}
+    assert steps["profile_cpu"].arguments == {"duration_s": 5, "pid": [4242]} and not steps["profile_cpu"].needs
+    assert [s.tool for s in host.steps].index("sample_host") < [s.tool for s in host.steps].index("profile_cpu")
     # No words to go by but a profile handed over: the branch that reads it, and a question for the user.
     bare = anyio.run(triage_plan, TriagePlanInput(symptom="what is wrong here?", traces=["job.sqlite"]),
                      ToolContext(roots=()))

@@ -41,6 +41,8 @@ class TriagePlanInput(InputModel):
     slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
                                   description="The job's Slurm id: the live calls (dump_stacks, health_check) then "
                                   "cover every node of the job.")
+    pids: list[int] = Field(default_factory=list, max_length=64, description="The trainer's pids on this host, if "
+                            "known: the host steps (sample_host, profile_cpu) then look at them.")
 
     cli_positional = "symptom"
 
@@ -133,6 +135,10 @@ def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep
         arguments["from_files"] = params.stacks  # saved stacks instead of the live job
     elif step.tool in ("dump_stacks", "health_check") and params.slurm_job:
         arguments["slurm_job"] = params.slurm_job  # every node of the job, one verdict
+    if step.tool in ("profile_cpu", "sample_host") and params.pids:
+        arguments.pop("match", None)  # the pids given, not a command-line pattern to ask for
+        needs = [n for n in needs if "training script" not in n]
+        arguments["pid"] = params.pids
     if step.tool == "find_stragglers" and params.slurm_job and arguments.pop("sample_gpus", False):
         arguments["slurm_job"] = params.slurm_job  # the flagged rank's own GPU, read on its own node
     return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=step.decides,

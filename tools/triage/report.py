@@ -25,8 +25,9 @@ __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult"
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "check_interconnect": 3, "profile_cpu": 3, "summarize_trace": 4, "analyze_memory": 4,
-                 "inference_metrics": 4, "diagnose_compile": 4, "diagnose_logs": 5, "compare_runs": 6}
+                 "check_interconnect": 3, "profile_cpu": 3, "sample_host": 3, "summarize_trace": 4,
+                 "analyze_memory": 4, "inference_metrics": 4, "diagnose_compile": 4, "diagnose_logs": 5,
+                 "compare_runs": 6}
 
 
 class TriageReportInput(InputModel):
@@ -57,6 +58,8 @@ class TriageReportInput(InputModel):
                                      "compared with the first of traces (else of logs) by compare_runs.")
     profile_cpu: bool = Field(default=False, description="Also record the pids' CPU time for 5 s with py-spy "
                               "(profile_cpu): the hot function of the trainer and its DataLoader workers.")
+    sample_host: bool = Field(default=False, description="Also sample this host for 5 s (sample_host): disks, CPUs, "
+                              "memory, and the pids' workers.")
     nccl_logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Logs with NCCL_DEBUG=INFO "
                                      "lines (check_interconnect; the job's logs are read for them too).")
     nccl_tests: list[PathArg] = Field(default_factory=list, max_length=64, description="nccl-tests outputs "
@@ -233,6 +236,13 @@ def _cpu_rows(result: Any) -> list[ReportRow]:
             for f in result.findings[:4]]
 
 
+def _host_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"host: {f.kind.replace('_', ' ')}", root_cause=f.kind.replace(
+                      "_", " "), evidence=f.evidence, fix=f.fix, source="sample_host", branch=f.sop_branch,
+                      verification="sample_host after the fix: no such finding; GPU utilisation up")
+            for f in result.findings[:3]]
+
+
 def _compare_rows(result: Any) -> list[ReportRow]:
     dominant = result.now_dominant
     regressed = result.verdict == "regressed"
@@ -286,7 +296,7 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     summarize_trace, stacks / pids / job -> dump_stacks, slurm_job -> health_check and dump_stacks on every node
     and diagnose_logs on the job's output, fr_dir -> analyze_flight_recorder, metrics ->
     inference_metrics, compile_logs -> diagnose_compile, nccl_logs / nccl_tests / net_captures ->
-    check_interconnect, profile_cpu with pids -> profile_cpu) and merge what they
+    check_interconnect, profile_cpu with pids -> profile_cpu, sample_host -> sample_host) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are; memory -> analyze_memory. With a baseline (the run before the fix), compare_runs
@@ -343,6 +353,11 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
 
         compile_input = DiagnoseCompileInput(paths=params.compile_logs)
         await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)
+    if params.sample_host:
+        from tools.host import SampleHostInput, sample_host
+
+        host_input = SampleHostInput(pid=params.pids[:64])
+        await _run("sample_host", lambda: sample_host(host_input, ctx), _host_rows, rows, runs)
     if params.profile_cpu:
         from tools.host import ProfileCpuInput, profile_cpu
 

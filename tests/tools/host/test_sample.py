@@ -84,3 +84,14 @@ def test_bad_inputs(tmp_path: Path) -> None:
         sample(tmp_path, from_files=["huge.txt"])
     with pytest.raises(ValueError, match="live sample"):
         SampleHostInput(from_files=["x"], pid=[1])
+
+
+def test_the_report_samples_the_host_with_the_pids_given(tmp_path: Path) -> None:
+    from tools.triage import TriageReportInput, triage_report
+
+    with job(tmp_path) as pid:
+        report = anyio.run(triage_report, TriageReportInput(health=False, pids=[pid], sample_host=True),
+                           ToolContext(roots=(tmp_path.resolve(),)))
+    assert "sample_host" in {r.tool for r in report.runs}
+    row = next(r for r in report.rows if r.source == "sample_host")
+    assert row.symptom == "host: cpu bound" and "every DataLoader worker" in row.evidence
