@@ -139,6 +139,8 @@ SYNC_WAIT_SHARE = 0.3
 # swapping with MemAvailable under MEM_AVAILABLE_PCT, are the other two verdicts.
 IO_AWAIT_MS = 20.0
 IO_QUEUE_DEPTH = 1.0
+IO_BUSY_UTIL_PCT = 90.0  # with a queue and IO_BUSY_AWAIT_MS: a disk that serves one request at a time, saturated
+IO_BUSY_AWAIT_MS = 10.0
 IOWAIT_PCT = 20.0
 CPU_IDLE_PCT = 10.0
 WORKER_SATURATED_PCT = 80.0

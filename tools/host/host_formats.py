@@ -42,6 +42,7 @@ class HostCapture:
     swap_in: list[float] = field(default_factory=list)  # vmstat si (KiB/s)
     swap_out: list[float] = field(default_factory=list)
     reports: int = 0
+    since_boot: bool = False  # only the first report (or row) is there: averages since boot, no interval
 
 
 def _number(text: str) -> float | None:
@@ -60,7 +61,12 @@ def is_vmstat(text: str) -> bool:
 def read_iostat(text: str) -> HostCapture:
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        return _iostat_json(json.loads(stripped))
+        try:
+            document = json.loads(stripped)
+        except json.JSONDecodeError:
+            # sysstat 12.1's -y writes a stray comma where the first report was skipped: read past it.
+            document = json.loads(re.sub(r",(\s*[\]}])", r"\1", re.sub(r"\[\s*,", "[", stripped)))
+        return _iostat_json(document)
     capture = HostCapture("iostat")
     reports: list[tuple[list[DiskSample], list[float]]] = []
     header: list[str] | None = None
@@ -91,7 +97,7 @@ def read_iostat(text: str) -> HostCapture:
             cells = {h: _number(v) for h, v in zip(header, tokens[1:], strict=False)}
             reports[-1][0].append(_disk(tokens[0], cells))
     kept = reports[1:] if len(reports) > 1 else reports
-    capture.reports = len(kept)
+    capture.reports, capture.since_boot = len(kept), len(reports) == 1
     for disks, cpu in kept:
         capture.disks.extend(disks)
         if len(cpu) == 5:
@@ -149,7 +155,7 @@ def read_vmstat(text: str) -> HostCapture:
         if header is not None and tokens and all(_number(t) is not None for t in tokens):
             rows.append(dict(zip(header, (_number(t) for t in tokens), strict=False)))
     kept = rows[1:] if len(rows) > 1 else rows  # the first row averages since boot
-    capture.reports = len(kept)
+    capture.reports, capture.since_boot = len(kept), len(rows) == 1
     for row in kept:
         for column, key in ((capture.run_queue, "r"), (capture.blocked, "b"), (capture.swap_in, "si"),
                             (capture.swap_out, "so"), (capture.user_pct, "us"), (capture.system_pct, "sy"),

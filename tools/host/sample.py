@@ -11,6 +11,7 @@ SOP: gpu_utilization_low (the host side of GPU idle).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, To
 from tools.core.thresholds import (
     CPU_IDLE_PCT,
     IO_AWAIT_MS,
+    IO_BUSY_AWAIT_MS,
+    IO_BUSY_UTIL_PCT,
     IO_QUEUE_DEPTH,
     IOWAIT_PCT,
     MEM_AVAILABLE_PCT,
@@ -268,7 +271,11 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
         if "\x00" in text[:65536]:
             raise UnreadableInput(f"{file.name} is binary, not a command's output.", "Pass iostat -x or vmstat text.")
         if is_iostat(text):
-            captures.append(read_iostat(text))
+            try:
+                captures.append(read_iostat(text))
+            except json.JSONDecodeError as exc:
+                raise UnreadableInput(f"{file.name}: iostat JSON that does not parse ({exc.msg}).",
+                                      "Pass iostat -x -o JSON output as written, or the text form.") from exc
         elif is_vmstat(text):
             captures.append(read_vmstat(text))
         else:
@@ -292,7 +299,11 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
     cpu = Cpu(user_pct=median("user_pct"), system_pct=median("system_pct"), iowait_pct=median("iowait_pct"),
               steal_pct=median("steal_pct"), idle_pct=median("idle_pct"), run_queue=median("run_queue"),
               blocked=median("blocked"), cores=None)
-    swap = series("swap_in") + series("swap_out")
+    # Swap traffic counts only from intervals: a since-boot line's si/so is the average of the machine's life.
+    swap = [v for c in captures if not c.since_boot for v in (*c.swap_in, *c.swap_out)]
+    if any(c.since_boot for c in captures):
+        notes.append("A capture holds only its first report, the averages since boot: rerun with an interval and "
+                     "a count (iostat -x 1 10, vmstat 1 10) for the present.")
     swapping = sum(1 for v in swap if v > 0) * 2 >= max(len(swap), 1) and any(v > 0 for v in swap)
     names = ", ".join(c.kind for c in captures) or "nothing readable"
     return _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
@@ -310,13 +321,20 @@ def _peak(values: object) -> float | None:
 def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_available: float | None,
            swapping: bool, source: str, notes: list[str]) -> SampleHostResult:
     findings: list[HostFinding] = []
-    saturated = [d for d in disks if (d.await_ms or 0) >= IO_AWAIT_MS and (d.queue_depth or 0) >= IO_QUEUE_DEPTH]
+    # Saturated: requests wait long with a queue, or (a disk that serves one request at a time) it is busy nearly
+    # all the time with a queue and waits well above a flash device's.
+    saturated = [d for d in disks if (d.queue_depth or 0) >= IO_QUEUE_DEPTH and (
+        (d.await_ms or 0) >= IO_AWAIT_MS
+        or ((d.util_pct or 0) >= IO_BUSY_UTIL_PCT and (d.await_ms or 0) >= IO_BUSY_AWAIT_MS))]
     stuck = [p for p in processes if p.state == psutil.STATUS_DISK_SLEEP]
-    if saturated or ((cpu.iowait_pct or 0) >= IOWAIT_PCT and ((cpu.blocked or 0) >= 1 or stuck)):
+    # iowait alone, where the capture cannot say what is blocked (iostat has no blocked count).
+    waiting = (cpu.iowait_pct or 0) >= IOWAIT_PCT and (cpu.blocked is None or cpu.blocked >= 1 or bool(stuck))
+    if saturated or waiting:
         worst_disk = max(saturated, key=lambda d: d.await_ms or 0) if saturated else None
         said = (f"{worst_disk.name}: requests wait {worst_disk.await_ms:g} ms with {worst_disk.queue_depth:g} in "
                 f"flight ({_f(worst_disk.util_pct)} % util)" if worst_disk else
-                f"CPU iowait {cpu.iowait_pct:g} % with {cpu.blocked:g} task(s) blocked")
+                f"CPU iowait {cpu.iowait_pct:g} %" + (f" with {cpu.blocked:g} task(s) blocked"
+                                                       if cpu.blocked is not None else ""))
         findings.append(HostFinding(kind="io_bound", severity=Severity.crit, evidence=said + (
             f"; {len(stuck)} of the job's processes in D state (waiting on I/O)" if stuck else ""),
             fix="Faster or local storage (NVMe, a node-local cache of the dataset), more DataLoader workers to overlap "

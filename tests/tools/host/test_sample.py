@@ -3,6 +3,7 @@ iostat / vmstat captures from public sources (tests/data/host), and bad inputs."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,3 +96,14 @@ def test_the_report_samples_the_host_with_the_pids_given(tmp_path: Path) -> None
     assert "sample_host" in {r.tool for r in report.runs}
     row = next(r for r in report.rows if r.source == "sample_host")
     assert row.symptom == "host: cpu bound" and "every DataLoader worker" in row.evidence
+
+
+def test_real_iostat_and_vmstat_captures_get_their_readers_verdicts() -> None:
+    folder = Path(__file__).resolve().parents[2] / "data" / "host"
+    labels = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines() if line.strip()]
+    scored = [label for label in labels if label["kind"] in ("iostat", "iostat_json", "vmstat")]
+    assert len(scored) >= 20
+    verdicts = {label["file"]: sample(folder, from_files=[label["file"]]).verdict for label in scored}
+    assert verdicts == {label["file"]: label["verdict"] for label in scored}
+    # The traps: %util 100 with 0.1 ms await is no saturation; 63 % util with 99 ms await is.
+    assert verdicts["iostat__sysstat-187.txt"] == "none" and verdicts["iostat__rook-11005.txt"] == "io_bound"
