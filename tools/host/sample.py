@@ -216,8 +216,17 @@ def _targets(params: SampleHostInput) -> tuple[list[int], dict[int, str]]:
             raise BadInput(f"no such process: {pid}.", "Give the pids of running processes.") from exc
         roles.setdefault(pid, "trainer")
         for child in process.children(recursive=True)[:HOST_MAX_PROCESSES]:
-            roles.setdefault(child.pid, "dataloader_worker" if _is_worker(child) else "other")
+            roles.setdefault(child.pid, "dataloader_worker" if _is_worker(child) else
+                             "trainer" if _is_rank(child) else "other")
     return list(roles)[:HOST_MAX_PROCESSES], roles
+
+
+def _is_rank(process: psutil.Process) -> bool:
+    """A rank a launcher started (torchrun's children carry RANK in their environment)."""
+    try:
+        return "RANK" in process.environ()
+    except psutil.Error:
+        return False
 
 
 def _is_worker(process: psutil.Process) -> bool:
