@@ -180,3 +180,4 @@ HOST_MAX_DURATION_S: Final = 60.0
 HOST_DEFAULT_DURATION_S: Final = 5.0
 HOST_MAX_CAPTURE_BYTES: Final = 16 * 1024 * 1024
 HOST_MAX_PROCESSES: Final = 256
+HOST_SAMPLE_INTERVAL_S: Final = 0.5  # readings during a live sample, for its series (periodic dips)

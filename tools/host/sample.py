@@ -32,6 +32,7 @@ from tools.core.limits import (
     HOST_MAX_DURATION_S,
     HOST_MAX_PROCESSES,
     HOST_MIN_DURATION_S,
+    HOST_SAMPLE_INTERVAL_S,
     STACK_MAX_MATCH_CHARS,
 )
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
@@ -46,6 +47,7 @@ from tools.core.thresholds import (
     WORKER_SATURATED_PCT,
 )
 from tools.host.host_formats import DiskSample, HostCapture, is_iostat, is_vmstat, read_iostat, read_vmstat
+from tools.host.periodic import find_period, visible_periods
 
 __all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
 
@@ -92,6 +94,10 @@ class Cpu(BaseModel):
     cores: int | None
 
 
+def _busy(cpu: Cpu) -> float:
+    return 100 - (cpu.idle_pct or 0.0)
+
+
 class HostProcess(BaseModel):
     pid: int
     role: Literal["trainer", "dataloader_worker", "other"]
@@ -99,8 +105,17 @@ class HostProcess(BaseModel):
     state: str
 
 
+class PeriodicDips(BaseModel):
+    series: str = Field(description="What dips: the trainer's CPU, or the host's.")
+    period_s: float
+    dip_depth_pct: float = Field(description="Median minus the dips' level, in points of %.")
+    duty_pct: float = Field(description="% of the samples inside a dip.")
+    cycles: float
+    period_steps: int | None = Field(default=None, description="The period in steps, when step times are known.")
+
+
 class HostFinding(BaseModel):
-    kind: Verdict
+    kind: Verdict | Literal["periodic"]
     severity: Severity
     evidence: str
     fix: str
@@ -114,6 +129,8 @@ class SampleHostResult(ToolResult):
     cpu: Cpu
     processes: list[HostProcess]
     memory_available_pct: float | None
+    periodic: PeriodicDips | None = Field(default=None, description="Dips that repeat (every N steps: a checkpoint, "
+                                          "an eval, logging, a drained prefetch buffer), from the live series.")
     findings: list[HostFinding]
     notes: list[str]
 
@@ -244,9 +261,12 @@ def _is_worker(process: psutil.Process) -> bool:
 
 async def _live(params: SampleHostInput) -> SampleHostResult:
     pids, roles = _targets(params)
-    first = _read_proc(pids)
-    await anyio.sleep(params.duration_s)
-    second = _read_proc(pids)
+    readings = [_read_proc(pids)]
+    end = readings[0].at + params.duration_s
+    while (left := end - time.monotonic()) > 0:
+        await anyio.sleep(min(HOST_SAMPLE_INTERVAL_S, left))
+        readings.append(_read_proc(pids))
+    first, second = readings[0], readings[-1]
     span = max(second.at - first.at, 1e-3)
     processes = []
     for pid in pids:
@@ -261,8 +281,41 @@ async def _live(params: SampleHostInput) -> SampleHostResult:
                                      state=state))
     memory = psutil.virtual_memory()
     swapping = (second.swap[0] - first.swap[0]) + (second.swap[1] - first.swap[1]) > 0
-    return _judge(_disks_between(first, second), _cpu_between(first, second), processes,
-                  round(100 * memory.available / memory.total, 1), swapping, f"live {params.duration_s:g} s", [])
+    trainers = [pid for pid in pids if roles[pid] == "trainer"]
+    result = _judge(_disks_between(first, second), _cpu_between(first, second), processes,
+                    round(100 * memory.available / memory.total, 1), swapping, f"live {params.duration_s:g} s", [])
+    _periodic(result, readings, trainers)
+    return result
+
+
+def _periodic(result: SampleHostResult, readings: list[_Reading], trainers: list[int]) -> None:
+    """Dips that repeat in the trainer's CPU (else the host's), between the readings of the live sample."""
+    if len(readings) < 3:
+        return
+    steps = list(zip(readings, readings[1:], strict=False))
+    interval = (readings[-1].at - readings[0].at) / len(steps)
+    if trainers:
+        series = [100 * sum(b.process_cpu.get(p, 0.0) - a.process_cpu.get(p, 0.0) for p in trainers)
+                  / max(b.at - a.at, 1e-3) for a, b in steps]
+        name = f"the trainer's CPU (pid {', '.join(map(str, trainers[:3]))})"
+    else:
+        series = [_busy(_cpu_between(a, b)) for a, b in steps]
+        name = "the host's CPU"
+    found = find_period(series, interval)
+    shortest, longest = visible_periods(len(series), interval)
+    if found is None:
+        result.notes.append(f"No periodic dip in {name}: this window tells periods of {shortest:g}-{longest:g} s "
+                            "(a checkpoint every few minutes needs a longer one).")
+        return
+    result.periodic = PeriodicDips(series=name, period_s=found.period_s, dip_depth_pct=found.dip_depth_pct,
+                                   duty_pct=found.duty_pct, cycles=found.cycles)
+    result.findings.append(HostFinding(
+        kind="periodic", severity=Severity.warn,
+        evidence=f"{name} dips every {found.period_s:g} s ({found.cycles:g} cycles, {found.dip_depth_pct:g} points "
+                 f"deep, {found.duty_pct:.0f} % of the time)",
+        fix="Find what runs every that many steps (checkpoint, eval, logging, a drained prefetch buffer): make it "
+            "asynchronous, less frequent, or overlap it with compute"))
+    result.severity = worst(f.severity for f in result.findings)
 
 
 # ---------------------------------------------------------------- captures
@@ -364,7 +417,7 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
                                                                  if memory_available is not None else ""),
                                     fix="Fewer or lighter DataLoader workers (each holds a copy of the dataset "
                                         "object), a smaller prefetch_factor, or more host memory"))
-    verdict: Verdict = findings[0].kind if findings else "none"
+    verdict: Verdict = next((f.kind for f in findings if f.kind != "periodic"), "none")
     util_only = [d for d in disks if (d.util_pct or 0) >= 90 and d not in saturated]
     if util_only:
         notes.append(f"{', '.join(d.name for d in util_only)}: %util near 100 but await/queue say not saturated "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -107,3 +108,47 @@ def test_real_iostat_and_vmstat_captures_get_their_readers_verdicts() -> None:
     assert verdicts == {label["file"]: label["verdict"] for label in scored}
     # The traps: %util 100 with 0.1 ms await is no saturation; 63 % util with 99 ms await is.
     assert verdicts["iostat__sysstat-187.txt"] == "none" and verdicts["iostat__rook-11005.txt"] == "io_bound"
+
+
+# A trainer that saves a checkpoint every few steps: 1.2 s of computing, then 0.8 s blocked writing, over and over.
+CHECKPOINTING = """
+import sys, time
+open(sys.argv[1], "w").write("go")
+while True:
+    stop = time.monotonic() + 1.2
+    while time.monotonic() < stop:
+        sum(i * i for i in range(5_000))
+    time.sleep(0.8)
+"""
+
+
+def test_periodic_dips_of_a_checkpointing_trainer_are_found_within_ten_percent(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    process = subprocess.Popen([sys.executable, "-c", CHECKPOINTING, str(ready)], start_new_session=True)
+    try:
+        while not ready.exists():
+            time.sleep(0.1)
+        result = sample(tmp_path, pid=[process.pid], duration_s=14)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert result.periodic is not None, result.notes
+    assert abs(result.periodic.period_s - 2.0) <= 0.2, result.periodic
+    assert result.periodic.cycles >= 3 and result.periodic.dip_depth_pct > 30
+    assert any(f.kind == "periodic" and "dips every" in f.evidence for f in result.findings)
+    assert result.verdict != "periodic"  # the verdict stays one of the four resources
+
+
+def test_the_period_finder_on_known_series() -> None:
+    from tools.host.periodic import find_period, visible_periods
+
+    square = [10.0 if (i % 8) < 3 else 95.0 for i in range(64)]  # dips 3 samples of every 8
+    found = find_period(square, 0.5)
+    assert found is not None and abs(found.period_s - 4.0) <= 0.4 and found.cycles >= 7
+    assert 30 <= found.duty_pct <= 45
+    assert find_period([50.0] * 64, 0.5) is None  # flat
+    # White noise: a period is claimed in at most 1 % of 400 draws (seeded, so the count is exact).
+    rng = random.Random(7)
+    assert sum(find_period([50 + rng.gauss(0, 5) for _ in range(64)], 0.5) is not None for _ in range(400)) <= 4
+    assert find_period(square[:5], 0.5) is None  # too short for three cycles
+    assert visible_periods(60, 1.0) == (2.0, 20.0)
