@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
+import stat
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -22,7 +24,7 @@ from tools.core.limits import LOG_CHUNK_BYTES, LOG_MAX_FILES
 from tools.core.paths import confine
 from tools.core.ranks import rank_of_path
 
-__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "read_blocks"]
+__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "read_blocks", "read_whole_text"]
 
 _GLOB_CHARS = frozenset("*?[")
 _NATURAL = re.compile(r"(\d+)")
@@ -103,15 +105,66 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
     return [InputFile(p, name, rank_of_path(name)) for p, name in named]
 
 
-def open_input(path: Path) -> tuple[IO[bytes], bool]:
-    """The file's byte stream, decompressed when it starts with gzip's magic bytes (whatever its name)."""
+def _open_regular(path: Path, name: str) -> IO[bytes]:
+    """The file opened for reading, if it is a regular file. Opened without blocking and checked on the open
+    descriptor: a FIFO (or one swapped in after a check by name) would wait for a writer forever, a socket or a
+    device is no saved output."""
     try:
-        with path.open("rb") as probe:
-            compressed = probe.read(2) == b"\x1f\x8b"
-        stream: IO[bytes] = gzip.open(path, "rb") if compressed else path.open("rb")  # type: ignore[assignment]
-        return stream, compressed
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        raise UnreadableInput(f"cannot open {path.name}: {exc.strerror}.") from exc
+        raise UnreadableInput(f"cannot open {name}: {exc.strerror}.") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or folder"
+        raise UnreadableInput(f"{name} is {what}, not a regular file: nothing was read from it.",
+                              "Pass the saved file itself.")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def open_input(path: Path) -> tuple[IO[bytes], bool]:
+    """The file's byte stream (regular files only), decompressed when it starts with gzip's magic bytes (whatever
+    its name)."""
+    raw = _open_regular(path, path.name)
+    try:
+        compressed = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+    except OSError as exc:
+        raw.close()
+        raise UnreadableInput(f"cannot read {path.name}: {exc.strerror}.") from exc
+    stream: IO[bytes] = _OwnedGzip(raw) if compressed else raw  # type: ignore[assignment]
+    return stream, compressed
+
+
+class _OwnedGzip(gzip.GzipFile):
+    """A gzip stream over a file it closes too (GzipFile leaves a file object it was given open)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def read_whole_text(file: InputFile, max_bytes: int, hint: str) -> str:
+    """A small saved output (a capture, a profile) read whole as text: a regular file of at most `max_bytes`, not
+    binary; `hint` says what to pass instead."""
+    with _open_regular(file.path, file.name) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise LimitExceeded(f"{file.name} is {size} bytes; it is read up to {max_bytes}.", hint)
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise UnreadableInput(f"cannot read {file.name}: {exc.strerror}.") from exc
+    if b"\x00" in data[:65536]:
+        raise UnreadableInput(f"{file.name} is binary, not a command's text output.", hint)
+    return data.decode("utf-8", "replace")
 
 
 def read_blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:

@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from tools.cluster import processes_by_match, processes_by_pid
 from tools.core.context import ToolContext
-from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.core.files import expand_inputs
+from tools.core.errors import BadInput, UnreadableInput
+from tools.core.files import expand_inputs, read_whole_text
 from tools.core.limits import (
     CPU_DEFAULT_DURATION_S,
     CPU_DEFAULT_RATE_HZ,
@@ -427,12 +427,9 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
     threads: list[ThreadSamples] = []
     if params.from_files:
         for file in expand_inputs(params.from_files, ctx.roots):
-            size = file.path.stat().st_size
-            if size > CPU_MAX_FILE_BYTES:
-                raise LimitExceeded(f"{file.name} is {size} bytes; a py-spy record is read up to {CPU_MAX_FILE_BYTES}.",
-                                    "Record fewer seconds or processes.")
+            saved = read_whole_text(file, CPU_MAX_FILE_BYTES, "Record fewer seconds or processes.")
             try:
-                threads += parse_record(file.path.read_text(encoding="utf-8", errors="replace"), CPU_MAX_STACKS)
+                threads += parse_record(saved, CPU_MAX_STACKS)
             except ValueError as exc:
                 raise UnreadableInput(f"{file.name}: {exc}.",
                                       "Pass py-spy record -f raw or -f speedscope output.") from exc

@@ -24,8 +24,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from tools.cluster import processes_by_match
 from tools.core.context import ToolContext
-from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.core.files import expand_inputs
+from tools.core.errors import BadInput, UnreadableInput
+from tools.core.files import expand_inputs, read_whole_text
 from tools.core.limits import (
     HOST_DEFAULT_DURATION_S,
     HOST_MAX_CAPTURE_BYTES,
@@ -325,13 +325,7 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
     captures: list[HostCapture] = []
     notes: list[str] = []
     for file in expand_inputs(params.from_files, ctx.roots):
-        size = file.path.stat().st_size
-        if size > HOST_MAX_CAPTURE_BYTES:
-            raise LimitExceeded(f"{file.name} is {size} bytes; a capture is read up to {HOST_MAX_CAPTURE_BYTES}.",
-                                "Pass the command's own output.")
-        text = file.path.read_bytes().decode("utf-8", "replace")
-        if "\x00" in text[:65536]:
-            raise UnreadableInput(f"{file.name} is binary, not a command's output.", "Pass iostat -x or vmstat text.")
+        text = read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat -x or vmstat.")
         if is_iostat(text):
             try:
                 captures.append(read_iostat(text))

@@ -50,13 +50,14 @@ def judge_tests(files: Sequence[InputFile], expected_arg: float | None, found: E
         if not read:
             found.notes.append(f"{file.name}: no nccl-tests table in it.")
         runs.extend(read)
+    nic_rates = found.nic_rates()
     for run in runs:
         peak = run.peak
         hosts = run.hosts
         gpus = [r.gpu for r in run.ranks]
         per_node = max(Counter(r.host for r in run.ranks).values(), default=run.gpus_per_process or 1)
-        rates = [rate for host in hosts for rate in found.nic_rates.get(host, [])]
-        node_rates = found.nic_rates.get(hosts[0], []) if hosts else []
+        rates = [rate for host in hosts for rate in nic_rates.get(host, [])]
+        node_rates = nic_rates.get(hosts[0], []) if hosts else []
         expectation = expected_busbw(gpus, len(hosts), per_node, node_rates or (rates[:8] if rates else None))
         expected = expected_arg if expected_arg is not None else (expectation.busbw_gbs if expectation else None)
         basis = "expected_busbw_gbs" if expected_arg is not None else (expectation.basis if expectation else None)

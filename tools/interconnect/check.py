@@ -15,7 +15,6 @@ SOP: nccl_hang_or_slow (the network step), straggler.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -175,13 +174,7 @@ def _merge_node(node: str, answer: CheckInterconnectResult | str, found: Evidenc
         return
     for finding in answer.findings:
         found.findings.append(finding.model_copy(update={"node": finding.node or node}))
-    for link in answer.links:
-        found.links.append(link.model_copy(update={"node": node}))
-        rate = re.match(r"([\d.]+) Gb/s", link.speed)
-        if link.kind == "ib_port" and link.expected != "-" and rate:
-            found.nic_rates[node].append(float(rate.group(1)))
-        if link.kind == "gpu_pair" and link.state.startswith("NV"):
-            found.nvlink_nodes.add(node)
+    found.links.extend(link.model_copy(update={"node": node}) for link in answer.links)
     found.notes.extend(f"{node}: {note}" for note in answer.notes[:3])
 
 

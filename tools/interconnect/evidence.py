@@ -10,8 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tools.core.errors import LimitExceeded, UnreadableInput
-from tools.core.files import InputFile
+from tools.core.files import InputFile, read_whole_text
 from tools.core.limits import NET_MAX_CAPTURE_BYTES
 from tools.core.models import Severity
 
@@ -46,19 +45,8 @@ class Link(BaseModel):
 
 
 def read_capture(file: InputFile) -> str:
-    try:
-        size = file.path.stat().st_size
-        if size > NET_MAX_CAPTURE_BYTES:
-            raise LimitExceeded(f"{file.name} is {size} bytes; a capture or nccl-tests output is at most "
-                                f"{NET_MAX_CAPTURE_BYTES}.", "Pass the command's own output, or the job log as "
-                                "nccl_logs (read in one streamed pass).")
-        data = file.path.read_bytes()
-    except OSError as exc:
-        raise UnreadableInput(f"cannot read {file.name}: {exc.strerror}.") from exc
-    if b"\x00" in data[:65536]:
-        raise UnreadableInput(f"{file.name} is binary, not a command's text output.",
-                              "Pass the saved text output of the command.")
-    return data.decode("utf-8", "replace")
+    return read_whole_text(file, NET_MAX_CAPTURE_BYTES, "Pass the command's own output (a capture or an nccl-tests "
+                           "run), or the job log as nccl_logs (read in one streamed pass).")
 
 
 def node_of(name: str) -> str:
@@ -77,8 +65,20 @@ class Evidence:
         self.findings: list[NetFinding] = []
         self.links: list[Link] = []
         self.notes: list[str] = []
-        self.nvlink_nodes: set[str] = set()  # nodes whose GPUs a capture shows NVLink-connected
-        self.nic_rates: dict[str, list[float]] = defaultdict(list)  # node -> Active IB/RoCE port rates
+
+    def nic_rates(self) -> dict[str, list[float]]:
+        """Per node the rates (Gb/s) of its active rail ports, from the link rows (saved, live or collected)."""
+        rates: dict[str, list[float]] = defaultdict(list)
+        for link in self.links:
+            rate = re.match(r"([\d.]+) Gb/s$", link.speed)
+            if link.kind == "ib_port" and link.expected != "-" and rate:
+                rates[link.node].append(float(rate.group(1)))
+        return rates
+
+    def nvlink_nodes(self) -> set[str]:
+        """The nodes whose GPUs a capture shows NVLink-connected (NV# pairs, or active NVLinks)."""
+        return {link.node for link in self.links if (link.kind == "gpu_pair" and link.state.startswith("NV"))
+                or (link.kind == "nvlink" and link.speed != "-")}
 
     def add(self, kind: FindingKind, severity: Severity, evidence: str, fix: str, node: str | None = None,
             rank: str | None = None) -> None:

@@ -54,7 +54,7 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
 def judge_across_nodes(found: Evidence) -> None:
     """What only several nodes show: a node whose rails are slower than the other nodes' (each node alone looks
     uniform), and Ethernet links slower than the same links elsewhere."""
-    fastest = {node: max(rates) for node, rates in found.nic_rates.items() if rates}
+    fastest = {node: max(rates) for node, rates in found.nic_rates().items() if rates}
     if len(fastest) >= 2:
         top = max(fastest.values())
         for node, rate in sorted(fastest.items()):
@@ -77,7 +77,6 @@ def _topo(text: str, node: str, name: str, found: Evidence) -> None:
     pairs = matrix.links
     norm, _ = Counter(pairs.values()).most_common(1)[0] if pairs else ("-", 0)
     if _nv_count(norm):
-        found.nvlink_nodes.add(node)
         for (a, b), cell in sorted(pairs.items()):
             if cell == norm:
                 continue
@@ -125,8 +124,6 @@ def _nvlink_status(text: str, node: str, found: Evidence) -> None:
     norm_links = counts.most_common(1)[0][0] if counts else 0
     speeds = [s for g in gpus for s in g.speeds.values() if s is not None]
     top = max(speeds, default=0.0)
-    if speeds:
-        found.nvlink_nodes.add(node)
     # Links inactive on every GPU alike are the SKU's design (H100 NVL boards use 12 of 18); a GPU with more inactive
     # links than the others, or one GPU shown alone with some inactive, has lost them.
     fewest = min((sum(s is None for s in g.speeds.values()) for g in gpus), default=0)
@@ -190,8 +187,6 @@ def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence) -> N
         found.links.append(Link(node=node, kind="ib_port", name=name, state=f"{port.state or '?'}"
                                 + (f"/{port.physical}" if port.physical else ""), speed=rate,
                                 expected="Active/LinkUp" if (port.ca_type, port.link_layer) in rails else "-"))
-        if port.up and port.rate_gbps and (port.ca_type, port.link_layer) in rails:
-            found.nic_rates[node].append(port.rate_gbps)
         listed = {p.port for p in ports if p.device == port.device}
         if not port.up and port.port > 1 and listed == {port.port}:
             found.notes.append(f"{node}: {name} is {port.state or '?'}, and the capture shows no other port of "

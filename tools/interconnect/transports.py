@@ -207,7 +207,7 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                   "Let every rank see all the node's GPUs (no per-process CUDA_VISIBLE_DEVICES; select the device in "
                   "the program with LOCAL_RANK), or run them in one container with --ipc=host.", node, ranks)
     elif channels.get("SHM"):
-        if node in found.nvlink_nodes:
+        if node in found.nvlink_nodes():
             found.add("shm_instead_of_p2p", Severity.warn,
                       f"{channels['SHM']} channel(s) via SHM between GPUs that the capture shows NVLink-connected",
                       "P2P is not used: processes in separate containers or IPC namespaces, one GPU visible per "

@@ -210,37 +210,39 @@ def _inference_rows(result: Any) -> list[ReportRow]:
             for f in result.findings]
 
 
+def _kind_rows(findings: Any, source: str, area: str, verification: str, limit: int,
+               root_cause: Callable[[Any], str]) -> list[ReportRow]:
+    """Report rows for the findings of a tool whose findings carry kind, severity, evidence, fix and sop_branch."""
+    return [ReportRow(severity=f.severity, symptom=f"{area}: {f.kind.replace('_', ' ')}", root_cause=root_cause(f),
+                      evidence=f.evidence, fix=f.fix, verification=verification, source=source, branch=f.sop_branch)
+            for f in findings[:limit]]
+
+
+def _kind(finding: Any) -> str:
+    return str(finding.kind).replace("_", " ")
+
+
 def _compile_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=f.severity, symptom=f"torch.compile: {f.kind.replace('_', ' ')}",
-                      root_cause=f.evidence.split(" x", 1)[0] if f.kind == "graph_break" else f.kind.replace("_", " "),
-                      evidence=f.evidence, fix=f.fix,
-                      verification="diagnose_compile on the next run's logs: no such finding",
-                      source="diagnose_compile", branch=f.sop_branch)
-            for f in result.findings[:8]]
+    return _kind_rows(result.findings, "diagnose_compile", "torch.compile",
+                      "diagnose_compile on the next run's logs: no such finding", 8,
+                      lambda f: f.evidence.split(" x", 1)[0] if f.kind == "graph_break" else _kind(f))
 
 
 def _interconnect_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=f.severity, symptom=f"interconnect: {f.kind.replace('_', ' ')}",
-                      root_cause=" ".join(x for x in (f.node, f"rank {f.rank}" if f.rank else "") if x) or f.kind,
-                      evidence=f.evidence, fix=f.fix,
-                      verification="check_interconnect after the fix (and nccl-tests per node pair): no such finding",
-                      source="check_interconnect", branch=f.sop_branch)
-            for f in result.findings[:8]]
+    return _kind_rows(result.findings, "check_interconnect", "interconnect",
+                      "check_interconnect after the fix (and nccl-tests per node pair): no such finding", 8,
+                      lambda f: " ".join(x for x in (f.node, f"rank {f.rank}" if f.rank else "") if x) or f.kind)
 
 
 def _cpu_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=f.severity, symptom=f"host CPU: {f.kind.replace('_', ' ')}",
-                      root_cause=f.kind.replace("_", " ") + (f" (pid {f.pid})" if f.pid else ""),
-                      evidence=f.evidence, fix=f.fix, source="profile_cpu", branch=f.sop_branch,
-                      verification="profile_cpu after the fix: the share falls; summarize_trace: GPU busy up")
-            for f in result.findings[:4]]
+    return _kind_rows(result.findings, "profile_cpu", "host CPU",
+                      "profile_cpu after the fix: the share falls; summarize_trace: GPU busy up", 4,
+                      lambda f: _kind(f) + (f" (pid {f.pid})" if f.pid else ""))
 
 
 def _host_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=f.severity, symptom=f"host: {f.kind.replace('_', ' ')}", root_cause=f.kind.replace(
-                      "_", " "), evidence=f.evidence, fix=f.fix, source="sample_host", branch=f.sop_branch,
-                      verification="sample_host after the fix: no such finding; GPU utilisation up")
-            for f in result.findings[:3]]
+    return _kind_rows(result.findings, "sample_host", "host",
+                      "sample_host after the fix: no such finding; GPU utilisation up", 3, _kind)
 
 
 def _compare_rows(result: Any) -> list[ReportRow]:

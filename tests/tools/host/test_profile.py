@@ -18,7 +18,7 @@ import anyio
 import psutil
 import pytest
 
-from tests.helpers import REPO, base_env, line_of, stdio_client, structured
+from tests.helpers import REPO, base_env, line_of, pid_alive, stdio_client, structured
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.host import ProfileCpuInput, ProfileCpuResult, profile_cpu
@@ -136,3 +136,31 @@ def test_the_report_records_the_pids_it_is_given(tmp_path: Path) -> None:
     assert {r.tool for r in report.runs} == {"dump_stacks", "profile_cpu"}
     row = next(r for r in report.rows if r.source == "profile_cpu")
     assert row.symptom == "host CPU: input bound cpu" and "heavy_transform" in row.evidence
+
+
+@pytest.mark.anyio
+async def test_a_py_spy_that_never_stops_is_killed_and_the_server_answers_after(tmp_path: Path) -> None:
+    # Fault injection, not a stand-in: a `py-spy` first on PATH that ignores SIGINT and never exits (a py-spy
+    # stuck on a target in uninterruptible I/O), recording its pid.
+    tools_dir, pidfile = tmp_path / "bin", tmp_path / "py-spy.pid"
+    tools_dir.mkdir()
+    fake = tools_dir / "py-spy"
+    fake.write_text(f"#!{sys.executable}\nimport os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)\n")
+    fake.chmod(0o755)
+    env = base_env(PATH=f"{tools_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    try:
+        async with stdio_client(env, "--root", str(tmp_path), "--timeout", "30") as client:
+            started = time.monotonic()
+            answer = await client.call_tool("profile_cpu", {"pid": [target.pid], "duration_s": 1})
+            elapsed = time.monotonic() - started
+            again = await client.call_tool("profile_cpu", {"from_files": ["none.txt"]})
+        assert answer.is_error and "did not stop on SIGINT" in answer.content[0].text, answer.content[0].text
+        assert elapsed < 15, elapsed  # its duration, the grace, SIGINT's 3 s and SIGKILL's 2 s
+        assert not pid_alive(int(pidfile.read_text()))
+        assert psutil.Process(target.pid).status() != psutil.STATUS_STOPPED
+        assert again.is_error and "none.txt" in again.content[0].text  # still serving
+    finally:
+        target.kill()
+        target.wait()

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.helpers import DATA, base_env, run_cli, stdio_client, structured, with_fake_smi
+from tests.helpers import DATA, base_env, pid_alive, run_cli, stdio_client, structured, with_fake_smi
 from tools.core.context import ToolContext
 from tools.core.errors import LimitExceeded, UnreadableInput
 from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, check_interconnect
@@ -181,7 +181,7 @@ def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
     big = tmp_path / "huge.txt"
     with big.open("wb") as handle:
         handle.truncate(64 * 1024 * 1024)
-    with pytest.raises(LimitExceeded, match="at most"):
+    with pytest.raises(LimitExceeded, match="read up to"):
         check(tmp_path, nccl_tests=["huge.txt"])
     # A 2 GB job log (16 KiB of text, then a sparse hole) is one streamed pass within the deadline, not a read into
     # memory; a file that starts binary is said to be so.
@@ -289,3 +289,40 @@ def test_gdr_is_judged_on_the_receive_side_and_a_link_local_bootstrap_is_refused
                 .replace("fe80::a288:c203:d2:aa", "10.0.0.") for line in lines]
     (tmp_path / "nogdr.log").write_text("\n".join(routable))
     assert {f.kind for f in check(tmp_path, nccl_logs=["nogdr.log"]).findings} == {"no_gdr"}
+
+
+@pytest.mark.anyio
+async def test_a_fifo_in_place_of_any_input_is_refused_at_once_and_the_server_answers_after(tmp_path: Path) -> None:
+    # No writer ever comes: opening any of these for reading the usual way would wait forever.
+    for name in ("capture.txt", "job.log", "run.txt", "iostat.txt", "record.txt"):
+        os.mkfifo(tmp_path / name)
+    (tmp_path / "ok.txt").write_text(_topo_h100(degraded=None))
+    calls = [("check_interconnect", {"captures": ["capture.txt"]}), ("check_interconnect", {"nccl_logs": ["job.log"]}),
+             ("check_interconnect", {"nccl_tests": ["run.txt"]}), ("sample_host", {"from_files": ["iostat.txt"]}),
+             ("profile_cpu", {"from_files": ["record.txt"]})]
+    async with stdio_client(base_env(), "--root", str(tmp_path), "--timeout", "20") as client:
+        for tool, arguments in calls:
+            started = time.monotonic()
+            answer = await client.call_tool(tool, arguments)
+            assert answer.is_error and "is a FIFO, not a regular file" in answer.content[0].text, (tool, answer)
+            assert time.monotonic() - started < 5, tool
+        after = structured(await client.call_tool("check_interconnect", {"captures": ["ok.txt"]}))
+    assert {(link["name"], link["state"]) for link in after["links"]} == {("28 GPU pairs", "NV18")}
+
+
+@pytest.mark.anyio
+async def test_a_wedged_nvidia_smi_in_live_mode_ends_at_the_deadline_and_is_killed(tmp_path: Path) -> None:
+    # The stand-in's hang mode: a real process that never exits, as nvidia-smi on a lost GPU does.
+    pidfile = tmp_path / "smi.pid"
+    env = with_fake_smi(base_env(PATH=f"{os.environ.get('PATH', '')}:/usr/sbin"), "hang")
+    env["FAKE_SMI_PIDFILE"] = str(pidfile)
+    async with stdio_client(env, "--root", str(tmp_path), "--timeout", "6") as client:
+        started = time.monotonic()
+        data = structured(await client.call_tool("check_interconnect", {"live": True, "interfaces": ["lo"]}))
+        elapsed = time.monotonic() - started
+        again = structured(await client.call_tool("check_interconnect", {"live": True, "interfaces": ["lo"]}))
+    assert elapsed < 6, elapsed
+    assert sum("nvidia-smi" in note and "time" in note for note in data["notes"]) == 3, data["notes"]
+    assert {(link["kind"], link["name"]) for link in data["links"]} == {("eth", "lo")}  # ethtool still answered
+    assert again["links"] == data["links"]
+    assert not pid_alive(int(pidfile.read_text()))
