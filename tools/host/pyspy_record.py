@@ -131,7 +131,9 @@ def read_speedscope(document: Any, max_stacks: int) -> list[ThreadSamples]:
             continue
         named = _PROFILE_NAME.match(str(profile.get("name", "")))
         pid = int(named.group(1)) if named and named.group(1) else None
-        samples = ThreadSamples(pid, "", (named.group(3) or named.group(2)) if named else "?")
+        # py-spy could not always read the thread's name ('Thread 0x1EE0B85C0 ""', older py-spy and macOS): unknown,
+        # like raw output without --threads, which the main thread may be.
+        samples = ThreadSamples(pid, "", named.group(3) if named and named.group(3) else "?")
         for sample in profile["samples"]:
             if read >= max_stacks:
                 break
