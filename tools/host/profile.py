@@ -342,6 +342,17 @@ def _where(frame: Frame | None) -> str:
     return f"{frame.function} ({frame.where})" if frame is not None else "no user function in the samples"
 
 
+def _hot_spot(measure: _Role) -> str:
+    """The innermost user frame, and the function with the most self samples when that is another one: a job whose
+    own code is an installed package has only its entry script as 'user' code, and the time is in the package."""
+    user = measure.hot_user()
+    hottest = next(iter(measure.self_count.most_common(1)), None)
+    if hottest is None or hottest[0] == user:
+        return _where(user)
+    share = hottest[1] / max(measure.samples, 1)
+    return f"{_where(user)}; hottest function {_where(hottest[0])} with {share:.0%} self"
+
+
 def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFinding]:
     trainer = _merged(m for (_, role), m in by_process.items() if role == "trainer")
     workers = _merged(m for (_, role), m in by_process.items() if role == "dataloader_worker")
@@ -358,7 +369,7 @@ def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFindi
             evidence=f"the trainer waits on the DataLoader in {wait:.0%} of its samples while its workers are busy "
                      f"{workers.busy / workers.samples:.0%} of theirs, "
                      + (f"reading ({workers.reads / max(workers.busy, 1):.0%} of their busy samples)" if io else
-                        f"most in {_where(workers.hot_user())}"),
+                        f"most in {_hot_spot(workers)}"),
             fix=("Faster storage or a local cache of the data, more workers to overlap the reads, larger files or "
                  "sequential access (record formats)" if io else
                  "More DataLoader workers (num_workers), persistent_workers=True, a cheaper transform there (or on "
@@ -368,20 +379,20 @@ def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFindi
         found.append(CpuFinding(
             kind="input_bound_io" if io else "input_bound_cpu", severity=Severity.crit, pid=trainer_pid,
             evidence=f"the trainer's main thread loads the data itself (num_workers=0) in {fetch:.0%} of its samples, "
-                     f"most in {_where(trainer.hot_user())}",
+                     f"most in {_hot_spot(trainer)}",
             fix="DataLoader(num_workers>0, persistent_workers=True, pin_memory=True) so batches load beside the step; "
                 "make that function cheaper or move it off the step"))
     elif trainer.in_sync / trainer.samples >= SYNC_WAIT_SHARE:
         found.append(CpuFinding(
             kind="implicit_sync", severity=Severity.warn, pid=trainer_pid,
             evidence=f"the main thread waits in a CUDA synchronisation in {trainer.in_sync / trainer.samples:.0%} of "
-                     f"its samples, from {_where(trainer.hot_user())}",
+                     f"its samples, from {_hot_spot(trainer)}",
             fix="No .item()/.cpu()/print of GPU values per step: keep them on the GPU and read every N steps"))
     elif trainer.busy / trainer.samples >= MAIN_LOOP_BUSY_SHARE:
         found.append(CpuFinding(
             kind="main_loop_cpu_bound", severity=Severity.warn, pid=trainer_pid,
             evidence=f"the trainer's main thread is busy in Python {trainer.busy / trainer.samples:.0%} of its "
-                     f"samples outside the DataLoader, most in {_where(trainer.hot_user())}",
+                     f"samples outside the DataLoader, most in {_hot_spot(trainer)}",
             fix="Move that work off the step (vectorise it, do it on the GPU, or every N steps); torch.compile or "
                 "CUDA graphs when the time is op dispatch"))
     return found

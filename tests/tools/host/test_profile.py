@@ -89,6 +89,21 @@ def test_saved_raw_and_speedscope_files_read_alike(tmp_path: Path) -> None:
         assert f"heavy_transform (cpu_bound.py:{TRANSFORM_LINE})" in result.findings[0].evidence
 
 
+def test_public_speedscope_files_get_their_readers_verdicts() -> None:
+    """Two real py-spy files from public repositories (tests/data/host/pyspy/PROVENANCE.md), labelled by a reader."""
+    folder = REPO / "tests" / "data" / "host" / "pyspy"
+    # CS336 BPE training, py-spy 0.4.2 on macOS: the main thread has no name, waits in Pool.join on its workers.
+    bpe = profile(folder, from_files=["bpe_train__cs336-assignment1-basics.json"])
+    assert bpe.verdict == "none" and bpe.findings == []
+    main = next(p for p in bpe.processes if p.role == "trainer")
+    assert (main.threads, main.samples, main.idle_pct) == (1, 3807, 83.7)
+    # A video overlay whose code is an installed package: the time is named in that package, not only the entry.
+    overlay = profile(folder, from_files=["overlay__Goproverlay.json"])
+    assert overlay.verdict == "main_loop_cpu_bound"
+    assert "hottest function read_frame (site-packages/moviepy/video/io/ffmpeg_reader.py:187) with 32% self" in (
+        overlay.findings[0].evidence)
+
+
 def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="duration_s"):
         ProfileCpuInput(pid=[1], duration_s=0)
