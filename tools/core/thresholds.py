@@ -132,6 +132,13 @@ WORKER_BUSY_SHARE = 0.5
 MAIN_LOOP_BUSY_SHARE = 0.8
 IO_READ_SHARE = 0.5
 SYNC_WAIT_SHARE = 0.3
+# GIL contention: at least two threads of one process are in Python code (no wait at their leaf) in
+# GIL_THREAD_BUSY_SHARE of their samples, yet the process used at most GIL_CORES_RATIO of the cores they would
+# together fill (and at most GIL_MAX_CORES): they take turns on one GIL. Needs the process's CPU time over the
+# recording (a live profile).
+GIL_THREAD_BUSY_SHARE = 0.5
+GIL_CORES_RATIO = 0.7
+GIL_MAX_CORES = 1.3
 
 # sample_host: a disk is saturated when requests wait IO_AWAIT_MS or more with IO_QUEUE_DEPTH or more in flight
 # (%util alone is not saturation on SSD, NVMe or RAID); the CPUs are saturated at CPU_IDLE_PCT idle or less; a

@@ -2,8 +2,10 @@
 bounded number of times (the safe replacement for `watch nvidia-smi` and `-l`), parsed into typed rows
 with a min/median/max summary, and checked against the same thresholds as health_check.
 
-Also reads a CSV capture made elsewhere (csv_path), with or without header and units. Without the
-nvidia-smi binary it serves the same fields from NVML where it can, and says so.
+Also reads a CSV capture made elsewhere (csv_path), with or without header and units; a capture of `-l` / `-lms`
+is a series (one row per GPU per sample, told apart by index or bus id). Without the nvidia-smi binary it serves the
+same fields from NVML where it can, and says so. A series of utilization.gpu is searched for periodic dips
+(tools/host/periodic.py: a checkpoint, an eval or a drained prefetch buffer every N steps).
 SOP: entry health checks; straggler (clocks, temperature, power, links); gpu_utilization_low.
 """
 
@@ -13,6 +15,7 @@ import csv
 import io
 import re
 import statistics
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Literal
@@ -44,6 +47,7 @@ from tools.gpu.smi_fields import (
     canonical,
     field_kind,
 )
+from tools.host.periodic import DIPS_FIX, PeriodicDips, dips_evidence, dips_in, step_time
 
 __all__ = ["NvidiaSmiQueryInput", "NvidiaSmiQueryResult", "nvidia_smi_query", "parse_smi_csv"]
 
@@ -75,8 +79,11 @@ class NvidiaSmiQueryInput(InputModel):
     csv_path: PathArg | None = Field(
         default=None,
         description="Parse this saved nvidia-smi CSV (inside the roots) instead of running nvidia-smi. "
-        "With a header line the fields come from it; without one, pass `fields` in capture order.",
+        "With a header line the fields come from it; without one, pass `fields` in capture order. "
+        "A capture of -l / -lms is read as a series (interval from its timestamp column, else interval_s).",
     )
+    step_logs: list[PathArg] = Field(default_factory=list, max_length=32, description="The job's step logs (or a "
+                                     "glob): a periodic dip in utilisation is then also given in steps.")
 
     @model_validator(mode="after")
     def _check(self) -> NvidiaSmiQueryInput:
@@ -119,6 +126,9 @@ class NvidiaSmiQueryResult(ToolResult):
     sampled_at: str
     findings: list[Finding]
     summary: list[FieldSummary]
+    periodic: PeriodicDips | None = Field(default=None, description="The deepest periodic dip in a GPU's "
+                                          "utilization.gpu series (every N steps: checkpoint, eval, logging).")
+    notes: list[str] = Field(default_factory=list)
     rows: list[SmiRow]
 
     narrow_hint = "pass fewer fields or gpus, or lower count"
@@ -316,8 +326,11 @@ def _numeric(value: Value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+_GPU_KEYS = ("index", "pci.bus_id", "gpu_bus_id", "uuid")
+
+
 def _row_key(row: SmiRow, position: int) -> str:
-    for key in ("index", "pci.bus_id", "gpu_bus_id", "uuid"):
+    for key in _GPU_KEYS:
         if row.values.get(key) is not None:
             return str(row.values[key])
     return str(position)
@@ -433,9 +446,11 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
         except OSError as exc:
             raise UnreadableInput(f"cannot read {params.csv_path}: {exc.strerror}.") from exc
         fields, rows = parse_smi_csv(text, list(params.fields) or None, params.query)
-        samples, source = 1, "file"
+        samples, source = _number_samples(rows), "file"
+        interval = _capture_interval(rows) or params.interval_s
     else:
         source = "nvidia-smi"
+        started = time.monotonic()
         for sample in range(params.count):
             if sample:
                 await anyio.sleep(params.interval_s)
@@ -456,8 +471,17 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
                     "Run this on a GPU node, or pass csv_path with a capture made there "
                     "(nvidia-smi --query-gpu=... --format=csv).",
                 ) from exc
+        # The real spacing: each sample's nvidia-smi run adds to the sleep.
+        interval = (time.monotonic() - started) / max(params.count, 1)
     gpus = _gpu_values(rows) if params.query == "gpu" else []
     findings = by_severity(gpu_findings(gpus) + _utilisation_findings(gpus, samples)) if gpus else []
+    periodic, notes = (await anyio.to_thread.run_sync(_periodic_dips, rows, samples, interval, params, ctx)
+                       if params.query == "gpu" else (None, []))
+    if periodic is not None:
+        findings.insert(next((i for i, f in enumerate(findings) if f.severity is not Severity.crit), len(findings)),
+                        Finding(check=f"{periodic.series} periodic dips", value=dips_evidence(periodic),
+                                threshold=">= 3 cycles above the noise", severity=Severity.warn,
+                                meaning=DIPS_FIX.lower(), sop_branch="gpu_utilization_low"))
     severity = worst(f.severity for f in findings)
     return NvidiaSmiQueryResult(
         severity=severity,
@@ -470,8 +494,72 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
         sampled_at=sampled_at,
         findings=findings,
         summary=_summaries(rows, fields, samples),
+        periodic=periodic,
+        notes=notes,
         rows=rows,
     )
+
+
+def _number_samples(rows: list[SmiRow]) -> int:
+    """A saved capture's rows numbered per GPU (the n-th row of a GPU is its n-th sample): `-l` writes one row per
+    GPU per sample. Rows with no GPU key cannot be told apart, and count as one sample."""
+    seen: dict[str, int] = defaultdict(int)
+    for row in rows:
+        key = next((str(row.values[k]) for k in _GPU_KEYS if row.values.get(k) is not None), None)
+        if key is None:
+            return 1
+        row.sample = seen[key]
+        seen[key] += 1
+    return max(seen.values(), default=1)
+
+
+_TIMESTAMP = re.compile(r"(\d{4})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?")
+
+
+def _capture_interval(rows: list[SmiRow]) -> float | None:
+    """The median spacing of one GPU's rows by the capture's timestamp column (nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm)."""
+    stamps: dict[str, list[float]] = defaultdict(list)
+    for position, row in enumerate(rows):
+        raw = _lookup(row, "timestamp")
+        match = _TIMESTAMP.fullmatch(raw.strip()) if isinstance(raw, str) else None
+        if match is None:
+            continue
+        try:
+            year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+            moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+        stamps[_row_key(row, position)].append(moment + float("0." + (match.group(7) or "0")))
+    gaps = sorted(b - a for series in stamps.values() for a, b in zip(series, series[1:], strict=False) if b > a)
+    return gaps[len(gaps) // 2] if gaps else None
+
+
+def _periodic_dips(rows: list[SmiRow], samples: int, interval: float, params: NvidiaSmiQueryInput,
+                   ctx: ToolContext) -> tuple[PeriodicDips | None, list[str]]:
+    """The deepest periodic dip among the GPUs' utilization.gpu series, with the notes of the ones without."""
+    series: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        number = _numeric(_lookup(row, "utilization.gpu"))
+        key = next((str(row.values[k]) for k in _GPU_KEYS if row.values.get(k) is not None), None)
+        if number is not None and key is not None:
+            series[key].append(number)
+    if samples < 2 * UTIL_MIN_SAMPLES or not series:
+        return None, []
+    steps, note = (step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s()) if params.step_logs
+                   else (None, None))
+    found: list[PeriodicDips] = []
+    notes: list[str] = []
+    for key, values in series.items():
+        dips, why = dips_in(values, interval, f"GPU {key} utilisation", steps)
+        if dips is not None:
+            found.append(dips)
+        elif why is not None and len(series) <= 2:
+            notes.append(why)
+    if found and note is not None:
+        notes.append(note)
+    if len(found) > 1:
+        notes.append(f"{len(found)} GPUs dip periodically: " + "; ".join(dips_evidence(d) for d in found[1:4]) + ".")
+    return (max(found, key=lambda d: d.dip_depth_pct) if found else None), notes
 
 
 def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source: str) -> list[str]:

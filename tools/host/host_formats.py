@@ -1,18 +1,21 @@
-"""The readers of saved host-metric captures: `iostat -x` (sysstat 10-12 text layouts and `-o JSON`) and `vmstat`
-(procps-ng, with or without the `gu` column). Both are read by their headers, never by column position: the column
+"""The readers of saved host-metric captures: `iostat -x` (sysstat 10-12 text layouts and `-o JSON`), `vmstat`
+(procps-ng, with or without the `gu` column) and `nvidia-smi dmon` / `pmon` (any `-s` column set, `-o DT`, the
+`--format csv` form). Both are read by their headers, never by column position: the column
 sets change with versions and flags (notes host_evidence.md §3). A capture with several reports keeps the later ones:
 the first report of iostat and the first row of vmstat are averages since boot.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiskSample", "HostCapture", "is_iostat", "is_vmstat", "read_iostat", "read_vmstat"]
+__all__ = ["DiskSample", "GpuSeries", "HostCapture", "is_iostat", "is_smi_monitor", "is_vmstat", "read_iostat",
+           "read_smi_monitor", "read_vmstat"]
 
 _NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
 
@@ -26,6 +29,22 @@ class DiskSample:
     read_mbs: float | None = None
     write_mbs: float | None = None
     iops: float | None = None
+
+
+@dataclass
+class GpuSeries:
+    """One GPU's rows of a dmon capture (a column's value per row, None for `-`), or its processes in a pmon one."""
+
+    gpu: str
+    columns: list[str]
+    values: dict[str, list[float | None]] = field(default_factory=dict)
+    seconds: list[float] = field(default_factory=list)  # from the Date/Time columns (-o DT / -o T), when present
+    pids: dict[int, list[float | None]] = field(default_factory=dict)  # pmon: pid -> its sm % per row
+    commands: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return max((len(v) for v in self.values.values()), default=0) or sum(len(v) for v in self.pids.values())
 
 
 @dataclass
@@ -43,6 +62,7 @@ class HostCapture:
     swap_out: list[float] = field(default_factory=list)
     reports: int = 0
     since_boot: bool = False  # only the first report (or row) is there: averages since boot, no interval
+    gpus: list[GpuSeries] = field(default_factory=list)  # dmon / pmon
 
 
 def _number(text: str) -> float | None:
@@ -164,3 +184,72 @@ def read_vmstat(text: str) -> HostCapture:
             if value is not None:
                 column.append(value)
     return capture
+
+
+# ---------------------------------------------------------------- nvidia-smi dmon / pmon
+
+_MONITOR_HEADER = re.compile(r"^#\s*(?:Date\s*,?\s*)?(?:Time\s*,?\s*)?gpu\b", re.I | re.M)
+
+
+def is_smi_monitor(text: str) -> bool:
+    return _MONITOR_HEADER.search(text[:65536]) is not None
+
+
+def read_smi_monitor(text: str) -> HostCapture:
+    """dmon or pmon by its header: the first `#` line names the columns, the second gives units and is skipped; the
+    header repeats every screenful. pmon's last column (the command) may hold spaces; `-` is no value."""
+    names: list[str] | None = None
+    by_gpu: dict[str, GpuSeries] = {}
+    kind = "dmon"
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            tokens = stripped.lstrip("#").replace(",", " ").split()
+            if tokens and any(t.lower() == "gpu" for t in tokens[:3]):
+                names = [t.lower() for t in tokens]
+                kind = "pmon" if "pid" in names else "dmon"
+            continue
+        if names is None:
+            continue
+        tokens = stripped.replace(",", " ").split() if "," in stripped else stripped.split()
+        if len(tokens) < len(names) - (1 if kind == "pmon" else 0):
+            continue
+        if kind == "pmon" and len(tokens) > len(names):
+            tokens = tokens[: len(names) - 1] + [" ".join(tokens[len(names) - 1:])]
+        cells = dict(zip(names, tokens, strict=False))
+        gpu = cells.get("gpu", "?")
+        series = by_gpu.setdefault(gpu, GpuSeries(gpu=gpu, columns=[n for n in names if n not in _NOT_METRICS]))
+        if kind == "pmon":
+            pid = _number(cells.get("pid", "-"))
+            if pid is None:
+                continue  # a GPU with no process prints `-` for the pid
+            series.pids.setdefault(int(pid), []).append(_number(cells.get("sm", "-")))
+            series.commands.setdefault(int(pid), cells.get("command", "-"))
+            continue
+        for name in series.columns:
+            series.values.setdefault(name, []).append(_number(cells.get(name, "-")))
+        at = _seconds(cells.get("date"), cells.get("time"))
+        if at is not None:
+            series.seconds.append(at)
+    capture = HostCapture(kind, gpus=list(by_gpu.values()))
+    capture.reports = max((g.rows for g in capture.gpus), default=0)
+    return capture
+
+
+_NOT_METRICS = ("gpu", "date", "time", "pid", "type", "command")
+
+
+def _seconds(date: str | None, clock: str | None) -> float | None:
+    """Seconds of a row's Date (YYYYMMDD) and Time (HH:MM:SS): only differences between rows are used."""
+    if clock is None or not re.fullmatch(r"\d{1,2}:\d{2}:\d{2}", clock):
+        return None
+    hours, minutes, seconds = (int(x) for x in clock.split(":"))
+    days = 0
+    if date is not None and re.fullmatch(r"\d{8}", date):
+        try:
+            days = datetime.date(int(date[:4]), int(date[4:6]), int(date[6:])).toordinal()
+        except ValueError:
+            return None
+    return days * 86400.0 + hours * 3600 + minutes * 60 + seconds

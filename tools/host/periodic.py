@@ -5,6 +5,9 @@ Autocorrelation of the mean-removed series: the first lag whose correlation stan
 series' correlations spread about 1/sqrt(n)) and is a local peak is the candidate; the periodogram's strongest
 frequency near it refines it. At least PERIOD_MIN_CYCLES cycles must fit in the window, and the shortest period
 told is two samples (Nyquist), so a window says which periods it can and cannot see.
+
+With the job's step logs, the period is also told in steps: the period divided by the mean step time (the mean, not
+the median: the slow step the dip comes from is part of every period).
 """
 
 from __future__ import annotations
@@ -12,11 +15,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from pydantic import BaseModel, Field
 
+from tools.core.context import ToolContext
+from tools.core.files import expand_inputs
+from tools.core.limits import STRAGGLER_MAX_LOG_FILES
 from tools.core.thresholds import PERIOD_MIN_CORRELATION, PERIOD_MIN_CYCLES, PERIOD_MIN_PEAK_RATIO
 
-__all__ = ["Periodic", "find_period", "visible_periods"]
+__all__ = ["DIPS_FIX", "Periodic", "PeriodicDips", "StepTime", "dips_evidence", "dips_in", "find_period", "step_time",
+           "visible_periods"]
+
+DIPS_FIX = ("Find what runs every that many steps (checkpoint, eval, logging, a drained prefetch buffer): make it "
+            "asynchronous, less frequent, or overlap it with compute")
+
+
+class PeriodicDips(BaseModel):
+    series: str = Field(description="What dips: a GPU's utilisation or SM %, the trainer's CPU, or the host's.")
+    period_s: float
+    dip_depth_pct: float = Field(description="Median minus the dips' level, in points of %.")
+    duty_pct: float = Field(description="% of the samples inside a dip.")
+    cycles: float
+    period_steps: int | None = Field(default=None, description="The period in steps, when step logs were given.")
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,8 @@ def visible_periods(samples: int, interval_s: float) -> tuple[float, float]:
 
 
 def find_period(values: Sequence[float], interval_s: float) -> Periodic | None:
+    import numpy as np  # here, not at import: building the server must not load the engines
+
     series = np.asarray(values, dtype=np.float64)
     n = len(series)
     if n < 2 * PERIOD_MIN_CYCLES or not np.isfinite(series).all() or series.std() == 0:
@@ -65,3 +86,52 @@ def find_period(values: Sequence[float], interval_s: float) -> Periodic | None:
     duty = float(np.mean(series < median - depth / 2)) * 100
     return Periodic(period_s=round(period, 3), dip_depth_pct=round(depth, 1), duty_pct=round(duty, 1),
                     cycles=round(n * interval_s / period, 1), correlation=round(float(acf[lag]), 3))
+
+
+@dataclass(frozen=True)
+class StepTime:
+    mean_s: float
+    steps: int
+    source: str
+
+
+def step_time(step_logs: Sequence[str], ctx: ToolContext, deadline: float) -> tuple[StepTime | None, str | None]:
+    """The job's mean step time from its step logs (every rank's steps pooled), or why there is none."""
+    import numpy as np
+
+    from tools.stragglers.steps import StepReader
+
+    reader = StepReader()
+    times: list[np.ndarray] = []
+    names: list[str] = []
+    for file in expand_inputs(list(step_logs), ctx.roots, STRAGGLER_MAX_LOG_FILES):
+        for steps in reader.read(file.path, file.name, deadline):
+            if steps.unit == "ms" and steps.steps.size:
+                values = steps.steps[np.isfinite(steps.steps) & (steps.steps > 0)]
+                if values.size:
+                    times.append(values)
+                    names.append(file.name)
+    if not times:
+        return None, ("No step time in the step logs (a throughput-only format, or no recognised step line): the "
+                      "period is given in seconds only.")
+    pooled = np.concatenate(times)
+    return StepTime(mean_s=float(pooled.mean()) / 1000, steps=int(pooled.size), source=", ".join(names[:3])), None
+
+
+def dips_in(values: Sequence[float], interval_s: float, series: str, steps: StepTime | None
+            ) -> tuple[PeriodicDips | None, str | None]:
+    """The periodic dips of one series, or the note that says what this window could and could not see."""
+    found = find_period(values, interval_s)
+    if found is None:
+        shortest, longest = visible_periods(len(values), interval_s)
+        return None, (f"No periodic dip in {series}: this window tells periods of {shortest:g}-{longest:g} s "
+                      "(a checkpoint every few minutes needs a longer one).")
+    period_steps = max(1, round(found.period_s / steps.mean_s)) if steps is not None and steps.mean_s > 0 else None
+    return PeriodicDips(series=series, period_s=found.period_s, dip_depth_pct=found.dip_depth_pct,
+                        duty_pct=found.duty_pct, cycles=found.cycles, period_steps=period_steps), None
+
+
+def dips_evidence(dips: PeriodicDips) -> str:
+    every = f"every {dips.period_s:g} s" + (f" (about every {dips.period_steps} steps)" if dips.period_steps else "")
+    return (f"{dips.series} dips {every}: {dips.cycles:g} cycles, {dips.dip_depth_pct:g} points deep, "
+            f"{dips.duty_pct:.0f} % of the time")

@@ -5,7 +5,9 @@ Roles: a DataLoader worker is told by the `_worker_loop` frame (torch/utils/data
 root frames (a forked worker carries the trainer's stack above it, notes host_evidence.md §0.4); the pin-memory
 thread by `_pin_memory_loop`; the trainer is the main thread of a process that is no worker. Recorded with `--idle`
 (else a starved trainer, blocked in the input queue, is missing from the samples), `--subprocesses` (the workers)
-and `--threads`; idle samples are told by their leaf. py-spy writes its file only when it stops: it records for
+and `--threads`; idle samples are told by their leaf. Threads that wait for the GIL look busy to py-spy (their
+leaf is Python code), so GIL contention is told by the CPU time the process used while recording: several threads
+wanting to run, one core's worth run. py-spy writes its file only when it stops: it records for
 `duration_s` and stops itself; past that and a grace it gets SIGINT (it then writes), then SIGKILL, and every
 target is sent SIGCONT (a blocking py-spy killed mid-sample can leave one stopped).
 SOP: gpu_utilization_low (the host side of GPU idle).
@@ -47,6 +49,9 @@ from tools.core.limits import (
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
 from tools.core.proc import find_program
 from tools.core.thresholds import (
+    GIL_CORES_RATIO,
+    GIL_MAX_CORES,
+    GIL_THREAD_BUSY_SHARE,
     INPUT_WAIT_SHARE,
     IO_READ_SHARE,
     MAIN_LOOP_BUSY_SHARE,
@@ -314,7 +319,9 @@ class _Role:
         return self.user_count.most_common(1)[0][0] if self.user_count else None
 
 
-def _analyse(threads: list[ThreadSamples], notes: list[str]) -> ProfileCpuResult:
+def _analyse(threads: list[ThreadSamples], notes: list[str], cores: dict[int, float] | None = None
+             ) -> ProfileCpuResult:
+    """`cores`: per pid, the cores its process used while it was recorded (live only)."""
     workers = {t.pid for t in threads if _runs_worker_loop(t)}
     by_process: dict[tuple[int | None, Role], _Role] = defaultdict(_Role)
     for thread in threads:
@@ -326,7 +333,7 @@ def _analyse(threads: list[ThreadSamples], notes: list[str]) -> ProfileCpuResult
     rows = [ProcessProfile(pid=pid, role=role, threads=m.threads, samples=m.samples,
                            idle_pct=round(100 * m.idle / max(m.samples, 1), 1), top=m.top())
             for (pid, role), m in sorted(by_process.items(), key=lambda kv: (kv[0][1] != "trainer", kv[0][0] or 0))]
-    findings = _verdicts(by_process)
+    findings = _verdicts(by_process, _gil_contention(threads, cores or {}, by_process))
     if not any(m.samples for m in by_process.values()):
         notes.append("No sample was recorded: the processes may have exited, or py-spy saw no Python thread.")
     verdict: Verdict = findings[0].kind if findings else "none"
@@ -353,7 +360,33 @@ def _hot_spot(measure: _Role) -> str:
     return f"{_where(user)}; hottest function {_where(hottest[0])} with {share:.0%} self"
 
 
-def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFinding]:
+def _busy_share(thread: ThreadSamples) -> float:
+    busy = sum(count for stack, count in thread.stacks.items() if stack and not is_idle_leaf(stack[-1]))
+    return busy / max(thread.samples, 1)
+
+
+def _gil_contention(threads: list[ThreadSamples], cores: dict[int, float],
+                    by_process: dict[tuple[int | None, Role], _Role]) -> CpuFinding | None:
+    """The process whose Python threads want more cores than it got: they take turns on the GIL."""
+    for pid, used in cores.items():
+        wanting = [(t, share) for t in threads if t.pid == pid and (share := _busy_share(t)) >= GIL_THREAD_BUSY_SHARE]
+        wanted = sum(share for _, share in wanting)
+        if len(wanting) < 2 or used > min(GIL_MAX_CORES, GIL_CORES_RATIO * wanted):
+            continue
+        merged = _merged(m for (p, _), m in by_process.items() if p == pid)
+        names = ", ".join(f"{t.thread} {share:.0%}" for t, share in sorted(wanting, key=lambda x: -x[1])[:4])
+        return CpuFinding(
+            kind="gil_contention", severity=Severity.warn, pid=pid,
+            evidence=f"{len(wanting)} threads of pid {pid} are in Python code in most of their samples ({names}), "
+                     f"wanting {wanted:.1f} cores, yet the process used {used:.2f}: they take turns on the GIL; most "
+                     f"in {_hot_spot(merged)}",
+            fix="Move the Python work of the extra threads into processes (DataLoader workers, multiprocessing) or "
+                "into code that releases the GIL (vectorised numpy/torch ops, C extensions); fewer Python threads; "
+                "a free-threaded CPython (3.13t) where the libraries support it")
+    return None
+
+
+def _verdicts(by_process: dict[tuple[int | None, Role], _Role], gil: CpuFinding | None) -> list[CpuFinding]:
     trainer = _merged(m for (_, role), m in by_process.items() if role == "trainer")
     workers = _merged(m for (_, role), m in by_process.items() if role == "dataloader_worker")
     trainer_pid = next((pid for (pid, role) in by_process if role == "trainer"), None)
@@ -368,8 +401,8 @@ def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFindi
             kind="input_bound_io" if io else "input_bound_cpu", severity=Severity.crit, pid=trainer_pid,
             evidence=f"the trainer waits on the DataLoader in {wait:.0%} of its samples while its workers are busy "
                      f"{workers.busy / workers.samples:.0%} of theirs, "
-                     + (f"reading ({workers.reads / max(workers.busy, 1):.0%} of their busy samples)" if io else
-                        f"most in {_hot_spot(workers)}"),
+                     + (f"reading ({workers.reads / max(workers.busy, 1):.0%} of their busy samples), most in "
+                        f"{_hot_spot(workers)}" if io else f"most in {_hot_spot(workers)}"),
             fix=("Faster storage or a local cache of the data, more workers to overlap the reads, larger files or "
                  "sequential access (record formats)" if io else
                  "More DataLoader workers (num_workers), persistent_workers=True, a cheaper transform there (or on "
@@ -388,6 +421,8 @@ def _verdicts(by_process: dict[tuple[int | None, Role], _Role]) -> list[CpuFindi
             evidence=f"the main thread waits in a CUDA synchronisation in {trainer.in_sync / trainer.samples:.0%} of "
                      f"its samples, from {_hot_spot(trainer)}",
             fix="No .item()/.cpu()/print of GPU values per step: keep them on the GPU and read every N steps"))
+    elif gil is not None:
+        found.append(gil)
     elif trainer.busy / trainer.samples >= MAIN_LOOP_BUSY_SHARE:
         found.append(CpuFinding(
             kind="main_loop_cpu_bound", severity=Severity.warn, pid=trainer_pid,
@@ -432,7 +467,8 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
     files; per process role (trainer, pin_memory, dataloader_worker, other) the samples, idle share and the top
     functions with file:line; a verdict: input_bound_cpu (the trainer waits on busy workers, or loads the data
     itself with num_workers=0: the hot function named), input_bound_io (the workers read), main_loop_cpu_bound,
-    implicit_sync, or none. Never leaves a process stopped.
+    gil_contention (Python threads of one process take turns on the GIL: live only), implicit_sync, or none.
+    Never leaves a process stopped.
     """
     notes: list[str] = []
     threads: list[ThreadSamples] = []
@@ -465,6 +501,7 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
     children = {c.pid for p in pids for c in _children(p)}
     roots = [p for p in pids if p not in children]
     deadline = time.monotonic() + ctx.remaining_s() - 1
+    before, started = _cpu_seconds(roots), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu-triage-pyspy-") as folder:
         texts: dict[int, tuple[str | None, str]] = {}
 
@@ -483,7 +520,21 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
     if not threads and all(texts[p][0] is None for p in roots):
         raise UnreadableInput("py-spy recorded nothing: " + "; ".join(texts[p][1] for p in roots)[:400],
                               "Check the pids (ps -p PID), and that py-spy may attach (root or CAP_SYS_PTRACE).")
-    return _analyse(threads, notes)
+    after, span = _cpu_seconds(roots), max(time.monotonic() - started, 1e-3)
+    return _analyse(threads, notes, {pid: (after[pid] - before[pid]) / span for pid in before if pid in after})
+
+
+def _cpu_seconds(roots: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each recorded process (the roots and their children), each on its own."""
+    seconds: dict[int, float] = {}
+    for root in roots:
+        for pid in [root, *(c.pid for c in _children(root))]:
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            seconds[pid] = times.user + times.system
+    return seconds
 
 
 def _children(pid: int) -> list[psutil.Process]:

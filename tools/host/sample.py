@@ -46,8 +46,18 @@ from tools.core.thresholds import (
     MEM_AVAILABLE_PCT,
     WORKER_SATURATED_PCT,
 )
-from tools.host.host_formats import DiskSample, HostCapture, is_iostat, is_vmstat, read_iostat, read_vmstat
-from tools.host.periodic import find_period, visible_periods
+from tools.host.host_formats import (
+    DiskSample,
+    GpuSeries,
+    HostCapture,
+    is_iostat,
+    is_smi_monitor,
+    is_vmstat,
+    read_iostat,
+    read_smi_monitor,
+    read_vmstat,
+)
+from tools.host.periodic import DIPS_FIX, PeriodicDips, StepTime, dips_evidence, dips_in, step_time
 
 __all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
 
@@ -64,7 +74,12 @@ class SampleHostInput(InputModel):
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
                               description="A regex (RE2) on the job's command line, instead of pids.")
     from_files: list[PathArg] = Field(default_factory=list, max_length=32, description="Saved `iostat -x` (text or "
-                                      "-o JSON) and `vmstat` outputs, inside the roots, instead of a live sample.")
+                                      "-o JSON), `vmstat`, `nvidia-smi dmon` and `pmon` outputs, inside the roots, "
+                                      "instead of a live sample.")
+    capture_interval_s: float | None = Field(default=None, gt=0, le=3600, description="Seconds between a dmon "
+                                             "capture's rows when it has no Time column (dmon -d; default 1).")
+    step_logs: list[PathArg] = Field(default_factory=list, max_length=32, description="The job's step logs (or a "
+                                     "glob): a periodic dip's period is then also given in steps.")
 
     @model_validator(mode="after")
     def _not_both(self) -> SampleHostInput:
@@ -105,13 +120,16 @@ class HostProcess(BaseModel):
     state: str
 
 
-class PeriodicDips(BaseModel):
-    series: str = Field(description="What dips: the trainer's CPU, or the host's.")
-    period_s: float
-    dip_depth_pct: float = Field(description="Median minus the dips' level, in points of %.")
-    duty_pct: float = Field(description="% of the samples inside a dip.")
-    cycles: float
-    period_steps: int | None = Field(default=None, description="The period in steps, when step times are known.")
+class GpuRow(BaseModel):
+    gpu: str = Field(description="The GPU index as the capture gives it.")
+    source: Literal["dmon", "pmon"]
+    columns: list[str] = Field(description="The metric columns the capture has (they depend on -s and the driver).")
+    samples: int
+    sm_pct_min: float | None = None
+    sm_pct_median: float | None = None
+    sm_pct_max: float | None = None
+    mem_pct_median: float | None = None
+    pids: list[int] = Field(default_factory=list, description="pmon: the processes on this GPU.")
 
 
 class HostFinding(BaseModel):
@@ -129,8 +147,10 @@ class SampleHostResult(ToolResult):
     cpu: Cpu
     processes: list[HostProcess]
     memory_available_pct: float | None
+    gpus: list[GpuRow] = Field(default_factory=list, description="The GPUs of dmon / pmon captures.")
     periodic: PeriodicDips | None = Field(default=None, description="Dips that repeat (every N steps: a checkpoint, "
-                                          "an eval, logging, a drained prefetch buffer), from the live series.")
+                                          "an eval, logging, a drained prefetch buffer), from the live series or a "
+                                          "dmon capture's SM %.")
     findings: list[HostFinding]
     notes: list[str]
 
@@ -145,6 +165,10 @@ class SampleHostResult(ToolResult):
                     _f(d.iops)] for d in self.disks], "disks"),
             Table("Processes", ["pid", "role", "CPU % of a core", "state"],
                   [[str(p.pid), p.role, f"{p.cpu_pct:.0f}", p.state] for p in self.processes], "processes"),
+            Table("GPUs (dmon / pmon)", ["gpu", "source", "samples", "SM % min", "median", "max", "mem % median",
+                                         "pids"],
+                  [[g.gpu, g.source, str(g.samples), _f(g.sm_pct_min), _f(g.sm_pct_median), _f(g.sm_pct_max),
+                    _f(g.mem_pct_median), ", ".join(map(str, g.pids[:8]))] for g in self.gpus], "gpus"),
         ]
 
 
@@ -259,7 +283,7 @@ def _is_worker(process: psutil.Process) -> bool:
         return False
 
 
-async def _live(params: SampleHostInput) -> SampleHostResult:
+async def _live(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
     pids, roles = _targets(params)
     readings = [_read_proc(pids)]
     end = readings[0].at + params.duration_s
@@ -284,38 +308,58 @@ async def _live(params: SampleHostInput) -> SampleHostResult:
     trainers = [pid for pid in pids if roles[pid] == "trainer"]
     result = _judge(_disks_between(first, second), _cpu_between(first, second), processes,
                     round(100 * memory.available / memory.total, 1), swapping, f"live {params.duration_s:g} s", [])
-    _periodic(result, readings, trainers)
+    # The step logs are read after the window, so that they hold the steps it saw.
+    steps = await anyio.to_thread.run_sync(_step_time, params, ctx, result)
+    _periodic(result, readings, trainers, steps)
     return result
 
 
-def _periodic(result: SampleHostResult, readings: list[_Reading], trainers: list[int]) -> None:
+def _step_time(params: SampleHostInput, ctx: ToolContext, result: SampleHostResult) -> StepTime | None:
+    if not params.step_logs:
+        return None
+    steps, note = step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s())
+    if note is not None:
+        result.notes.append(note)
+    return steps
+
+
+def _periodic(result: SampleHostResult, readings: list[_Reading], trainers: list[int], steps: StepTime | None
+              ) -> None:
     """Dips that repeat in the trainer's CPU (else the host's), between the readings of the live sample."""
     if len(readings) < 3:
         return
-    steps = list(zip(readings, readings[1:], strict=False))
-    interval = (readings[-1].at - readings[0].at) / len(steps)
+    pairs = list(zip(readings, readings[1:], strict=False))
+    interval = (readings[-1].at - readings[0].at) / len(pairs)
     if trainers:
         series = [100 * sum(b.process_cpu.get(p, 0.0) - a.process_cpu.get(p, 0.0) for p in trainers)
-                  / max(b.at - a.at, 1e-3) for a, b in steps]
+                  / max(b.at - a.at, 1e-3) for a, b in pairs]
         name = f"the trainer's CPU (pid {', '.join(map(str, trainers[:3]))})"
     else:
-        series = [_busy(_cpu_between(a, b)) for a, b in steps]
+        series = [_busy(_cpu_between(a, b)) for a, b in pairs]
         name = "the host's CPU"
-    found = find_period(series, interval)
-    shortest, longest = visible_periods(len(series), interval)
-    if found is None:
-        result.notes.append(f"No periodic dip in {name}: this window tells periods of {shortest:g}-{longest:g} s "
-                            "(a checkpoint every few minutes needs a longer one).")
+    _add_dips(result, [(series, interval, name)], steps)
+
+
+def _add_dips(result: SampleHostResult, candidates: list[tuple[list[float], float, str]], steps: StepTime | None
+              ) -> None:
+    """The deepest periodic dip among the series, as `periodic` and a finding; a note for each series without."""
+    found: list[PeriodicDips] = []
+    for values, interval, name in candidates:
+        dips, note = dips_in(values, interval, name, steps)
+        if dips is not None:
+            found.append(dips)
+        elif note is not None and len(candidates) <= 4:
+            result.notes.append(note)
+    if not found:
         return
-    result.periodic = PeriodicDips(series=name, period_s=found.period_s, dip_depth_pct=found.dip_depth_pct,
-                                   duty_pct=found.duty_pct, cycles=found.cycles)
-    result.findings.append(HostFinding(
-        kind="periodic", severity=Severity.warn,
-        evidence=f"{name} dips every {found.period_s:g} s ({found.cycles:g} cycles, {found.dip_depth_pct:g} points "
-                 f"deep, {found.duty_pct:.0f} % of the time)",
-        fix="Find what runs every that many steps (checkpoint, eval, logging, a drained prefetch buffer): make it "
-            "asynchronous, less frequent, or overlap it with compute"))
+    result.periodic = max(found, key=lambda d: d.dip_depth_pct)
+    for dips in sorted(found, key=lambda d: -d.dip_depth_pct)[:4]:
+        result.findings.append(HostFinding(kind="periodic", severity=Severity.warn, evidence=dips_evidence(dips),
+                                           fix=DIPS_FIX))
     result.severity = worst(f.severity for f in result.findings)
+    lead = result.findings[0]
+    if lead.kind == "periodic":
+        result.conclusion[1:] = [f"periodic: {lead.evidence}.", f"Fix: {lead.fix}."]
 
 
 # ---------------------------------------------------------------- captures
@@ -325,7 +369,8 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
     captures: list[HostCapture] = []
     notes: list[str] = []
     for file in expand_inputs(params.from_files, ctx.roots):
-        text = read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat -x or vmstat.")
+        text = read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat -x, vmstat or "
+                               "nvidia-smi dmon / pmon.")
         if is_iostat(text):
             try:
                 captures.append(read_iostat(text))
@@ -334,8 +379,10 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
                                       "Pass iostat -x -o JSON output as written, or the text form.") from exc
         elif is_vmstat(text):
             captures.append(read_vmstat(text))
+        elif is_smi_monitor(text):
+            captures.append(read_smi_monitor(text))
         else:
-            notes.append(f"{file.name}: neither iostat -x nor vmstat output.")
+            notes.append(f"{file.name}: not iostat -x, vmstat, nvidia-smi dmon or pmon output.")
     disks_by_name: dict[str, list[DiskSample]] = {}
     for capture in captures:
         for disk in capture.disks:
@@ -362,8 +409,63 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
                      "a count (iostat -x 1 10, vmstat 1 10) for the present.")
     swapping = sum(1 for v in swap if v > 0) * 2 >= max(len(swap), 1) and any(v > 0 for v in swap)
     names = ", ".join(c.kind for c in captures) or "nothing readable"
-    return _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
-                  notes)
+    result = _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
+                    notes)
+    _gpus_of(result, captures, params.capture_interval_s, _step_time(params, ctx, result))
+    return result
+
+
+def _gpus_of(result: SampleHostResult, captures: list[HostCapture], interval_s: float | None,
+             steps: StepTime | None) -> None:
+    """The GPUs of dmon / pmon captures: their SM % over the rows, and periodic dips in it."""
+    candidates: list[tuple[list[float], float, str]] = []
+    assumed = False
+    for capture in captures:
+        for series in capture.gpus:
+            if capture.kind == "pmon":
+                sm = [v for values in series.pids.values() for v in values if v is not None]
+                result.gpus.append(GpuRow(gpu=series.gpu, source="pmon", columns=series.columns,
+                                          samples=series.rows, sm_pct_median=_median(sm), sm_pct_max=_peak(sm),
+                                          pids=list(series.pids)))
+                continue
+            sm = [v for v in series.values.get("sm", []) if v is not None]
+            memory = [v for v in series.values.get("mem", []) if v is not None]
+            result.gpus.append(GpuRow(gpu=series.gpu, source="dmon", columns=series.columns, samples=series.rows,
+                                      sm_pct_min=min(sm, default=None), sm_pct_median=_median(sm),
+                                      sm_pct_max=_peak(sm), mem_pct_median=_median(memory)))
+            if len(sm) == len(series.values.get("sm", [])) and sm:
+                interval = _row_interval(series)
+                if interval is None:
+                    assumed = interval_s is None
+                    interval = interval_s or 1.0
+                candidates.append((sm, interval, f"GPU {series.gpu}'s SM %"))
+    if assumed:
+        result.notes.append("The dmon capture has no Time column: its rows are taken as 1 s apart (dmon's default "
+                            "-d 1); pass capture_interval_s if it was run with another -d, or capture with -o T.")
+    idle = [g for g in result.gpus if g.source == "dmon" and g.sm_pct_median is not None and g.sm_pct_median < 30]
+    if idle:
+        result.notes.append(f"GPU {', '.join(g.gpu for g in idle[:8])}: median SM % under 30 in the capture: the GPU "
+                            "waits on something; the host verdict and profile_cpu say whether it is the host.")
+    if result.gpus:
+        result.conclusion[0] = (f"{result.source}: {len(result.disks)} disk(s), "
+                                f"{len({g.gpu for g in result.gpus})} GPU(s).")
+        if not result.disks and result.cpu.idle_pct is None and not result.findings:
+            result.conclusion[1:] = ["The captures hold no host evidence (no iostat -x or vmstat): add them, or "
+                                     "sample_host live on the node, to tell io_bound from cpu_bound."]
+    _add_dips(result, candidates, steps)
+
+
+def _row_interval(series: GpuSeries) -> float | None:
+    """The median step between a dmon capture's Time stamps (whole seconds), when it has them."""
+    gaps = sorted(b - a for a, b in zip(series.seconds, series.seconds[1:], strict=False) if b > a)
+    if len(series.seconds) != series.rows or not gaps:
+        return None
+    return gaps[len(gaps) // 2]
+
+
+def _median(values: list[float]) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[len(ordered) // 2], 2) if ordered else None
 
 
 def _peak(values: object) -> float | None:
@@ -440,4 +542,4 @@ async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostRe
     if ctx.remaining_s() < params.duration_s + 1:
         raise BadInput(f"the call has {ctx.remaining_s():.0f} s left, less than duration_s={params.duration_s:g}.",
                        "Lower duration_s or raise the server's --timeout.")
-    return await _live(params)
+    return await _live(params, ctx)

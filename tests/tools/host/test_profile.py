@@ -26,6 +26,7 @@ from tools.host import ProfileCpuInput, ProfileCpuResult, profile_cpu
 LAB = REPO / "tests" / "lab" / "cpu_bound.py"
 TRANSFORM_LINE = line_of(LAB, "acc += (index * 31 + i) % 7 * 0.5")
 BOOKKEEPING_LINE = line_of(LAB, "values = [((step * 13 + i) % 97) / 97")
+SLOW_READ_LINE = line_of(LAB, "time.sleep(0.025)")
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 
 
@@ -57,7 +58,7 @@ def profile(root: Path, **arguments: Any) -> ProfileCpuResult:
 async def test_each_lab_job_gets_its_verdict_and_function_through_mcp(tmp_path: Path) -> None:
     found: dict[str, dict[str, Any]] = {}
     async with stdio_client(base_env(), "--root", str(tmp_path)) as client:
-        for mode in ("workers0", "workers2", "python_loop"):
+        for mode in ("workers0", "workers2", "python_loop", "slow_storage", "gil_threads"):
             with lab_job(mode, tmp_path) as pid:
                 found[mode] = structured(await client.call_tool("profile_cpu", {"pid": [pid], "duration_s": 3}))
     for mode in ("workers0", "workers2"):
@@ -75,6 +76,31 @@ async def test_each_lab_job_gets_its_verdict_and_function_through_mcp(tmp_path: 
     assert loop["verdict"] == "main_loop_cpu_bound", loop["findings"]
     assert "python_bookkeeping" in loop["findings"][0]["evidence"]
     assert f"cpu_bound.py:{BOOKKEEPING_LINE})" in loop["findings"][0]["evidence"]
+    slow = found["slow_storage"]
+    assert slow["verdict"] == "input_bound_io", slow["findings"]
+    assert f"SlowFile.read (cpu_bound.py:{SLOW_READ_LINE})" in slow["findings"][0]["evidence"]
+    assert "storage" in slow["findings"][0]["fix"]
+    gil = found["gil_threads"]
+    assert gil["verdict"] == "gil_contention", gil["findings"]
+    evidence = gil["findings"][0]["evidence"]
+    assert evidence.startswith("3 threads of pid") and "background_metrics" in evidence, evidence
+    assert "python_bookkeeping" in evidence and "GIL" in evidence
+
+
+def test_threads_that_run_in_parallel_are_no_gil_contention() -> None:
+    """The rule on its two sides: three Python threads busy in every sample are contention when their process
+    used one core, and parallel work (code that releases the GIL) when it used three."""
+    from collections import Counter
+
+    from tools.host.profile import _analyse
+    from tools.host.pyspy_record import Frame, ThreadSamples
+
+    stack = (Frame("main", "train.py", 10), Frame("tokenise", "train.py", 40))
+    threads = [ThreadSamples(pid=7, command="python train.py", thread=name, stacks=Counter({stack: 100}))
+               for name in ("MainThread", "Thread-1", "Thread-2")]
+    assert _analyse(threads, [], {7: 1.0}).verdict == "gil_contention"
+    assert _analyse(threads, [], {7: 2.9}).verdict == "main_loop_cpu_bound"
+    assert _analyse(threads, [], None).verdict == "main_loop_cpu_bound"  # a saved file has no CPU time
 
 
 def test_saved_raw_and_speedscope_files_read_alike(tmp_path: Path) -> None:

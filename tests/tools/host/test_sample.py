@@ -110,32 +110,40 @@ def test_real_iostat_and_vmstat_captures_get_their_readers_verdicts() -> None:
     assert verdicts["iostat__sysstat-187.txt"] == "none" and verdicts["iostat__rook-11005.txt"] == "io_bound"
 
 
-# A trainer that saves a checkpoint every few steps: 1.2 s of computing, then 0.8 s blocked writing, over and over.
+# A trainer that saves a checkpoint every 4 steps: steps of 0.3 s computing, and 0.8 s blocked writing after every
+# fourth, over and over (a period of 2 s); it logs each step's time as training scripts do.
 CHECKPOINTING = """
 import sys, time
+log = open(sys.argv[2], "w", buffering=1)
 open(sys.argv[1], "w").write("go")
+step = 0
 while True:
-    stop = time.monotonic() + 1.2
-    while time.monotonic() < stop:
+    started = time.monotonic()
+    while time.monotonic() < started + 0.3:
         sum(i * i for i in range(5_000))
-    time.sleep(0.8)
+    step += 1
+    if step % 4 == 0:
+        time.sleep(0.8)
+    log.write(f"step {step} time {1000 * (time.monotonic() - started):.1f} ms\\n")
 """
 
 
 def test_periodic_dips_of_a_checkpointing_trainer_are_found_within_ten_percent(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    process = subprocess.Popen([sys.executable, "-c", CHECKPOINTING, str(ready)], start_new_session=True)
+    process = subprocess.Popen([sys.executable, "-c", CHECKPOINTING, str(ready), str(tmp_path / "train.log")],
+                               start_new_session=True)
     try:
         while not ready.exists():
             time.sleep(0.1)
-        result = sample(tmp_path, pid=[process.pid], duration_s=14)
+        result = sample(tmp_path, pid=[process.pid], duration_s=14, step_logs=["train.log"])
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     assert result.periodic is not None, result.notes
     assert abs(result.periodic.period_s - 2.0) <= 0.2, result.periodic
     assert result.periodic.cycles >= 3 and result.periodic.dip_depth_pct > 30
-    assert any(f.kind == "periodic" and "dips every" in f.evidence for f in result.findings)
+    assert result.periodic.period_steps == 4, result.periodic  # 2 s over a mean step of 0.5 s
+    assert any(f.kind == "periodic" and "about every 4 steps" in f.evidence for f in result.findings)
     assert result.verdict != "periodic"  # the verdict stays one of the four resources
 
 
