@@ -1,11 +1,14 @@
 """sample_host and profile_cpu against real saved outputs from public sources, one file at a time.
 
-sample_host: tests/data/host/cases.jsonl (real iostat -x and vmstat outputs; dmon/pmon are listed but not read yet),
-each with the verdict its reader gave (io_bound, cpu_bound, memory_pressure, none). profile_cpu: the py-spy record
-files of tests/data/host/pyspy/cases.jsonl when present (raw or speedscope), scored on their reader's verdict.
+sample_host: tests/data/host/cases.jsonl (real iostat -x, vmstat, nvidia-smi dmon and pmon outputs), each with the
+verdict its reader gave (io_bound, cpu_bound, memory_pressure, none) and, for dmon, whether the SM % dips
+periodically (`periodic`; "ambiguous" is not scored). profile_cpu: the py-spy record files of
+tests/data/host/pyspy/cases.jsonl when present (raw or speedscope), scored on their reader's verdict.
+`--extra DIR...`: folders of captures that cannot be committed (no licence), with a cases.jsonl of `file`, `kind` and
+`periodic_visible`, scored on the periodic dip only.
 Printed: right / scored per input kind and per verdict, and every miss with --misses.
 
-Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses]
+Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--extra DIR ...]
 """
 
 from __future__ import annotations
@@ -35,19 +38,35 @@ def verdict_of(folder: Path, label: dict[str, Any]) -> str:
     try:
         if label["kind"] == "pyspy":
             return anyio.run(profile_cpu, ProfileCpuInput(from_files=[label["file"]]), context).verdict
-        return anyio.run(sample_host, SampleHostInput(from_files=[label["file"]]), context).verdict
+        result = anyio.run(sample_host, SampleHostInput(from_files=[label["file"]]), context)
+        if label["kind"] == "dmon_periodic":
+            return "periodic" if result.periodic is not None else "no_period"
+        return result.verdict
     except TriageError as exc:
         return f"refused ({exc})"[:80]
+
+
+def _periodic_case(label: dict[str, Any], key: str) -> dict[str, Any] | None:
+    if label.get("kind") != "dmon" or not isinstance(label.get(key), bool):
+        return None
+    return {**label, "kind": "dmon_periodic", "verdict": "periodic" if label[key] else "no_period"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--misses", action="store_true")
+    parser.add_argument("--extra", nargs="*", type=Path, default=[])
     args = parser.parse_args()
     cases: list[tuple[Path, dict[str, Any]]] = []
     for label in (json.loads(line) for line in (HOST / "cases.jsonl").read_text().splitlines() if line.strip()):
-        if label["kind"] in ("iostat", "iostat_json", "vmstat"):
-            cases.append((HOST, label))
+        cases.append((HOST, label))
+        if (periodic := _periodic_case(label, "periodic")) is not None:
+            cases.append((HOST, periodic))
+    committed = {label["file"] for _, label in cases}
+    for folder in args.extra:
+        for label in (json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines() if line.strip()):
+            if label["file"] not in committed and (periodic := _periodic_case(label, "periodic_visible")) is not None:
+                cases.append((folder, periodic))
     if (PYSPY / "cases.jsonl").is_file():
         for label in (json.loads(line) for line in (PYSPY / "cases.jsonl").read_text().splitlines() if line.strip()):
             if label.get("verdict") not in (None, "unclear"):

@@ -32,7 +32,7 @@ DIPS_FIX = ("Find what runs every that many steps (checkpoint, eval, logging, a 
 class PeriodicDips(BaseModel):
     series: str = Field(description="What dips: a GPU's utilisation or SM %, the trainer's CPU, or the host's.")
     period_s: float
-    dip_depth_pct: float = Field(description="Median minus the dips' level, in points of %.")
+    dip_depth_pct: float = Field(description="The usual level minus the dips' level, in points of %.")
     duty_pct: float = Field(description="% of the samples inside a dip.")
     cycles: float
     period_steps: int | None = Field(default=None, description="The period in steps, when step logs were given.")
@@ -41,7 +41,7 @@ class PeriodicDips(BaseModel):
 @dataclass(frozen=True)
 class Periodic:
     period_s: float
-    dip_depth_pct: float  # median minus the dips' level, in the series' own points (percent for utilisation)
+    dip_depth_pct: float  # the usual level minus the dips' level, in the series' points (percent for utilisation)
     duty_pct: float  # share of the samples inside a dip
     cycles: float
     correlation: float  # the autocorrelation at the period
@@ -78,12 +78,15 @@ def find_period(values: Sequence[float], interval_s: float) -> Periodic | None:
     if not near.any() or spectrum[near].max() < PERIOD_MIN_PEAK_RATIO * float(np.median(spectrum[1:])):
         return None
     period = float(1 / frequencies[near][np.argmax(spectrum[near])])
-    median = float(np.median(series))
-    low = float(np.percentile(series, 10))
-    depth = median - low
-    if depth <= 0:
+    # The two levels the series moves between, split halfway from its low to its high: a long idle half (an eval
+    # or a benchmark's pause, duty 50 %) as much as short dips.
+    low_edge, high_edge = (float(x) for x in np.percentile(series, [10, 90]))
+    middle = (low_edge + high_edge) / 2
+    below = series < middle
+    if below.all() or not below.any():
         return None
-    duty = float(np.mean(series < median - depth / 2)) * 100
+    depth = float(np.median(series[~below]) - np.median(series[below]))
+    duty = float(below.mean()) * 100
     return Periodic(period_s=round(period, 3), dip_depth_pct=round(depth, 1), duty_pct=round(duty, 1),
                     cycles=round(n * interval_s / period, 1), correlation=round(float(acf[lag]), 3))
 
@@ -124,7 +127,10 @@ def dips_in(values: Sequence[float], interval_s: float, series: str, steps: Step
     found = find_period(values, interval_s)
     if found is None:
         shortest, longest = visible_periods(len(values), interval_s)
-        return None, (f"No periodic dip in {series}: this window tells periods of {shortest:g}-{longest:g} s "
+        if longest < shortest:
+            return None, (f"{series}: {len(values)} sample(s) are too few to tell a period (it takes "
+                          f"{PERIOD_MIN_CYCLES:g} cycles of at least 2 samples).")
+        return None, (f"No periodic dip in {series}: this window tells periods of {shortest:.3g}-{longest:.3g} s "
                       "(a checkpoint every few minutes needs a longer one).")
     period_steps = max(1, round(found.period_s / steps.mean_s)) if steps is not None and steps.mean_s > 0 else None
     return PeriodicDips(series=series, period_s=found.period_s, dip_depth_pct=found.dip_depth_pct,

@@ -110,6 +110,35 @@ def test_real_iostat_and_vmstat_captures_get_their_readers_verdicts() -> None:
     assert verdicts["iostat__sysstat-187.txt"] == "none" and verdicts["iostat__rook-11005.txt"] == "io_bound"
 
 
+def test_real_dmon_and_pmon_captures_are_read_by_their_headers() -> None:
+    folder = Path(__file__).resolve().parents[2] / "data" / "host"
+    labels = [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines() if line.strip()]
+    monitors = [label for label in labels if label["kind"] in ("dmon", "pmon")]
+    assert len(monitors) >= 12
+    for label in monitors:
+        result = sample(folder, from_files=[label["file"]])
+        assert result.verdict == "none" and result.gpus, label["file"]
+        assert {g.source for g in result.gpus} == {label["kind"]}
+        if label["kind"] == "dmon":
+            assert (result.periodic is not None) == (label["periodic"] is True) or label["periodic"] == "ambiguous"
+            gpus = label["facts"]["gpus"]  # a list of indices, or a count
+            assert len({g.gpu for g in result.gpus}) == (len(gpus) if isinstance(gpus, list) else gpus), label["file"]
+    # The wide -o T layout with a repeated header block: 118 rows of one GPU, columns by name.
+    stress = sample(folder, from_files=["dmon__chimere-stress-test.txt"])
+    assert stress.gpus[0].samples == 118 and "rxpci" in stress.gpus[0].columns and "time" not in stress.gpus[0].columns
+    assert 76 <= (stress.gpus[0].sm_pct_median or 0) <= 82
+    assert not any("no Time column" in note for note in stress.notes)
+    # An old driver's pucvmet on 4 GPUs: one sample each, too few for a period, and said so.
+    old = sample(folder, from_files=["dmon__deepspeech-issue178-pucvmet-4gpu.txt"])
+    assert [g.sm_pct_median for g in old.gpus] == [25.0, 18.0, 24.0, 18.0]
+    assert any("too few to tell a period" in note for note in old.notes)
+    assert any("no Time column" in note for note in old.notes)
+    # pmon: processes per GPU; a GPU with none prints '-' and lists no pid.
+    pmon = sample(folder, from_files=["pmon__datarhei-core-ffmpeg-um-new.txt"])
+    assert pmon.gpus[0].pids == [3908637] and pmon.gpus[1].pids == []
+    assert "no host evidence" in " ".join(pmon.conclusion)
+
+
 # A trainer that saves a checkpoint every 4 steps: steps of 0.3 s computing, and 0.8 s blocked writing after every
 # fourth, over and over (a period of 2 s); it logs each step's time as training scripts do.
 CHECKPOINTING = """
