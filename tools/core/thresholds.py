@@ -137,6 +137,9 @@ SYNC_WAIT_SHARE = 0.3
 # together fill (and at most GIL_MAX_CORES): they take turns on one GIL. Needs the process's CPU time over the
 # recording (a live profile).
 GIL_THREAD_BUSY_SHARE = 0.5
+# A main thread "busy" by its leaf (Python code that called into C++) whose process used less than this many cores
+# over a live recording is waiting in native code (a collective, a device sync, I/O), not computing in Python.
+MAIN_LOOP_MIN_CORES = 0.3
 GIL_CORES_RATIO = 0.7
 GIL_MAX_CORES = 1.3
 

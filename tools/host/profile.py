@@ -29,7 +29,7 @@ import anyio
 import psutil
 from pydantic import BaseModel, Field, model_validator
 
-from tools.cluster import processes_by_match, processes_by_pid
+from tools.cluster import collect_from_nodes, job_backend, node_name, processes_by_match, processes_by_pid
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, UnreadableInput
 from tools.core.files import expand_inputs, read_whole_text
@@ -46,7 +46,7 @@ from tools.core.limits import (
     CPU_TOP_FUNCTIONS,
     STACK_MAX_MATCH_CHARS,
 )
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
 from tools.core.proc import find_program
 from tools.core.thresholds import (
     GIL_CORES_RATIO,
@@ -55,9 +55,11 @@ from tools.core.thresholds import (
     INPUT_WAIT_SHARE,
     IO_READ_SHARE,
     MAIN_LOOP_BUSY_SHARE,
+    MAIN_LOOP_MIN_CORES,
     SYNC_WAIT_SHARE,
     WORKER_BUSY_SHARE,
 )
+from tools.host.job import NodeVerdict, job_pids_here, node_timeout_for, worst_node
 from tools.host.pyspy_record import Frame, ThreadSamples, is_idle_leaf, parse_record
 
 __all__ = ["ProfileCpuInput", "ProfileCpuResult", "profile_cpu"]
@@ -83,7 +85,7 @@ _READS = frozenset({"read", "readinto", "readline", "readlines", "pread", "_read
 _SYNC = ("synchronize", "_local_scalar_dense", "item", "tolist")
 
 
-class ProfileCpuInput(InputModel):
+class ProfileCpuInput(NodesInput):
     pid: list[int] = Field(default_factory=list, max_length=CPU_MAX_PROCESSES, description="The trainer processes "
                            "to record (their DataLoader workers come with them: --subprocesses).")
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
@@ -101,8 +103,12 @@ class ProfileCpuInput(InputModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> ProfileCpuInput:
-        if sum(bool(x) for x in (self.pid, self.match, self.from_files)) != 1:
-            raise ValueError("pass exactly one of pid, match or from_files")
+        chosen = sum(bool(x) for x in (self.pid, self.match, self.from_files))
+        if chosen > 1:
+            raise ValueError("pass one of pid, match or from_files (none: the job's ranks on this host)")
+        if chosen and (self.slurm_job is not None or self.hosts or self.hostfile is not None):
+            raise ValueError("with slurm_job or hosts each node finds the job's ranks itself: pid, match and "
+                             "from_files are for one node")
         if self.native and self.nonblocking:
             raise ValueError("native and nonblocking cannot be combined (py-spy refuses it)")
         return self
@@ -118,6 +124,7 @@ class TopFunction(BaseModel):
 
 class ProcessProfile(BaseModel):
     pid: int | None
+    node: str | None = Field(default=None, description="The node, in a job-level call.")
     role: Role
     threads: int
     samples: int
@@ -131,6 +138,7 @@ class CpuFinding(BaseModel):
     evidence: str
     fix: str
     pid: int | None = None
+    node: str | None = None
     sop_branch: str = _BRANCH
 
 
@@ -139,6 +147,8 @@ class ProfileCpuResult(ToolResult):
     processes: list[ProcessProfile]
     findings: list[CpuFinding]
     notes: list[str]
+    node: str | None = Field(default=None, description="The node this answer is from (collector mode).")
+    nodes: list[NodeVerdict] = Field(default_factory=list, description="A job-level call: each node's verdict.")
 
     narrow_hint = "record fewer processes"
 
@@ -147,10 +157,14 @@ class ProfileCpuResult(ToolResult):
             Table("Verdict", ["kind", "severity", "pid", "evidence", "fix"],
                   [[f.kind, f.severity.value, str(f.pid) if f.pid else "-", f.evidence, f.fix]
                    for f in self.findings], "findings"),
-            Table("Processes", ["pid", "role", "threads", "samples", "idle %", "top (self %)"],
-                  [[str(p.pid) if p.pid else "-", p.role, str(p.threads), str(p.samples), f"{p.idle_pct:.0f}",
+            Table("Processes", ["node", "pid", "role", "threads", "samples", "idle %", "top (self %)"],
+                  [[p.node or "-", str(p.pid) if p.pid else "-", p.role, str(p.threads), str(p.samples),
+                    f"{p.idle_pct:.0f}",
                     "; ".join(f"{t.function} ({t.file}:{t.line}) {t.self_pct:.0f}" for t in p.top[:3])]
                    for p in self.processes], "processes"),
+            Table("Nodes", ["node", "verdict", "severity", "evidence"],
+                  [[n.node, n.verdict, n.severity.value if n.severity else "-", n.evidence] for n in self.nodes],
+                  "nodes"),
         ]
 
 
@@ -333,7 +347,14 @@ def _analyse(threads: list[ThreadSamples], notes: list[str], cores: dict[int, fl
     rows = [ProcessProfile(pid=pid, role=role, threads=m.threads, samples=m.samples,
                            idle_pct=round(100 * m.idle / max(m.samples, 1), 1), top=m.top())
             for (pid, role), m in sorted(by_process.items(), key=lambda kv: (kv[0][1] != "trainer", kv[0][0] or 0))]
-    findings = _verdicts(by_process, _gil_contention(threads, cores or {}, by_process))
+    trainer_cores = [(cores or {}).get(pid) for (pid, role) in by_process if role == "trainer" and pid is not None]
+    waiting = bool(trainer_cores) and all(c is not None and c < MAIN_LOOP_MIN_CORES for c in trainer_cores)
+    findings = _verdicts(by_process, _gil_contention(threads, cores or {}, by_process), waiting)
+    if waiting and not findings:
+        used = max(c or 0.0 for c in trainer_cores)
+        notes.append(f"The trainer's main thread sits in Python frames that called into native code, yet its process "
+                     f"used at most {used:.2f} cores: it waits (a collective, a device sync or I/O) rather than "
+                     "computes; dump_stacks says on what, summarize_trace says for how long.")
     if not any(m.samples for m in by_process.values()):
         notes.append("No sample was recorded: the processes may have exited, or py-spy saw no Python thread.")
     verdict: Verdict = findings[0].kind if findings else "none"
@@ -386,7 +407,9 @@ def _gil_contention(threads: list[ThreadSamples], cores: dict[int, float],
     return None
 
 
-def _verdicts(by_process: dict[tuple[int | None, Role], _Role], gil: CpuFinding | None) -> list[CpuFinding]:
+def _verdicts(by_process: dict[tuple[int | None, Role], _Role], gil: CpuFinding | None,
+              waiting_in_native: bool) -> list[CpuFinding]:
+    """`waiting_in_native`: a live recording measured the trainers using next to no CPU."""
     trainer = _merged(m for (_, role), m in by_process.items() if role == "trainer")
     workers = _merged(m for (_, role), m in by_process.items() if role == "dataloader_worker")
     trainer_pid = next((pid for (pid, role) in by_process if role == "trainer"), None)
@@ -423,7 +446,7 @@ def _verdicts(by_process: dict[tuple[int | None, Role], _Role], gil: CpuFinding 
             fix="No .item()/.cpu()/print of GPU values per step: keep them on the GPU and read every N steps"))
     elif gil is not None:
         found.append(gil)
-    elif trainer.busy / trainer.samples >= MAIN_LOOP_BUSY_SHARE:
+    elif trainer.busy / trainer.samples >= MAIN_LOOP_BUSY_SHARE and not waiting_in_native:
         found.append(CpuFinding(
             kind="main_loop_cpu_bound", severity=Severity.warn, pid=trainer_pid,
             evidence=f"the trainer's main thread is busy in Python {trainer.busy / trainer.samples:.0%} of its "
@@ -470,6 +493,64 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
     gil_contention (Python threads of one process take turns on the GIL: live only), implicit_sync, or none.
     Never leaves a process stopped.
     """
+    backend = job_backend(params, ctx)
+    if backend is not None:
+        extra = ["--duration-s", f"{params.duration_s:g}", "--rate", str(params.rate)]
+        extra += [flag for flag, on in (("--native", params.native), ("--nonblocking", params.nonblocking),
+                                        ("--gil", params.gil)) if on]
+        answers = await collect_from_nodes(backend, "profile-cpu", ProfileCpuResult, ctx,
+                                           node_timeout_for(params.duration_s, params.node_timeout_s), extra)
+        return _merge_nodes(backend.label, answers)
+    result = await _this_node(params, ctx)
+    if params.local:
+        result.node = node_name()
+        for row in result.processes:
+            row.node = result.node
+        for finding in result.findings:
+            finding.node = result.node
+    return result
+
+
+def _merge_nodes(label: str, answers: dict[str, ProfileCpuResult | str]) -> ProfileCpuResult:
+    """One answer for the job: every node's processes and findings labelled with the node; the verdict of the node
+    worst off, and each node's own."""
+    processes: list[ProcessProfile] = []
+    findings: list[CpuFinding] = []
+    notes: list[str] = []
+    nodes: list[NodeVerdict] = []
+    for node, answer in answers.items():
+        if isinstance(answer, str):
+            nodes.append(NodeVerdict(node=node, verdict="no_answer", evidence=answer))
+            continue
+        processes += [row.model_copy(update={"node": node}) for row in answer.processes]
+        findings += [f.model_copy(update={"node": node}) for f in answer.findings]
+        notes += [f"{node}: {note}" for note in answer.notes]
+        nodes.append(NodeVerdict(node=node, verdict=answer.verdict, severity=answer.severity,
+                                 evidence=answer.findings[0].evidence if answer.findings else "nothing stands out"))
+    silent = [n.node for n in nodes if n.verdict == "no_answer"]
+    if silent:
+        notes.insert(0, f"no answer from {len(silent)} node(s): {', '.join(silent)}; their processes are missing.")
+    lead = worst_node(nodes)
+    findings.sort(key=lambda f: (-f.severity.rank, f.node != (lead.node if lead else None)))
+    verdict: Verdict = findings[0].kind if findings else "none"
+    answered = len(nodes) - len(silent)
+    opening = f"{label}: {answered} of {len(nodes)} node(s) answered, {len(processes)} process role(s)."
+    if lead is None:
+        conclusion = [opening, "No input, main-loop or sync bottleneck stands out on any node: the GPU side (trace) "
+                      "decides." if answered else "No node answered: check that gpu-triage is installed there."]
+    else:
+        agree = sum(1 for n in nodes if n.verdict == lead.verdict)
+        conclusion = [opening, f"{lead.verdict} on {lead.node} ({agree} of {answered} node(s) say so): "
+                      f"{lead.evidence}.", f"Fix: {findings[0].fix}."]
+    return ProfileCpuResult(severity=worst(f.severity for f in findings) if answered else Severity.warn,
+                            verdict=verdict, processes=processes, findings=findings, notes=notes[:20], nodes=nodes,
+                            conclusion=conclusion,
+                            next_steps=[NextStep(branch=_BRANCH, step="host", action="profile_cpu with pid on the "
+                                                 "node named, for a longer recording of that node",
+                                                 why="The job-level call says which node; one node says more.")])
+
+
+async def _this_node(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuResult:
     notes: list[str] = []
     threads: list[ThreadSamples] = []
     if params.from_files:
@@ -487,12 +568,14 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
         pids = [p.pid for p in processes]
         if not pids:
             raise BadInput(f"no process's command line matches {params.match!r}.", "Check `ps -eo pid,args`.")
-    else:
+    elif params.pid:
         alive = processes_by_pid(params.pid)
         gone = [p.pid for p in alive if not p.alive]
         if gone:
             raise BadInput(f"no such process: {', '.join(map(str, gone))}.", "Give the pids of running processes.")
         pids = list(params.pid)
+    else:
+        pids = await job_pids_here(CPU_MAX_PROCESSES, params.local)
     find_program("py-spy")
     if ctx.remaining_s() < params.duration_s + 1:
         raise BadInput(f"the call has {ctx.remaining_s():.0f} s left, less than duration_s={params.duration_s:g}.",

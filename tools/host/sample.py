@@ -22,7 +22,7 @@ import anyio
 import psutil
 from pydantic import BaseModel, Field, model_validator
 
-from tools.cluster import processes_by_match
+from tools.cluster import collect_from_nodes, job_backend, node_name, processes_by_match
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, UnreadableInput
 from tools.core.files import expand_inputs, read_whole_text
@@ -35,7 +35,7 @@ from tools.core.limits import (
     HOST_SAMPLE_INTERVAL_S,
     STACK_MAX_MATCH_CHARS,
 )
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
 from tools.core.thresholds import (
     CPU_IDLE_PCT,
     IO_AWAIT_MS,
@@ -57,6 +57,7 @@ from tools.host.host_formats import (
     read_smi_monitor,
     read_vmstat,
 )
+from tools.host.job import NodeVerdict, job_pids_here, node_timeout_for, worst_node
 from tools.host.periodic import DIPS_FIX, PeriodicDips, StepTime, dips_evidence, dips_in, step_time
 
 __all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
@@ -66,7 +67,7 @@ Verdict = Literal["io_bound", "cpu_bound", "memory_pressure", "none"]
 _SKIPPED_DISKS = ("loop", "ram", "zram", "sr", "fd")
 
 
-class SampleHostInput(InputModel):
+class SampleHostInput(NodesInput):
     duration_s: float = Field(default=HOST_DEFAULT_DURATION_S, ge=HOST_MIN_DURATION_S, le=HOST_MAX_DURATION_S,
                               description="How long the live sample lasts.")
     pid: list[int] = Field(default_factory=list, max_length=64, description="The job's processes (their children, "
@@ -85,11 +86,16 @@ class SampleHostInput(InputModel):
     def _not_both(self) -> SampleHostInput:
         if self.from_files and (self.pid or self.match):
             raise ValueError("from_files is a saved capture: pid and match are for a live sample")
+        if (self.from_files or self.pid or self.match) and (self.slurm_job is not None or self.hosts
+                                                            or self.hostfile is not None):
+            raise ValueError("with slurm_job or hosts each node samples itself and finds the job's ranks: pid, match "
+                             "and from_files are for one node")
         return self
 
 
 class Disk(BaseModel):
     name: str
+    node: str | None = None
     util_pct: float | None
     await_ms: float | None
     queue_depth: float | None
@@ -115,6 +121,7 @@ def _busy(cpu: Cpu) -> float:
 
 class HostProcess(BaseModel):
     pid: int
+    node: str | None = None
     role: Literal["trainer", "dataloader_worker", "other"]
     cpu_pct: float = Field(description="% of one core over the window.")
     state: str
@@ -137,6 +144,7 @@ class HostFinding(BaseModel):
     severity: Severity
     evidence: str
     fix: str
+    node: str | None = None
     sop_branch: str = _BRANCH
 
 
@@ -153,6 +161,8 @@ class SampleHostResult(ToolResult):
                                           "dmon capture's SM %.")
     findings: list[HostFinding]
     notes: list[str]
+    node: str | None = Field(default=None, description="The node this answer is from (collector mode).")
+    nodes: list[NodeVerdict] = Field(default_factory=list, description="A job-level call: each node's verdict.")
 
     narrow_hint = "pass fewer pids"
 
@@ -160,11 +170,15 @@ class SampleHostResult(ToolResult):
         return [
             Table("Findings", ["kind", "severity", "evidence", "fix"],
                   [[f.kind, f.severity.value, f.evidence, f.fix] for f in self.findings], "findings"),
+            Table("Nodes", ["node", "verdict", "severity", "evidence"],
+                  [[n.node, n.verdict, n.severity.value if n.severity else "-", n.evidence] for n in self.nodes],
+                  "nodes"),
             Table("Disks", ["disk", "util %", "await ms", "queue", "read MB/s", "write MB/s", "IOPS"],
-                  [[d.name, _f(d.util_pct), _f(d.await_ms), _f(d.queue_depth), _f(d.read_mbs), _f(d.write_mbs),
-                    _f(d.iops)] for d in self.disks], "disks"),
-            Table("Processes", ["pid", "role", "CPU % of a core", "state"],
-                  [[str(p.pid), p.role, f"{p.cpu_pct:.0f}", p.state] for p in self.processes], "processes"),
+                  [[f"{d.node}: {d.name}" if d.node else d.name, _f(d.util_pct), _f(d.await_ms),
+                    _f(d.queue_depth), _f(d.read_mbs), _f(d.write_mbs), _f(d.iops)] for d in self.disks], "disks"),
+            Table("Processes", ["node", "pid", "role", "CPU % of a core", "state"],
+                  [[p.node or "-", str(p.pid), p.role, f"{p.cpu_pct:.0f}", p.state] for p in self.processes],
+                  "processes"),
             Table("GPUs (dmon / pmon)", ["gpu", "source", "samples", "SM % min", "median", "max", "mem % median",
                                          "pids"],
                   [[g.gpu, g.source, str(g.samples), _f(g.sm_pct_min), _f(g.sm_pct_median), _f(g.sm_pct_max),
@@ -241,9 +255,12 @@ def _cpu_between(a: _Reading, b: _Reading) -> Cpu:
                blocked=float(max(a.blocked, b.blocked)), cores=psutil.cpu_count())
 
 
-def _targets(params: SampleHostInput) -> tuple[list[int], dict[int, str]]:
-    """The job's processes and their children, with a role each."""
+async def _targets(params: SampleHostInput) -> tuple[list[int], dict[int, str]]:
+    """The job's processes and their children, with a role each. In collector mode with no pid: the job's ranks on
+    this node."""
     roots = list(params.pid)
+    if params.local and not roots and params.match is None:
+        roots = await job_pids_here(HOST_MAX_PROCESSES, local=True)
     if params.match is not None:
         found, _, _ = processes_by_match(params.match, HOST_MAX_PROCESSES)
         roots = [p.pid for p in found]
@@ -284,7 +301,7 @@ def _is_worker(process: psutil.Process) -> bool:
 
 
 async def _live(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
-    pids, roles = _targets(params)
+    pids, roles = await _targets(params)
     readings = [_read_proc(pids)]
     end = readings[0].at + params.duration_s
     while (left := end - time.monotonic()) > 0:
@@ -534,12 +551,69 @@ async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostRe
     """Is the host starving the GPU through its disks, CPUs or memory? A bounded live sample of this host (1-60 s:
     per disk util, await, queue depth, MB/s, IOPS; CPU user/system/iowait/steal; running and blocked tasks; swap and
     MemAvailable; the job's processes and DataLoader workers by CPU % of a core over the window, and any in D state),
-    or saved iostat -x / vmstat captures. Verdict io_bound (await and queue depth, not %util alone), cpu_bound,
-    memory_pressure or none, with the fix.
+    or saved iostat -x / vmstat / nvidia-smi dmon and pmon captures (SM % per GPU and its periodic dips); slurm_job
+    or hosts: every node of the job, rows labelled with their node. Verdict io_bound (await and queue depth, not
+    %util alone), cpu_bound, memory_pressure or none, with the fix.
     """
+    backend = job_backend(params, ctx)
+    if backend is not None:
+        answers = await collect_from_nodes(backend, "sample-host", SampleHostResult, ctx,
+                                           node_timeout_for(params.duration_s, params.node_timeout_s),
+                                           ["--duration-s", f"{params.duration_s:g}"])
+        return _merge_nodes(backend.label, answers)
     if params.from_files:
         return await anyio.to_thread.run_sync(_from_captures, params, ctx)
     if ctx.remaining_s() < params.duration_s + 1:
         raise BadInput(f"the call has {ctx.remaining_s():.0f} s left, less than duration_s={params.duration_s:g}.",
                        "Lower duration_s or raise the server's --timeout.")
-    return await _live(params, ctx)
+    result = await _live(params, ctx)
+    if params.local:
+        result.node = node_name()
+        for disk in result.disks:
+            disk.node = result.node
+        for process in result.processes:
+            process.node = result.node
+        for finding in result.findings:
+            finding.node = result.node
+    return result
+
+
+def _merge_nodes(label: str, answers: dict[str, SampleHostResult | str]) -> SampleHostResult:
+    """One answer for the job: every node's disks, processes and findings labelled with the node; the verdict, CPU
+    and periodic dips of the node worst off, and each node's own verdict."""
+    nodes: list[NodeVerdict] = []
+    answered: dict[str, SampleHostResult] = {}
+    for node, answer in answers.items():
+        if isinstance(answer, str):
+            nodes.append(NodeVerdict(node=node, verdict="no_answer", evidence=answer))
+            continue
+        answered[node] = answer
+        nodes.append(NodeVerdict(node=node, verdict=answer.verdict, severity=answer.severity,
+                                 evidence=answer.findings[0].evidence if answer.findings else "nothing stands out"))
+    lead = worst_node(nodes)
+    first = answered.get(lead.node) if lead else next(iter(answered.values()), None)
+    silent = [n.node for n in nodes if n.verdict == "no_answer"]
+    notes = ([f"no answer from {len(silent)} node(s): {', '.join(silent)}; their hosts are missing."] if silent
+             else [])
+    notes += [f"{node}: {note}" for node, answer in answered.items() for note in answer.notes]
+    findings = [f.model_copy(update={"node": node}) for node, answer in answered.items() for f in answer.findings]
+    findings.sort(key=lambda f: (-f.severity.rank, f.node != (lead.node if lead else None)))
+    opening = f"{label}: {len(answered)} of {len(nodes)} node(s) answered."
+    if lead is None:
+        conclusion = [opening, "No disk, CPU or memory bottleneck on any node's host." if answered else
+                      "No node answered: check that gpu-triage is installed there."]
+    else:
+        agree = sum(1 for n in nodes if n.verdict == lead.verdict)
+        conclusion = [opening, f"{lead.verdict} on {lead.node} ({agree} of {len(answered)} node(s) say so): "
+                      f"{lead.evidence}.", f"Fix: {findings[0].fix}."]
+    return SampleHostResult(
+        severity=worst(f.severity for f in findings) if answered else Severity.warn,
+        verdict=first.verdict if first and lead else "none", source=label,
+        disks=[d.model_copy(update={"node": node}) for node, answer in answered.items() for d in answer.disks][:64],
+        cpu=first.cpu if first else Cpu(user_pct=None, system_pct=None, iowait_pct=None, steal_pct=None,
+                                         idle_pct=None, run_queue=None, blocked=None, cores=None),
+        processes=[p.model_copy(update={"node": node}) for node, answer in answered.items()
+                   for p in answer.processes][:64],
+        memory_available_pct=first.memory_available_pct if first else None,
+        periodic=first.periodic if first else None, findings=findings, notes=notes[:20], nodes=nodes,
+        conclusion=conclusion, next_steps=first.next_steps if first else [])

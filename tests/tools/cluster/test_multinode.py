@@ -431,3 +431,26 @@ def test_interconnect_of_every_node_of_the_job(slurm_hang: SlurmHang, tmp_path: 
     pairs = {link["node"]: link["state"] for link in data["links"] if link["name"] == "28 GPU pairs"}
     assert pairs == {healthy: "NV18", degraded: "NV18"}
     assert any(note.startswith(f"{healthy}: ibstat: no output") for note in data["notes"]), data["notes"]
+
+
+async def test_host_side_of_every_node_of_the_job(slurm_hang: SlurmHang) -> None:
+    """profile_cpu and sample_host with the job id: each node records and samples its own two ranks; the hung
+    ranks wait in gloo (native code, no CPU), which is no CPU bottleneck on either node."""
+    cluster = slurm_hang.cluster
+    env = base_env(**cluster.env)
+    async with stdio_client(env, "--root", str(slurm_hang.dir)) as client:
+        profiled = structured(await client.call_tool("profile_cpu", {"slurm_job": slurm_hang.job, "duration_s": 2}))
+        sampled = structured(await client.call_tool("sample_host", {"slurm_job": slurm_hang.job, "duration_s": 2}))
+    nodes = sorted(set(slurm_hang.node_of_rank.values()))
+    for data in (profiled, sampled):
+        assert sorted(n["node"] for n in data["nodes"]) == nodes, data["nodes"]
+        assert all(n["verdict"] != "no_answer" for n in data["nodes"]), data["nodes"]
+        assert data["conclusion"][0].startswith(f"Slurm job {slurm_hang.job}") and "2 of 2 node(s)" in \
+            data["conclusion"][0], data["conclusion"]
+    trainers = [p for p in profiled["processes"] if p["role"] == "trainer"]
+    assert sorted(p["node"] for p in trainers) == sorted(slurm_hang.node_of_rank.values()), trainers
+    assert profiled["verdict"] == "none", profiled["findings"]
+    assert any("waits (a collective" in note for note in profiled["notes"]), profiled["notes"]
+    ranks = [p for p in sampled["processes"] if p["role"] == "trainer"]
+    assert sorted(p["node"] for p in ranks) == sorted(slurm_hang.node_of_rank.values()), sampled["processes"]
+    assert all(p["cpu_pct"] < 50 for p in ranks)  # blocked in the collective

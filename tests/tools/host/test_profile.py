@@ -135,8 +135,12 @@ def test_bad_inputs_are_clear_and_bounded(tmp_path: Path) -> None:
         ProfileCpuInput(pid=[1], duration_s=0)
     with pytest.raises(ValueError, match="duration_s"):
         ProfileCpuInput(pid=[1], duration_s=10**6)
-    with pytest.raises(ValueError, match="exactly one"):
-        ProfileCpuInput()
+    with pytest.raises(ValueError, match="pass one of pid, match or from_files"):
+        ProfileCpuInput(pid=[1], match="train.py")
+    with pytest.raises(ValueError, match="each node finds the job's ranks itself"):
+        ProfileCpuInput(pid=[1], slurm_job="12")
+    with pytest.raises(BadInput, match="no distributed job found on this host"):
+        profile(tmp_path)  # no pid: the job's ranks (RANK / WORLD_SIZE) on this host, and there are none
     gone = subprocess.Popen(["true"])
     gone.wait()
     with pytest.raises(BadInput, match="no such process"):
