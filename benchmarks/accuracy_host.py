@@ -5,10 +5,11 @@ verdict its reader gave (io_bound, cpu_bound, memory_pressure, none) and, for dm
 periodically (`periodic`; "ambiguous" is not scored). profile_cpu: the py-spy record files of
 tests/data/host/pyspy/cases.jsonl when present (raw or speedscope), scored on their reader's verdict.
 `--extra DIR...`: folders of captures that cannot be committed (no licence), with a cases.jsonl of `file`, `kind` and
-`periodic_visible`, scored on the periodic dip only.
+`periodic_visible`, scored on the periodic dip only. `--smi-extra DIR...`: the same for nvidia-smi `-l` CSV captures
+(nvidia_smi_query with csv_path), kind `smi_csv_periodic`.
 Printed: right / scored per input kind and per verdict, and every miss with --misses.
 
-Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--extra DIR ...]
+Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--extra DIR ...] [--smi-extra DIR ...]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
 from tools.core.errors import TriageError  # noqa: E402
+from tools.gpu.smi_query import NvidiaSmiQueryInput, nvidia_smi_query  # noqa: E402
 from tools.host import ProfileCpuInput, SampleHostInput, profile_cpu, sample_host  # noqa: E402
 
 HOST = REPO / "tests" / "data" / "host"
@@ -38,6 +40,9 @@ def verdict_of(folder: Path, label: dict[str, Any]) -> str:
     try:
         if label["kind"] == "pyspy":
             return anyio.run(profile_cpu, ProfileCpuInput(from_files=[label["file"]]), context).verdict
+        if label["kind"] == "smi_csv_periodic":
+            smi = anyio.run(nvidia_smi_query, NvidiaSmiQueryInput(csv_path=label["file"]), context)
+            return "periodic" if smi.periodic is not None else "no_period"
         result = anyio.run(sample_host, SampleHostInput(from_files=[label["file"]]), context)
         if label["kind"] == "dmon_periodic":
             return "periodic" if result.periodic is not None else "no_period"
@@ -56,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--misses", action="store_true")
     parser.add_argument("--extra", nargs="*", type=Path, default=[])
+    parser.add_argument("--smi-extra", nargs="*", type=Path, default=[])
     args = parser.parse_args()
     cases: list[tuple[Path, dict[str, Any]]] = []
     for label in (json.loads(line) for line in (HOST / "cases.jsonl").read_text().splitlines() if line.strip()):
@@ -67,6 +73,11 @@ def main() -> None:
         for label in (json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines() if line.strip()):
             if label["file"] not in committed and (periodic := _periodic_case(label, "periodic_visible")) is not None:
                 cases.append((folder, periodic))
+    for folder in args.smi_extra:
+        for label in (json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines() if line.strip()):
+            if isinstance(label.get("periodic_visible"), bool):
+                cases.append((folder, {**label, "kind": "smi_csv_periodic",
+                                       "verdict": "periodic" if label["periodic_visible"] else "no_period"}))
     if (PYSPY / "cases.jsonl").is_file():
         for label in (json.loads(line) for line in (PYSPY / "cases.jsonl").read_text().splitlines() if line.strip()):
             if label.get("verdict") not in (None, "unclear"):

@@ -9,7 +9,7 @@ file against the schema below and every tool call in it against the registry.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -35,6 +35,9 @@ class Step:
     tool: str
     arguments: dict[str, Any]
     decides: str
+    # Arguments that replace the usual ones when the symptom says the utilisation goes up and down (a longer
+    # window, to hold three cycles of the periods that matter).
+    if_oscillating: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Branch:
     env: tuple[dict[str, str], ...]
     commands: tuple[dict[str, str], ...]
     references: tuple[dict[str, str], ...]
+    # Words that say the symptom comes and goes (English lower-case substrings, Chinese as written).
+    oscillation_keywords: tuple[str, ...] = ()
 
     def step(self, step_id: str) -> Step | None:
         return next((s for s in self.steps if s.id == step_id), None)
@@ -66,10 +71,12 @@ def _branch(branch_id: str, raw: dict[str, Any]) -> Branch:
         id=branch_id, title=raw["title"], summary=raw["summary"], symptoms=tuple(raw["symptoms"]),
         keywords_en=tuple(keywords.get("en", ())), keywords_zh=tuple(keywords.get("zh", ())),
         keyword_patterns=tuple(keywords.get("patterns", ())),
-        steps=tuple(Step(s["id"], s["tool"], dict(s.get("arguments", {})), s["decides"]) for s in raw["steps"]),
+        steps=tuple(Step(s["id"], s["tool"], dict(s.get("arguments", {})), s["decides"],
+                         dict(s.get("if_oscillating", {}))) for s in raw["steps"]),
         table=tuple({k: row[k] for k in _TABLE_KEYS} for row in raw.get("table", ())),
         env=tuple(raw.get("env", ())), commands=tuple(raw.get("commands", ())),
         references=tuple(raw.get("references", ())),
+        oscillation_keywords=tuple(raw.get("oscillation_keywords", ())),
     )
 
 

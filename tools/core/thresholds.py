@@ -155,7 +155,7 @@ IOWAIT_PCT = 20.0
 CPU_IDLE_PCT = 10.0
 WORKER_SATURATED_PCT = 80.0
 MEM_AVAILABLE_PCT = 10.0
-# Periodic dips (tools/host/periodic.py): at least this many cycles in the window, and an autocorrelation at the
+# Periodic dips (tools/core/periodic.py): at least this many cycles in the window, and an autocorrelation at the
 # period of at least this (or above the noise band of the series' length).
 PERIOD_MIN_CYCLES = 3.0
 PERIOD_MIN_CORRELATION = 0.3

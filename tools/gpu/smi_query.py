@@ -5,7 +5,7 @@ with a min/median/max summary, and checked against the same thresholds as health
 Also reads a CSV capture made elsewhere (csv_path), with or without header and units; a capture of `-l` / `-lms`
 is a series (one row per GPU per sample, told apart by index or bus id). Without the nvidia-smi binary it serves the
 same fields from NVML where it can, and says so. A series of utilization.gpu is searched for periodic dips
-(tools/host/periodic.py: a checkpoint, an eval or a drained prefetch buffer every N steps).
+(tools/core/periodic.py: a checkpoint, an eval or a drained prefetch buffer every N steps).
 SOP: entry health checks; straggler (clocks, temperature, power, links); gpu_utilization_low.
 """
 
@@ -36,6 +36,7 @@ from tools.core.limits import (
     SMI_MIN_INTERVAL_S,
 )
 from tools.core.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_evidence, dips_in
 from tools.core.proc import run_program
 from tools.core.thresholds import UTIL_LOW_PCT, UTIL_MIN_SAMPLES
 from tools.gpu import nvml as _nvml
@@ -47,7 +48,7 @@ from tools.gpu.smi_fields import (
     canonical,
     field_kind,
 )
-from tools.host.periodic import DIPS_FIX, PeriodicDips, dips_evidence, dips_in, step_time
+from tools.steps import mean_step_time
 
 __all__ = ["NvidiaSmiQueryInput", "NvidiaSmiQueryResult", "nvidia_smi_query", "parse_smi_csv"]
 
@@ -501,16 +502,29 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
 
 
 def _number_samples(rows: list[SmiRow]) -> int:
-    """A saved capture's rows numbered per GPU (the n-th row of a GPU is its n-th sample): `-l` writes one row per
-    GPU per sample. Rows with no GPU key cannot be told apart, and count as one sample."""
+    """A saved capture's rows numbered by sample: `-l` writes one row per GPU per sample, so the n-th row of a GPU
+    (by index or bus id) is its n-th sample; without such a column, a new timestamp starts a new sample. Rows that
+    neither tells apart count as one sample."""
     seen: dict[str, int] = defaultdict(int)
-    for row in rows:
-        key = next((str(row.values[k]) for k in _GPU_KEYS if row.values.get(k) is not None), None)
-        if key is None:
-            return 1
-        row.sample = seen[key]
-        seen[key] += 1
-    return max(seen.values(), default=1)
+    if all(_gpu_key(row) is not None for row in rows):
+        for row in rows:
+            key = str(_gpu_key(row))
+            row.sample = seen[key]
+            seen[key] += 1
+        return max(seen.values(), default=1)
+    stamps = [_lookup(row, "timestamp") for row in rows]
+    if not rows or not all(isinstance(stamp, str) for stamp in stamps):
+        return 1
+    sample = 0
+    for position, row in enumerate(rows):
+        if position and stamps[position] != stamps[position - 1]:
+            sample += 1
+        row.sample = sample
+    return sample + 1
+
+
+def _gpu_key(row: SmiRow) -> str | None:
+    return next((str(row.values[k]) for k in _GPU_KEYS if row.values.get(k) is not None), None)
 
 
 _TIMESTAMP = re.compile(r"(\d{4})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?")
@@ -519,7 +533,10 @@ _TIMESTAMP = re.compile(r"(\d{4})/(\d{2})/(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\
 def _capture_interval(rows: list[SmiRow]) -> float | None:
     """The median spacing of one GPU's rows by the capture's timestamp column (nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm)."""
     stamps: dict[str, list[float]] = defaultdict(list)
-    for position, row in enumerate(rows):
+    in_sample: dict[int, int] = defaultdict(int)
+    for row in rows:
+        position = in_sample[row.sample]
+        in_sample[row.sample] += 1
         raw = _lookup(row, "timestamp")
         match = _TIMESTAMP.fullmatch(raw.strip()) if isinstance(raw, str) else None
         if match is None:
@@ -538,14 +555,16 @@ def _periodic_dips(rows: list[SmiRow], samples: int, interval: float, params: Nv
                    ctx: ToolContext) -> tuple[PeriodicDips | None, list[str]]:
     """The deepest periodic dip among the GPUs' utilization.gpu series, with the notes of the ones without."""
     series: dict[str, list[float]] = defaultdict(list)
+    position: dict[int, int] = defaultdict(int)
     for row in rows:
         number = _numeric(_lookup(row, "utilization.gpu"))
-        key = next((str(row.values[k]) for k in _GPU_KEYS if row.values.get(k) is not None), None)
-        if number is not None and key is not None:
+        key = _row_key(row, position[row.sample])
+        position[row.sample] += 1
+        if number is not None:
             series[key].append(number)
     if samples < 2 * UTIL_MIN_SAMPLES or not series:
         return None, []
-    steps, note = (step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s()) if params.step_logs
+    steps, note = (mean_step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s()) if params.step_logs
                    else (None, None))
     found: list[PeriodicDips] = []
     notes: list[str] = []

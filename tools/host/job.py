@@ -11,7 +11,9 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from tools.cluster import discover_job, slurm_pids_on_this_node
+from tools.core.context import ToolContext
 from tools.core.errors import BadInput
+from tools.core.limits import NODES_FANOUT_MARGIN_S
 from tools.core.models import Severity
 
 __all__ = ["NodeVerdict", "job_pids_here", "node_timeout_for", "worst_node"]
@@ -28,10 +30,15 @@ class NodeVerdict(BaseModel):
     evidence: str = Field(description="The node's first finding, or why it did not answer.")
 
 
-def node_timeout_for(window_s: float, asked_s: float) -> float:
+def node_timeout_for(window_s: float, asked_s: float, ctx: ToolContext) -> float:
     """A node's collector gets at least its sampling window plus its start-up: a shorter node timeout would cut
-    every node off mid-recording."""
-    return max(asked_s, window_s + _COLLECTOR_OVERHEAD_S)
+    every node off mid-recording, so a call without that much time left is refused at once."""
+    needed = window_s + _COLLECTOR_OVERHEAD_S
+    if ctx.remaining_s() < needed + NODES_FANOUT_MARGIN_S + 1:
+        raise BadInput(f"a {window_s:g} s window on every node needs about {needed + NODES_FANOUT_MARGIN_S:.0f} s; "
+                       f"the call has {ctx.remaining_s():.0f} s left.",
+                       "Lower duration_s or raise the server's --timeout.")
+    return max(asked_s, needed)
 
 
 async def job_pids_here(limit: int, local: bool) -> list[int]:

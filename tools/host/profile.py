@@ -499,7 +499,7 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
         extra += [flag for flag, on in (("--native", params.native), ("--nonblocking", params.nonblocking),
                                         ("--gil", params.gil)) if on]
         answers = await collect_from_nodes(backend, "profile-cpu", ProfileCpuResult, ctx,
-                                           node_timeout_for(params.duration_s, params.node_timeout_s), extra)
+                                           node_timeout_for(params.duration_s, params.node_timeout_s, ctx), extra)
         return _merge_nodes(backend.label, answers)
     result = await _this_node(params, ctx)
     if params.local:

@@ -36,6 +36,7 @@ from tools.core.limits import (
     STACK_MAX_MATCH_CHARS,
 )
 from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
+from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_evidence, dips_in
 from tools.core.thresholds import (
     CPU_IDLE_PCT,
     IO_AWAIT_MS,
@@ -58,7 +59,7 @@ from tools.host.host_formats import (
     read_vmstat,
 )
 from tools.host.job import NodeVerdict, job_pids_here, node_timeout_for, worst_node
-from tools.host.periodic import DIPS_FIX, PeriodicDips, StepTime, dips_evidence, dips_in, step_time
+from tools.steps import StepTime, mean_step_time
 
 __all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
 
@@ -334,7 +335,7 @@ async def _live(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
 def _step_time(params: SampleHostInput, ctx: ToolContext, result: SampleHostResult) -> StepTime | None:
     if not params.step_logs:
         return None
-    steps, note = step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s())
+    steps, note = mean_step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s())
     if note is not None:
         result.notes.append(note)
     return steps
@@ -558,7 +559,7 @@ async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostRe
     backend = job_backend(params, ctx)
     if backend is not None:
         answers = await collect_from_nodes(backend, "sample-host", SampleHostResult, ctx,
-                                           node_timeout_for(params.duration_s, params.node_timeout_s),
+                                           node_timeout_for(params.duration_s, params.node_timeout_s, ctx),
                                            ["--duration-s", f"{params.duration_s:g}"])
         return _merge_nodes(backend.label, answers)
     if params.from_files:

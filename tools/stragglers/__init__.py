@@ -3,8 +3,8 @@
 These names are the package's public surface: another domain imports them from here, never from its modules.
 """
 
+from tools.steps import RankSteps, StepReader, compile_user_format
 from tools.stragglers.find import FindStragglersInput, FindStragglersResult, find_stragglers, stragglers_in_steps
-from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
 
 __all__ = [
     "FindStragglersInput",

@@ -42,7 +42,7 @@ from tools.core.ranks import compact_ranges
 from tools.core.thresholds import STRAGGLER_CRIT_PCT, STRAGGLER_MIN_STEPS, STRAGGLER_SIGNIFICANCE, STRAGGLER_WARN_PCT
 from tools.core.workers import run_in_shares, worker_count
 from tools.gpu import gpu_findings
-from tools.stragglers.steps import RankSteps, StepReader, compile_user_format
+from tools.steps import RankSteps, StepReader, compile_user_format
 from tools.traces import (
     TraceEvent,
     TraceHeader,

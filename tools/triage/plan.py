@@ -129,16 +129,28 @@ def _fill(step: Step, params: TriagePlanInput) -> tuple[dict[str, Any], list[str
     return arguments, needs
 
 
+def _oscillates(branch: Branch, symptom: str) -> bool:
+    text = symptom.lower()
+    return any(word in text for word in branch.oscillation_keywords)
+
+
 def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep:
     arguments, needs = _fill(step, params)
     if step.tool == "dump_stacks" and params.stacks:
         arguments["from_files"] = params.stacks  # saved stacks instead of the live job
     elif step.tool in ("dump_stacks", "health_check") and params.slurm_job:
         arguments["slurm_job"] = params.slurm_job  # every node of the job, one verdict
-    if step.tool in ("profile_cpu", "sample_host") and params.pids:
-        arguments.pop("match", None)  # the pids given, not a command-line pattern to ask for
+    if step.if_oscillating and _oscillates(branch, params.symptom):
+        arguments.update(step.if_oscillating)
+        if step.tool in ("nvidia_smi_query", "sample_host") and params.logs:
+            arguments["step_logs"] = params.logs  # the period in steps: every N steps points at the culprit
+    if step.tool in ("profile_cpu", "sample_host") and (params.pids or params.slurm_job):
+        arguments.pop("match", None)  # the pids given, or each node's own ranks: no command-line pattern to ask
         needs = [n for n in needs if "training script" not in n]
-        arguments["pid"] = params.pids
+        if params.pids:
+            arguments["pid"] = params.pids
+        else:
+            arguments["slurm_job"] = params.slurm_job
     if step.tool == "find_stragglers" and params.slurm_job and arguments.pop("sample_gpus", False):
         arguments["slurm_job"] = params.slurm_job  # the flagged rank's own GPU, read on its own node
     return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=step.decides,

@@ -141,3 +141,29 @@ def test_binary_file_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 3
     assert done.stderr.startswith("gpu-triage nvidia-smi-query: not nvidia-smi CSV output")
     assert "internal error" not in done.stderr
+
+
+def test_a_dash_l_capture_is_a_series_and_its_periodic_dips_are_found(tmp_path: Path) -> None:
+    """A capture in the layout `nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv -lms 500` writes
+    (the header and value spelling of the recorded captures above), hand-made for two GPUs: GPU 0 at 97 % that drops
+    to 3 % for 2 of every 8 samples (a stall every 4 s), GPU 1 steady; and a step log of the same job, whose mean
+    step is 0.5 s. The public -l captures found have no licence, so none is committed (benchmarks/accuracy_host.py
+    --smi-extra scores such a folder)."""
+    lines = ["timestamp, index, utilization.gpu [%]"]
+    for sample in range(48):
+        seconds = sample * 0.5
+        stamp = f"2026/11/30 10:{int(seconds) // 60:02d}:{seconds % 60:06.3f}"
+        lines += [f"{stamp}, 0, {3 if sample % 8 in (6, 7) else 97} %", f"{stamp}, 1, {95 + sample % 3} %"]
+    (tmp_path / "util.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "train.log").write_text("".join(f"step {n} time {1000 if n % 8 == 0 else 428.6:.1f} ms\n"
+                                                for n in range(1, 65)))
+    done = run_cli(["nvidia-smi-query", "--csv-path", "util.csv", "--step-logs", "train.log", "--json",
+                    "--root", str(tmp_path)], base_env())
+    data = json.loads(done.stdout)
+    assert data["samples"] == 48  # one row per GPU per sample
+    periodic = data["periodic"]
+    assert periodic["series"] == "GPU 0 utilisation" and abs(periodic["period_s"] - 4.0) <= 0.4, periodic
+    assert periodic["dip_depth_pct"] == 94 and periodic["period_steps"] == 8, periodic
+    assert any(f["check"] == "GPU 0 utilisation periodic dips" and "about every 8 steps" in f["value"]
+               for f in data["findings"]), data["findings"]
+    assert done.returncode == 1  # a warning

@@ -177,7 +177,7 @@ def test_periodic_dips_of_a_checkpointing_trainer_are_found_within_ten_percent(t
 
 
 def test_the_period_finder_on_known_series() -> None:
-    from tools.host.periodic import find_period, visible_periods
+    from tools.core.periodic import find_period, visible_periods
 
     square = [10.0 if (i % 8) < 3 else 95.0 for i in range(64)]  # dips 3 samples of every 8
     found = find_period(square, 0.5)

@@ -23,8 +23,8 @@ import pytest
 from tests.helpers import DATA, REPO, base_env, h100, run_cli, stdio_client, with_fake_nvml, write_scenario
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput
+from tools.steps import read_steps
 from tools.stragglers.find import FindStragglersInput, FindStragglersResult, find_stragglers
-from tools.stragglers.steps import read_steps
 
 pytestmark = pytest.mark.anyio
 

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from tools.core.context import ToolContext
-from tools.core.files import expand_inputs
-from tools.core.limits import STRAGGLER_MAX_LOG_FILES
 from tools.core.thresholds import PERIOD_MIN_CORRELATION, PERIOD_MIN_CYCLES, PERIOD_MIN_PEAK_RATIO
 
-__all__ = ["DIPS_FIX", "Periodic", "PeriodicDips", "StepTime", "dips_evidence", "dips_in", "find_period", "step_time",
+__all__ = ["DIPS_FIX", "Periodic", "PeriodicDips", "StepDuration", "dips_evidence", "dips_in", "find_period",
            "visible_periods"]
 
 DIPS_FIX = ("Find what runs every that many steps (checkpoint, eval, logging, a drained prefetch buffer): make it "
@@ -91,37 +89,14 @@ def find_period(values: Sequence[float], interval_s: float) -> Periodic | None:
                     cycles=round(n * interval_s / period, 1), correlation=round(float(acf[lag]), 3))
 
 
-@dataclass(frozen=True)
-class StepTime:
-    mean_s: float
-    steps: int
-    source: str
+class StepDuration(Protocol):
+    """A job's mean step time (tools.steps.mean_step_time gives one)."""
+
+    @property
+    def mean_s(self) -> float: ...
 
 
-def step_time(step_logs: Sequence[str], ctx: ToolContext, deadline: float) -> tuple[StepTime | None, str | None]:
-    """The job's mean step time from its step logs (every rank's steps pooled), or why there is none."""
-    import numpy as np
-
-    from tools.stragglers.steps import StepReader
-
-    reader = StepReader()
-    times: list[np.ndarray] = []
-    names: list[str] = []
-    for file in expand_inputs(list(step_logs), ctx.roots, STRAGGLER_MAX_LOG_FILES):
-        for steps in reader.read(file.path, file.name, deadline):
-            if steps.unit == "ms" and steps.steps.size:
-                values = steps.steps[np.isfinite(steps.steps) & (steps.steps > 0)]
-                if values.size:
-                    times.append(values)
-                    names.append(file.name)
-    if not times:
-        return None, ("No step time in the step logs (a throughput-only format, or no recognised step line): the "
-                      "period is given in seconds only.")
-    pooled = np.concatenate(times)
-    return StepTime(mean_s=float(pooled.mean()) / 1000, steps=int(pooled.size), source=", ".join(names[:3])), None
-
-
-def dips_in(values: Sequence[float], interval_s: float, series: str, steps: StepTime | None
+def dips_in(values: Sequence[float], interval_s: float, series: str, steps: StepDuration | None
             ) -> tuple[PeriodicDips | None, str | None]:
     """The periodic dips of one series, or the note that says what this window could and could not see."""
     found = find_period(values, interval_s)

@@ -1,0 +1,11 @@
+"""Step logs: the one reader of per-step timings in training logs (every common step-line format), and the job's mean
+step time from them (what turns a period in seconds into a period in steps).
+
+These names are the package's public surface: another domain imports them from here, never from its modules.
+"""
+
+from tools.steps.reader import FORMATS, RankSteps, StepFormat, StepReader, compile_user_format, read_steps
+from tools.steps.timing import StepTime, mean_step_time
+
+__all__ = ["FORMATS", "RankSteps", "StepFormat", "StepReader", "StepTime", "compile_user_format", "mean_step_time",
+           "read_steps"]
