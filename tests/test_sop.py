@@ -18,7 +18,8 @@ pytestmark = pytest.mark.anyio
 
 EXPECTED = {"triage", "gpu_utilization_low", "oom", "nccl_hang_or_slow", "straggler", "gpu_hardware", "loss_nan",
             "inference_latency", "torch_compile"}
-TOP_KEYS = {"order", "title", "summary", "symptoms", "keywords", "steps", "table", "env", "commands", "references"}
+TOP_KEYS = {"order", "title", "summary", "symptoms", "keywords", "steps", "table", "env", "commands", "references",
+            "oscillation_keywords"}
 
 
 def test_every_branch_file_matches_the_schema_and_names_real_tool_calls() -> None:
@@ -34,12 +35,13 @@ def test_every_branch_file_matches_the_schema_and_names_real_tool_calls() -> Non
         ids = [s["id"] for s in raw["steps"]]
         assert ids and len(ids) == len(set(ids)), branch_id
         for step in raw["steps"]:
-            assert set(step) <= {"id", "tool", "arguments", "decides"} and step["decides"]
+            assert set(step) <= {"id", "tool", "arguments", "decides", "if_oscillating"} and step["decides"]
             spec = tool_by_name(step["tool"])
             assert spec is not None, (branch_id, step["tool"])
             # The arguments are real arguments of that tool: validated by its own input model (placeholders such
             # as "<logs/rank*.log>" are strings where the tool takes a path).
             spec.input_model.model_validate(step.get("arguments", {}))
+            spec.input_model.model_validate({**step.get("arguments", {}), **step.get("if_oscillating", {})})
         for row in raw.get("table", []):
             assert set(row) == {"signal", "cause", "fix", "verify"} and all(row.values())
         for env in raw.get("env", []):
@@ -177,6 +179,17 @@ def test_no_keyword_means_the_entry_and_a_question() -> None:
     assert steps["sample_host"].arguments == {"duration_s": 10, "pid": [4242]}
     assert steps["profile_cpu"].arguments == {"duration_s": 5, "pid": [4242]} and not steps["profile_cpu"].needs
     assert [s.tool for s in host.steps].index("sample_host") < [s.tool for s in host.steps].index("profile_cpu")
+    # Utilisation that comes and goes: windows long enough for three cycles, the step logs for the period in steps,
+    # and on a Slurm job every node's host.
+    for words in ("GPU 利用率忽高忽低", "GPU utilization fluctuates and drops every few seconds"):
+        wavy = anyio.run(triage_plan, TriagePlanInput(symptom=words, logs=["logs/rank*.log"], slurm_job="77"),
+                         ToolContext(roots=()))
+        steps = {s.tool: s for s in wavy.steps}
+        assert wavy.branch == "gpu_utilization_low", words
+        assert steps["nvidia_smi_query"].arguments["count"] == 40 and steps["nvidia_smi_query"].arguments[
+            "step_logs"] == ["logs/rank*.log"]
+        assert steps["sample_host"].arguments == {"duration_s": 40, "step_logs": ["logs/rank*.log"], "slurm_job": "77"}
+        assert steps["profile_cpu"].arguments == {"duration_s": 5, "slurm_job": "77"}
     # No words to go by but a profile handed over: the branch that reads it, and a question for the user.
     bare = anyio.run(triage_plan, TriagePlanInput(symptom="what is wrong here?", traces=["job.sqlite"]),
                      ToolContext(roots=()))

@@ -14,11 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
-from tools.core.thresholds import PERIOD_MIN_CORRELATION, PERIOD_MIN_CYCLES, PERIOD_MIN_PEAK_RATIO
+from tools.core.thresholds import (
+    PERIOD_MIN_CORRELATION,
+    PERIOD_MIN_CYCLE_SHARE,
+    PERIOD_MIN_CYCLES,
+    PERIOD_MIN_PEAK_RATIO,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["DIPS_FIX", "Periodic", "PeriodicDips", "StepDuration", "dips_evidence", "dips_in", "find_period",
            "visible_periods"]
@@ -62,31 +70,48 @@ def find_period(values: Sequence[float], interval_s: float) -> Periodic | None:
     acf = full / full[0]
     band = max(PERIOD_MIN_CORRELATION, 2.5 / np.sqrt(n))
     longest = int(n / PERIOD_MIN_CYCLES)
-    # A period repeats: the correlation stands out at the lag and again at twice it (a noise peak does not).
-    lag = next((k for k in range(2, longest + 1) if acf[k] >= band and acf[k] >= acf[k - 1]
-                and (k + 1 >= len(acf) or acf[k] >= acf[k + 1]) and (2 * k >= len(acf) or acf[2 * k] >= band / 2)),
-               None)
-    if lag is None:
-        return None
-    # The periodogram's peak near 1/lag, for a period between samples; it must stand well above the spectrum's
-    # typical power (white noise's largest of n/2 bins is a few times its median).
+    # A period repeats: the correlation stands out at the lag and again at twice it (a noise peak does not). The
+    # candidates are tried shortest first: a short pattern inside bursts can stand out before the bursts' own period.
+    candidates = [k for k in range(2, longest + 1) if acf[k] >= band and acf[k] >= acf[k - 1]
+                  and (k + 1 >= len(acf) or acf[k] >= acf[k + 1]) and (2 * k >= len(acf) or acf[2 * k] >= band / 2)]
     spectrum = np.abs(np.fft.rfft(centred)) ** 2
     frequencies = np.fft.rfftfreq(n, d=interval_s)
-    near = (frequencies > 0) & (np.abs(1 / np.maximum(frequencies, 1e-12) - lag * interval_s) <= interval_s * 1.5)
-    if not near.any() or spectrum[near].max() < PERIOD_MIN_PEAK_RATIO * float(np.median(spectrum[1:])):
-        return None
-    period = float(1 / frequencies[near][np.argmax(spectrum[near])])
     # The two levels the series moves between, split halfway from its low to its high: a long idle half (an eval
     # or a benchmark's pause, duty 50 %) as much as short dips.
     low_edge, high_edge = (float(x) for x in np.percentile(series, [10, 90]))
-    middle = (low_edge + high_edge) / 2
-    below = series < middle
+    below = series < (low_edge + high_edge) / 2
     if below.all() or not below.any():
         return None
-    depth = float(np.median(series[~below]) - np.median(series[below]))
-    duty = float(below.mean()) * 100
-    return Periodic(period_s=round(period, 3), dip_depth_pct=round(depth, 1), duty_pct=round(duty, 1),
-                    cycles=round(n * interval_s / period, 1), correlation=round(float(acf[lag]), 3))
+    for lag in candidates[:8]:
+        period = _refined(lag, spectrum, frequencies, interval_s)
+        if period is None or not _holds(below, round(period / interval_s)):
+            continue
+        depth = float(np.median(series[~below]) - np.median(series[below]))
+        return Periodic(period_s=round(period, 3), dip_depth_pct=round(depth, 1),
+                        duty_pct=round(float(below.mean()) * 100, 1), cycles=round(n * interval_s / period, 1),
+                        correlation=round(float(acf[lag]), 3))
+    return None
+
+
+def _refined(lag: int, spectrum: np.ndarray, frequencies: np.ndarray, interval_s: float) -> float | None:
+    """The periodogram's peak near 1/lag, for a period between samples; it must stand well above the spectrum's
+    typical power (white noise's largest of n/2 bins is a few times its median)."""
+    import numpy as np
+
+    near = (frequencies > 0) & (np.abs(1 / np.maximum(frequencies, 1e-12) - lag * interval_s) <= interval_s * 1.5)
+    if not near.any() or spectrum[near].max() < PERIOD_MIN_PEAK_RATIO * float(np.median(spectrum[1:])):
+        return None
+    return float(1 / frequencies[near][np.argmax(spectrum[near])])
+
+
+def _holds(below: np.ndarray, length: int) -> bool:
+    """A period holds across the window: most stretches one period long go both below and above the middle (a
+    pattern seen only inside a few bursts, or two idle spells, is no period)."""
+    length = max(2, length)
+    stretches = below[: len(below) // length * length].reshape(-1, length)
+    if stretches.size == 0:
+        return False
+    return float((stretches.any(axis=1) & ~stretches.all(axis=1)).mean()) >= PERIOD_MIN_CYCLE_SHARE
 
 
 class StepDuration(Protocol):

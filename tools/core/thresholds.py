@@ -160,3 +160,4 @@ MEM_AVAILABLE_PCT = 10.0
 PERIOD_MIN_CYCLES = 3.0
 PERIOD_MIN_CORRELATION = 0.3
 PERIOD_MIN_PEAK_RATIO = 10.0  # the periodogram's peak over its median power
+PERIOD_MIN_CYCLE_SHARE = 0.6  # stretches one period long that dip and recover, of all such stretches

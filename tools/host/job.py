@@ -8,6 +8,10 @@ job-level call labels every row with its node and takes the verdict of the node 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
 from pydantic import BaseModel, Field
 
 from tools.cluster import discover_job, slurm_pids_on_this_node
@@ -16,7 +20,7 @@ from tools.core.errors import BadInput
 from tools.core.limits import NODES_FANOUT_MARGIN_S
 from tools.core.models import Severity
 
-__all__ = ["NodeVerdict", "job_pids_here", "node_timeout_for", "worst_node"]
+__all__ = ["JobAnswers", "NodeVerdict", "gather_nodes", "job_pids_here", "label_rows", "node_timeout_for"]
 
 # What a collector needs beyond its own sampling window: the interpreter and our imports start, py-spy attaches and
 # writes its file.
@@ -52,7 +56,73 @@ async def job_pids_here(limit: int, local: bool) -> list[int]:
     return [p.pid for p in found]
 
 
-def worst_node(verdicts: list[NodeVerdict]) -> NodeVerdict | None:
-    """The node whose verdict leads the job's: the most severe finding first, nodes in their order."""
-    answered = [v for v in verdicts if v.severity is not None and v.verdict not in ("none", "no_answer")]
-    return max(answered, key=lambda v: (v.severity or Severity.ok).rank, default=None)
+class _Finding(Protocol):
+    @property
+    def evidence(self) -> str: ...
+
+
+class _NodeResult(Protocol):
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def severity(self) -> Severity: ...
+    @property
+    def findings(self) -> Sequence[_Finding]: ...
+    @property
+    def notes(self) -> list[str]: ...
+
+
+class _Labelled(Protocol):
+    node: str | None
+
+
+ResultT = TypeVar("ResultT", bound=_NodeResult)
+
+
+@dataclass
+class JobAnswers(Generic[ResultT]):
+    """The nodes' answers sorted out: the results of the nodes that answered, every node's verdict, the notes
+    (prefixed with the node), and the node whose verdict leads."""
+
+    answered: dict[str, ResultT]
+    nodes: list[NodeVerdict]
+    notes: list[str] = field(default_factory=list)
+    lead: NodeVerdict | None = None
+
+    def conclusion(self, label: str, opening: str, fix: str, nothing: str) -> list[str]:
+        first = f"{label}: {len(self.answered)} of {len(self.nodes)} node(s) answered{opening}."
+        if not self.answered:
+            return [first, "No node answered: check that gpu-triage is installed there."]
+        if self.lead is None:
+            return [first, nothing]
+        agree = sum(1 for n in self.nodes if n.verdict == self.lead.verdict)
+        return [first, f"{self.lead.verdict} on {self.lead.node} ({agree} of {len(self.answered)} node(s) say so): "
+                f"{self.lead.evidence}.", f"Fix: {fix}."]
+
+
+def gather_nodes(answers: dict[str, ResultT | str], missing: str) -> JobAnswers[ResultT]:
+    """`missing`: what a silent node's absence costs the verdict ("their processes are missing")."""
+    job: JobAnswers[ResultT] = JobAnswers({}, [])
+    for node, answer in answers.items():
+        if isinstance(answer, str):
+            job.nodes.append(NodeVerdict(node=node, verdict="no_answer", evidence=answer))
+            continue
+        job.answered[node] = answer
+        job.notes += [f"{node}: {note}" for note in answer.notes]
+        job.nodes.append(NodeVerdict(node=node, verdict=answer.verdict, severity=answer.severity,
+                                     evidence=answer.findings[0].evidence if answer.findings else
+                                     "nothing stands out"))
+    silent = [n.node for n in job.nodes if n.verdict == "no_answer"]
+    if silent:
+        job.notes.insert(0, f"no answer from {len(silent)} node(s): {', '.join(silent)}; {missing}.")
+    # The node that leads: the most severe verdict, nodes in their order.
+    judged = [v for v in job.nodes if v.severity is not None and v.verdict not in ("none", "no_answer")]
+    job.lead = max(judged, key=lambda v: (v.severity or Severity.ok).rank, default=None)
+    return job
+
+
+def label_rows(node: str, *groups: Iterable[_Labelled]) -> None:
+    """Collector mode: every row of this node's answer says which node it is from."""
+    for group in groups:
+        for row in group:
+            row.node = node

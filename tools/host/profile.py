@@ -59,7 +59,7 @@ from tools.core.thresholds import (
     SYNC_WAIT_SHARE,
     WORKER_BUSY_SHARE,
 )
-from tools.host.job import NodeVerdict, job_pids_here, node_timeout_for, worst_node
+from tools.host.job import NodeVerdict, gather_nodes, job_pids_here, label_rows, node_timeout_for
 from tools.host.pyspy_record import Frame, ThreadSamples, is_idle_leaf, parse_record
 
 __all__ = ["ProfileCpuInput", "ProfileCpuResult", "profile_cpu"]
@@ -504,50 +504,28 @@ async def profile_cpu(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRe
     result = await _this_node(params, ctx)
     if params.local:
         result.node = node_name()
-        for row in result.processes:
-            row.node = result.node
-        for finding in result.findings:
-            finding.node = result.node
+        label_rows(result.node, result.processes, result.findings)
     return result
 
 
 def _merge_nodes(label: str, answers: dict[str, ProfileCpuResult | str]) -> ProfileCpuResult:
     """One answer for the job: every node's processes and findings labelled with the node; the verdict of the node
     worst off, and each node's own."""
-    processes: list[ProcessProfile] = []
-    findings: list[CpuFinding] = []
-    notes: list[str] = []
-    nodes: list[NodeVerdict] = []
-    for node, answer in answers.items():
-        if isinstance(answer, str):
-            nodes.append(NodeVerdict(node=node, verdict="no_answer", evidence=answer))
-            continue
-        processes += [row.model_copy(update={"node": node}) for row in answer.processes]
-        findings += [f.model_copy(update={"node": node}) for f in answer.findings]
-        notes += [f"{node}: {note}" for note in answer.notes]
-        nodes.append(NodeVerdict(node=node, verdict=answer.verdict, severity=answer.severity,
-                                 evidence=answer.findings[0].evidence if answer.findings else "nothing stands out"))
-    silent = [n.node for n in nodes if n.verdict == "no_answer"]
-    if silent:
-        notes.insert(0, f"no answer from {len(silent)} node(s): {', '.join(silent)}; their processes are missing.")
-    lead = worst_node(nodes)
-    findings.sort(key=lambda f: (-f.severity.rank, f.node != (lead.node if lead else None)))
-    verdict: Verdict = findings[0].kind if findings else "none"
-    answered = len(nodes) - len(silent)
-    opening = f"{label}: {answered} of {len(nodes)} node(s) answered, {len(processes)} process role(s)."
-    if lead is None:
-        conclusion = [opening, "No input, main-loop or sync bottleneck stands out on any node: the GPU side (trace) "
-                      "decides." if answered else "No node answered: check that gpu-triage is installed there."]
-    else:
-        agree = sum(1 for n in nodes if n.verdict == lead.verdict)
-        conclusion = [opening, f"{lead.verdict} on {lead.node} ({agree} of {answered} node(s) say so): "
-                      f"{lead.evidence}.", f"Fix: {findings[0].fix}."]
-    return ProfileCpuResult(severity=worst(f.severity for f in findings) if answered else Severity.warn,
-                            verdict=verdict, processes=processes, findings=findings, notes=notes[:20], nodes=nodes,
-                            conclusion=conclusion,
-                            next_steps=[NextStep(branch=_BRANCH, step="host", action="profile_cpu with pid on the "
-                                                 "node named, for a longer recording of that node",
-                                                 why="The job-level call says which node; one node says more.")])
+    job = gather_nodes(answers, "their processes are missing")
+    processes = [row.model_copy(update={"node": node}) for node, answer in job.answered.items()
+                 for row in answer.processes]
+    findings = [f.model_copy(update={"node": node}) for node, answer in job.answered.items() for f in answer.findings]
+    findings.sort(key=lambda f: (-f.severity.rank, f.node != (job.lead.node if job.lead else None)))
+    return ProfileCpuResult(
+        severity=worst(f.severity for f in findings) if job.answered else Severity.warn,
+        verdict=findings[0].kind if findings else "none", processes=processes, findings=findings,
+        notes=job.notes[:20], nodes=job.nodes,
+        conclusion=job.conclusion(label, f", {len(processes)} process role(s)", findings[0].fix if findings else "",
+                                  "No input, main-loop or sync bottleneck stands out on any node: the GPU side "
+                                  "(trace) decides."),
+        next_steps=[NextStep(branch=_BRANCH, step="host", action="profile_cpu with pid on the node named, for a "
+                             "longer recording of that node", why="The job-level call says which node; one node "
+                             "says more.")])
 
 
 async def _this_node(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuResult:

@@ -58,7 +58,7 @@ from tools.host.host_formats import (
     read_smi_monitor,
     read_vmstat,
 )
-from tools.host.job import NodeVerdict, job_pids_here, node_timeout_for, worst_node
+from tools.host.job import NodeVerdict, gather_nodes, job_pids_here, label_rows, node_timeout_for
 from tools.steps import StepTime, mean_step_time
 
 __all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
@@ -570,43 +570,20 @@ async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostRe
     result = await _live(params, ctx)
     if params.local:
         result.node = node_name()
-        for disk in result.disks:
-            disk.node = result.node
-        for process in result.processes:
-            process.node = result.node
-        for finding in result.findings:
-            finding.node = result.node
+        label_rows(result.node, result.disks, result.processes, result.findings)
     return result
 
 
 def _merge_nodes(label: str, answers: dict[str, SampleHostResult | str]) -> SampleHostResult:
     """One answer for the job: every node's disks, processes and findings labelled with the node; the verdict, CPU
     and periodic dips of the node worst off, and each node's own verdict."""
-    nodes: list[NodeVerdict] = []
-    answered: dict[str, SampleHostResult] = {}
-    for node, answer in answers.items():
-        if isinstance(answer, str):
-            nodes.append(NodeVerdict(node=node, verdict="no_answer", evidence=answer))
-            continue
-        answered[node] = answer
-        nodes.append(NodeVerdict(node=node, verdict=answer.verdict, severity=answer.severity,
-                                 evidence=answer.findings[0].evidence if answer.findings else "nothing stands out"))
-    lead = worst_node(nodes)
+    job = gather_nodes(answers, "their hosts are missing")
+    answered, lead = job.answered, job.lead
     first = answered.get(lead.node) if lead else next(iter(answered.values()), None)
-    silent = [n.node for n in nodes if n.verdict == "no_answer"]
-    notes = ([f"no answer from {len(silent)} node(s): {', '.join(silent)}; their hosts are missing."] if silent
-             else [])
-    notes += [f"{node}: {note}" for node, answer in answered.items() for note in answer.notes]
     findings = [f.model_copy(update={"node": node}) for node, answer in answered.items() for f in answer.findings]
     findings.sort(key=lambda f: (-f.severity.rank, f.node != (lead.node if lead else None)))
-    opening = f"{label}: {len(answered)} of {len(nodes)} node(s) answered."
-    if lead is None:
-        conclusion = [opening, "No disk, CPU or memory bottleneck on any node's host." if answered else
-                      "No node answered: check that gpu-triage is installed there."]
-    else:
-        agree = sum(1 for n in nodes if n.verdict == lead.verdict)
-        conclusion = [opening, f"{lead.verdict} on {lead.node} ({agree} of {len(answered)} node(s) say so): "
-                      f"{lead.evidence}.", f"Fix: {findings[0].fix}."]
+    conclusion = job.conclusion(label, "", findings[0].fix if findings else "",
+                                "No disk, CPU or memory bottleneck on any node's host.")
     return SampleHostResult(
         severity=worst(f.severity for f in findings) if answered else Severity.warn,
         verdict=first.verdict if first and lead else "none", source=label,
@@ -616,5 +593,5 @@ def _merge_nodes(label: str, answers: dict[str, SampleHostResult | str]) -> Samp
         processes=[p.model_copy(update={"node": node}) for node, answer in answered.items()
                    for p in answer.processes][:64],
         memory_available_pct=first.memory_available_pct if first else None,
-        periodic=first.periodic if first else None, findings=findings, notes=notes[:20], nodes=nodes,
+        periodic=first.periodic if first else None, findings=findings, notes=job.notes[:20], nodes=job.nodes,
         conclusion=conclusion, next_steps=first.next_steps if first else [])
