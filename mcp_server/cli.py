@@ -22,6 +22,7 @@ from mcp_server.process import return_freed_memory
 from mcp_server.registry import TOOLS, ToolSpec
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
+from mcp_server.shell_paths import absolute_paths
 from tools.core.errors import TriageError
 from tools.core.models import InputModel
 
@@ -138,7 +139,7 @@ def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
-    arguments = _arguments(spec, args)
+    arguments = absolute_paths(spec.input_model, _arguments(spec, args))
     settings = settings_from_args(args)
     result = anyio.run(execute, spec, arguments, settings)
     sys.stdout.write(to_json(result) + "\n" if args.json else render_markdown(result, spec.title))

@@ -20,6 +20,7 @@ from mcp_server.contract import execute
 from mcp_server.registry import tool_by_name
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
+from mcp_server.shell_paths import absolute_paths
 from tools.core.errors import BadInput
 
 __all__ = ["SAMPLES", "report_main"]
@@ -116,7 +117,7 @@ def report_main(argv: list[str]) -> int:
                                  ("cpu profile", args.profile_cpu), ("host sample", args.sample_host),
                                  ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
-    result = anyio.run(execute, spec, arguments, settings)
+    result = anyio.run(execute, spec, absolute_paths(spec.input_model, arguments), settings)
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

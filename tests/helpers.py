@@ -68,8 +68,12 @@ def write_scenario(path: Path, gpus: list[dict[str, Any]]) -> Path:
 
 
 def run_cli(
-    args: list[str], env: dict[str, str], cwd: Path = REPO, timeout: float = 60
+    args: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
+    """The CLI as a shell user runs it: from the folder they name with --root (their relative paths mean the
+    working directory), else from the checkout."""
+    if cwd is None:
+        cwd = Path(args[args.index("--root") + 1]) if "--root" in args[:-1] else REPO
     return subprocess.run([sys.executable, "-m", "mcp_server.cli", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
 

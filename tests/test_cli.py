@@ -38,8 +38,8 @@ def test_bad_input_exits_3_with_an_actionable_message(capsys) -> None:
     assert "count: Input should be greater than or equal to 1 (got 0)" in err
     assert main(["nvidia-smi-query", "--max-bytes", "10"]) == 3
     assert "--max-bytes 10 is out of range. Use 1024 to 262144." in capsys.readouterr().err
-    assert main(["nvidia-smi-query", "--csv-path", "../etc/passwd"]) == 3
-    assert "contains '..'" in capsys.readouterr().err
+    assert main(["nvidia-smi-query", "--csv-path", "../../../../../../../../etc/passwd"]) == 3
+    assert "resolves to /etc/passwd, outside the allowed roots" in capsys.readouterr().err
 
 
 def test_exit_code_follows_the_worst_finding() -> None:
@@ -75,3 +75,31 @@ def test_log_commands_take_paths_as_arguments_and_head_tail_shortcuts(tmp_path: 
     assert [f["file"] for f in json.loads(both.stdout)["files"]] == ["rank0.log", "rank1.log"]
     missing = run_cli(["grep-logs", "--root", str(tmp_path)], env)
     assert missing.returncode == 3 and "paths: Field required" in missing.stderr
+
+
+def test_paths_mean_what_a_shell_means(tmp_path: Path) -> None:
+    """From a shell: a relative path is relative to the working directory, `..` is followed, and the one check is
+    that the resolved path lies inside a root; the refusal names the resolved path and the roots."""
+    data = tmp_path / "data"
+    run7, traces = data / "run7", data / "traces"
+    run7.mkdir(parents=True)
+    traces.mkdir()
+    (run7 / "rank0.log").write_text("step 1 ok\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    trace = next((REPO / "tests" / "data" / "traces" / "resnet50_num_workers_0").glob("*.json*"))
+    (traces / trace.name).write_bytes(trace.read_bytes())
+    env = base_env()
+    # cd /data/run7 && gpu-triage grep-logs rank0.log --root /data
+    done = run_cli(["grep-logs", "rank0.log", "--pattern", "CUDA error", "--json", "--root", str(data)], env,
+                   cwd=run7)
+    assert done.returncode == 0 and json.loads(done.stdout)["files"][0]["matches"] == 1, done.stderr
+    # From a sibling folder, `..` that stays inside the root is followed.
+    done = run_cli(["summarize-trace", f"../traces/{trace.name}", "--json", "--root", str(data)], env, cwd=run7)
+    assert done.returncode in (0, 1, 2) and json.loads(done.stdout)["steps"], done.stderr
+    # The default root is the working directory: the sibling folder lies outside it, and the error says where.
+    done = run_cli(["summarize-trace", f"../traces/{trace.name}"], env, cwd=run7)
+    assert done.returncode == 3
+    assert f"resolves to {traces / trace.name}, outside the allowed roots ({run7})" in done.stderr, done.stderr
+    # A symlink loop is a clear refusal, not an internal error.
+    (run7 / "loop.log").symlink_to(run7 / "loop.log")
+    done = run_cli(["grep-logs", "loop.log", "--pattern", "x"], env, cwd=run7)
+    assert done.returncode == 3 and "symlink loop" in done.stderr and "internal error" not in done.stderr, done.stderr

@@ -33,6 +33,7 @@ __all__ = [
     "NodesInput",
     "PathArg",
     "InputModel",
+    "IsPath",
     "NextStep",
     "Severity",
     "Table",
@@ -43,8 +44,12 @@ __all__ = [
 ]
 
 
+class IsPath:
+    """Marks an argument as a path or glob, for the CLI: a shell's relative path means the working directory."""
+
+
 # A path or glob argument: bounded in the schema too (the roots check happens when it is opened).
-PathArg = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]
+PathArg = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), IsPath()]
 # One short name (a field of nvidia-smi, a preset): bounded alike.
 NameArg = Annotated[str, Field(min_length=1, max_length=128)]
 

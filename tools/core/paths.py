@@ -1,11 +1,14 @@
 """The only place that turns a caller's path into a file to open: confined to the configured roots.
 
-Refused: empty or over-long paths, NUL bytes, leading '-', any '..' component, absolute paths
-outside every root, and paths whose resolved target (after following symlinks) leaves the roots.
+One check, as the reference filesystem server makes it: the path (relative ones under a root) is resolved, symlinks
+and `..` followed, and the result must lie inside a root. Refused besides: empty or over-long paths, NUL bytes and a
+leading '-'. A shell's relative paths mean the working directory: the CLI makes them absolute before they get here
+(mcp_server/cli.py); over MCP a relative path is relative to the roots, the first that holds it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,16 +45,21 @@ def confine(raw: str, roots: Sequence[Path], *, must_exist: bool = True) -> Path
     if raw.startswith("-"):
         raise BadInput(f"path {raw!r} starts with '-'.", "Prefix it with './' if that is really its name.")
     candidate = Path(raw).expanduser()
-    if ".." in candidate.parts:
-        raise BadInput(f"path {raw!r} contains '..'; parent references are not followed.", hint)
     bases = [candidate] if candidate.is_absolute() else [root / candidate for root in roots]
+    outside: list[tuple[Path, Path]] = []
     for base in bases:
-        resolved = base.resolve()
-        inside = any(resolved.is_relative_to(root) for root in roots)
-        if not inside:
-            if base.is_symlink() or resolved != base.absolute():
-                raise BadInput(f"path {raw!r} leads outside the allowed roots (through a symlink).", hint)
-            raise BadInput(f"path {raw!r} is outside the allowed roots.", hint)
+        try:
+            resolved = base.resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+            raise BadInput(f"path {raw!r} cannot be resolved ({exc}): a symlink loop?", hint) from exc
+        if not any(resolved.is_relative_to(root) for root in roots):
+            outside.append((base, resolved))
+            continue
         if not must_exist or resolved.exists():
             return resolved
-    raise BadInput(f"path {raw!r} does not exist under the allowed roots.", hint)
+    if outside and len(outside) == len(bases):
+        base, resolved = outside[0]
+        through = " through a symlink" if resolved != Path(os.path.normpath(base.absolute())) else ""
+        raise BadInput(f"path {raw!r} resolves{through} to {resolved}, outside the allowed roots "
+                       f"({_describe(roots)}).", hint)
+    raise BadInput(f"path {raw!r} does not exist under the allowed roots ({_describe(roots)}).", hint)

@@ -127,9 +127,9 @@ def test_paths_stay_inside_the_roots(tmp_path: Path) -> None:
     assert [f["file"] for f in data["files"]] == ["logs/rank0.log"]  # the escaping symlink is not followed
     code, data, err = _grep(root, "--paths", str(root) + "/**/rank*.log")  # absolute, inside a root
     assert code == 0 and [f["file"] for f in data["files"]] == ["logs/rank0.log"], err
-    for bad, message in (("../secret.log", "contains '..'"), ("../*.log", "contains '..'"),
+    for bad, message in (("../secret.log", "resolves to"), ("../*.log", "starts outside the allowed roots"),
                          (str(tmp_path / "secret.log"), "outside the allowed roots"),
-                         ("logs/rank1.log", "leads outside"), ("nothing/*.log", "no file under the allowed roots"),
+                         ("logs/rank1.log", "through a symlink"), ("nothing/*.log", "no file under the allowed roots"),
                          ("/**/*.log", "starts outside the allowed roots"),
                          (str(tmp_path) + "/*.log", "starts outside the allowed roots"),
                          ("logs", "is a directory")):
