@@ -23,6 +23,7 @@ from mcp_server.registry import TOOLS, ToolSpec
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
 from mcp_server.shell_paths import absolute_paths
+from mcp_server.terminal import terminal_progress
 from tools.core.errors import TriageError
 from tools.core.models import InputModel
 
@@ -141,7 +142,12 @@ def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
 def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
     arguments = absolute_paths(spec.input_model, _arguments(spec, args))
     settings = settings_from_args(args)
-    result = anyio.run(execute, spec, arguments, settings)
+    report = terminal_progress(f"gpu-triage {spec.cli_name}")
+    try:
+        result = anyio.run(execute, spec, arguments, settings, report)
+    finally:
+        if report is not None:
+            sys.stderr.write("\r\x1b[2K")  # the line goes once the answer is there
     sys.stdout.write(to_json(result) + "\n" if args.json else render_markdown(result, spec.title))
     return result.severity.rank
 

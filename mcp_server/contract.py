@@ -7,6 +7,8 @@ actionable message; nothing here imports MCP.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -17,10 +19,15 @@ from mcp_server.render import fit_to_budget
 from mcp_server.settings import Settings
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded
+from tools.core.limits import PROGRESS_INTERVAL_S
 from tools.core.models import InputModel, ToolResult
+from tools.core.progress import Progress
 from tools.core.redact import redact_value
 
-__all__ = ["describe_validation_error", "execute", "validate_arguments"]
+__all__ = ["Reporter", "describe_validation_error", "execute", "validate_arguments"]
+
+# Where progress goes: MCP's report_progress (a no-op without a progressToken) or the CLI's progress line.
+Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -49,14 +56,53 @@ def validate_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> InputModel:
         ) from exc
 
 
-async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings) -> ToolResult:
-    """Run one tool call under the contract; raises TriageError for every expected failure."""
+async def _heartbeat(progress: Progress, started: float, timeout_s: float, report: Reporter) -> None:
+    """Every PROGRESS_INTERVAL_S, the call's progress in percent: of the work where the tool says how much it has
+    done, else of its time budget; always increasing, as the spec requires, and never 100 before the end."""
+    last = 0.0
+    while True:
+        await anyio.sleep(PROGRESS_INTERVAL_S)
+        done, total, message = progress.state
+        elapsed = time.monotonic() - started
+        if total:
+            percent = 100 * min(done, total) / total
+        else:
+            percent = 100 * elapsed / timeout_s
+            message = message or f"running for {elapsed:.0f} s (at most {timeout_s:g} s)"
+        percent = min(99.9, max(percent, last + 0.01))
+        last = percent
+        try:
+            await report(round(percent, 2), 100.0, message)
+        except Exception:  # a client gone or a closed stream must not fail the call: progress is best effort
+            return
+
+
+async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
+                  report: Reporter | None = None) -> ToolResult:
+    """Run one tool call under the contract; raises TriageError for every expected failure. `report` receives
+    the call's progress while it runs."""
     params = validate_arguments(spec, arguments)
     ctx = ToolContext(roots=settings.roots, timeout_s=settings.timeout_s, remote_python=settings.remote_python,
                       ssh_config=settings.ssh_config)
+
+    async def run() -> ToolResult:
+        if report is None:
+            return await spec.function(params, ctx)
+        failure: Exception | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(_heartbeat, ctx.progress, ctx.started, settings.timeout_s, report)
+            try:
+                outcome = await spec.function(params, ctx)
+            except Exception as exc:  # raised below as itself, not inside the task group's ExceptionGroup
+                failure = exc
+            group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return outcome
+
     try:
         with anyio.fail_after(settings.timeout_s):
-            result = await spec.function(params, ctx)
+            result = await run()
     except TimeoutError as exc:
         raise LimitExceeded(
             f"{spec.name} did not finish within {settings.timeout_s:g} s; it was stopped and its child "

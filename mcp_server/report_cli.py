@@ -21,6 +21,7 @@ from mcp_server.registry import tool_by_name
 from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
 from mcp_server.shell_paths import absolute_paths
+from mcp_server.terminal import terminal_progress
 from tools.core.errors import BadInput
 
 __all__ = ["SAMPLES", "report_main"]
@@ -117,7 +118,12 @@ def report_main(argv: list[str]) -> int:
                                  ("cpu profile", args.profile_cpu), ("host sample", args.sample_host),
                                  ("baseline", args.baseline)) if on]
     print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
-    result = anyio.run(execute, spec, absolute_paths(spec.input_model, arguments), settings)
+    report = terminal_progress("gpu-triage report")
+    try:
+        result = anyio.run(execute, spec, absolute_paths(spec.input_model, arguments), settings, report)
+    finally:
+        if report is not None:
+            sys.stderr.write("\r\x1b[2K")
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

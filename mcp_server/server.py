@@ -15,6 +15,7 @@ import sys
 from typing import Annotated, Any
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
@@ -73,9 +74,12 @@ class TriageServer(MCPServer):
 def _handler(spec: ToolSpec, settings: Settings) -> Any:
     """An async function whose signature is the tool's input fields, so the SDK derives the schema."""
 
-    async def handler(**arguments: Any) -> CallToolResult:
+    async def handler(mcp_context: Context, **arguments: Any) -> CallToolResult:
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            await mcp_context.report_progress(progress, total, message)  # a no-op without a progressToken
+
         try:
-            result = await execute(spec, arguments, settings)
+            result = await execute(spec, arguments, settings, report)
         except TriageError as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:
@@ -89,7 +93,8 @@ def _handler(spec: ToolSpec, settings: Settings) -> Any:
             structured_content=result.model_dump(mode="json"),
         )
 
-    parameters = []
+    # The request's context (progress), which the SDK injects and leaves out of the schema.
+    parameters = [inspect.Parameter("mcp_context", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
     for field_name, field in spec.input_model.model_fields.items():
         # Constraints travel in the Annotated metadata; the default stays on the parameter.
         annotation: Any = Annotated.__class_getitem__(  # type: ignore[attr-defined]

@@ -370,6 +370,7 @@ async def collect_from_nodes(backend: NodeBackend, tool_cli_name: str, result_mo
     if budget < 1.0:
         raise BadInput("not enough of the call's time is left to reach the nodes.", "Raise the server's --timeout.")
     node_timeout_s = min(node_timeout_s, budget)
+    ctx.progress.update(0, None, f"{backend.label}: {tool_cli_name} on every node (each within {node_timeout_s:.0f} s)")
     answers = await backend.collect(collector_argv(tool_cli_name, ctx, node_timeout_s, extra), node_timeout_s)
     results: dict[str, ResultT | str] = {}
     for answer in answers:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tools.core.limits import DEFAULT_CALL_TIMEOUT_S
 from tools.core.paths import confine
+from tools.core.progress import Progress
 
 __all__ = ["ToolContext"]
 
@@ -21,6 +22,7 @@ class ToolContext:
     remote_python: str = sys.executable
     ssh_config: Path | None = None
     started: float = field(default_factory=time.monotonic)
+    progress: Progress = field(default_factory=Progress)  # how far the call has got (tools/core/progress.py)
 
     def path(self, raw: str, *, must_exist: bool = True) -> Path:
         """`raw` resolved inside the roots, or BadInput."""

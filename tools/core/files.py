@@ -24,7 +24,7 @@ from tools.core.limits import LOG_CHUNK_BYTES, LOG_MAX_FILES
 from tools.core.paths import confine
 from tools.core.ranks import rank_of_path
 
-__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "read_blocks", "read_whole_text"]
+__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "read_blocks", "read_whole_text", "size_text"]
 
 _GLOB_CHARS = frozenset("*?[")
 _NATURAL = re.compile(r"(\d+)")
@@ -67,6 +67,14 @@ def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
         raise BadInput(f"glob {pattern!r} starts outside the allowed roots.",
                        "Use a glob inside the roots: " + ", ".join(map(str, roots)))
     return [(base, str(path.relative_to(base)))]
+
+
+def size_text(size: float) -> str:
+    """Bytes as a person reads them: 812 KB, 1.2 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size:.0f} B"
 
 
 def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES) -> list[InputFile]:

@@ -17,6 +17,7 @@ JSON_BUDGET_FACTOR: Final = 3
 
 # Wall clock of one tool call, children included.
 DEFAULT_CALL_TIMEOUT_S: Final = 60.0
+PROGRESS_INTERVAL_S: Final = 0.5  # a long call's progress notifications: at most two a second
 MIN_CALL_TIMEOUT_S: Final = 1.0
 MAX_CALL_TIMEOUT_S: Final = 600.0
 

@@ -308,6 +308,8 @@ async def _live(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
     while (left := end - time.monotonic()) > 0:
         await anyio.sleep(min(HOST_SAMPLE_INTERVAL_S, left))
         readings.append(_read_proc(pids))
+        sampled = readings[-1].at - readings[0].at
+        ctx.progress.update(sampled, params.duration_s, f"sampled {sampled:.0f} of {params.duration_s:g} s")
     first, second = readings[0], readings[-1]
     span = max(second.at - first.at, 1e-3)
     processes = []

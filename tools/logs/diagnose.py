@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
-from tools.core.files import InputFile, expand_inputs
+from tools.core.files import InputFile, expand_inputs, size_text
 from tools.core.limits import LOG_MAX_PATTERNS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
@@ -618,6 +618,7 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     facts, cause, fix, SOP branch. Rules: sop/log_rules.toml. Streams any size and .gz.
     """
     files = expand_inputs(params.paths, ctx.roots)
+    ctx.progress.update(0, None, f"reading {len(files)} log(s), {size_text(sum(f.path.stat().st_size for f in files))}")
     deadline = time.monotonic() + ctx.remaining_s()
     groups, totals, world = await anyio.to_thread.run_sync(_scan, files, deadline, abandon_on_cancel=True)
     findings = [_finding(g, groups, world) for g in groups.values() if not g.rule.evidence_only]

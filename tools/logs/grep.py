@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, model_validator
 from sop import log_presets
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
-from tools.core.files import InputFile, expand_inputs
+from tools.core.files import InputFile, expand_inputs, size_text
 from tools.core.limits import (
     LOG_DEFAULT_MATCHES,
     LOG_GROUPS_FACTOR,
@@ -235,6 +235,8 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
     pattern = params.pattern if params.pattern is not None else log_presets()[preset or "errors"].pattern
     compile_pattern(pattern)  # a bad pattern is refused before any file is opened
     files = expand_inputs(params.paths, ctx.roots)
+    total = sum(f.path.stat().st_size for f in files)
+    ctx.progress.update(0, None, f"scanning {len(files)} file(s), {size_text(total)}")
     deadline = time.monotonic() + ctx.remaining_s()
     scans = await anyio.to_thread.run_sync(_scan, params, files, pattern, deadline, abandon_on_cancel=True)
     matches = _fair_share(scans, params.max_matches)

@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
 from tools.core.context import ToolContext
+from tools.core.files import size_text
 from tools.core.intervals import Spans, merge
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
@@ -724,6 +725,8 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
         if is_nsys_stats(head):
             return _from_stats(read_nsys_stats(path, path.name, TRACE_TOP_KERNELS), path.name)
     files = trace_files(path, ctx.roots)
+    total = sum(f.stat().st_size for f in files)
+    ctx.progress.update(0, None, f"reading {len(files)} trace(s), {size_text(total)}")
     deadline = time.monotonic() + ctx.remaining_s()
     async with exported_reports(files, ctx.remaining_s()) as readable:
         found = await anyio.to_thread.run_sync(breakdown, readable, ctx.roots, params.include_last_step, deadline,

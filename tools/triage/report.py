@@ -281,7 +281,8 @@ def _num(value: float | None) -> str:
 
 
 async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[[Any], list[ReportRow]],
-               rows: list[ReportRow], runs: list[ToolRun]) -> Any:
+               rows: list[ReportRow], runs: list[ToolRun], ctx: ToolContext) -> Any:
+    ctx.progress.update(len(runs), None, f"{name} (tool {len(runs) + 1} of the report)")
     try:
         result = await call()
     except TriageError as exc:
@@ -319,47 +320,47 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     job_logs = await _slurm_job_logs(params.slurm_job, runs) if params.slurm_job and not params.logs else []
     if params.health:
         health_input = HealthCheckInput(slurm_job=params.slurm_job)
-        await _run("health_check", lambda: health_check(health_input, ctx), _health_rows, rows, runs)
+        await _run("health_check", lambda: health_check(health_input, ctx), _health_rows, rows, runs, ctx)
     if params.logs or job_logs:
         log_input = DiagnoseLogsInput(paths=params.logs or job_logs)
-        await _run("diagnose_logs", lambda: diagnose_logs(log_input, ctx), _log_rows, rows, runs)
+        await _run("diagnose_logs", lambda: diagnose_logs(log_input, ctx), _log_rows, rows, runs, ctx)
     if params.logs or params.traces:
         await _run("find_stragglers", lambda: find_stragglers(FindStragglersInput(logs=params.logs,
                                                                                   traces=params.traces), ctx),
-                   _straggler_rows, rows, runs)
+                   _straggler_rows, rows, runs, ctx)
     if params.traces:
         first_trace = params.traces[0]
         await _run("summarize_trace", lambda: summarize_trace(SummarizeTraceInput(path=first_trace), ctx),
-                   _trace_rows, rows, runs)
+                   _trace_rows, rows, runs, ctx)
     if params.stacks or params.pids or params.job or params.slurm_job:
         stack_input = (DumpStacksInput(from_files=params.stacks) if params.stacks else
                        DumpStacksInput(slurm_job=params.slurm_job) if params.slurm_job else
                        DumpStacksInput(pid=params.pids))
-        await _run("dump_stacks", lambda: dump_stacks(stack_input, ctx), _stack_rows, rows, runs)
+        await _run("dump_stacks", lambda: dump_stacks(stack_input, ctx), _stack_rows, rows, runs, ctx)
     if params.fr_dir:
         fr_dir = params.fr_dir
         await _run("analyze_flight_recorder",
                    lambda: analyze_flight_recorder(AnalyzeFlightRecorderInput(path=fr_dir), ctx), _flight_rows,
-                   rows, runs)
+                   rows, runs, ctx)
     if params.memory:
         memory_path = params.memory
         await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
-                   rows, runs)
+                   rows, runs, ctx)
     if params.metrics:
         from tools.serving import InferenceMetricsInput, inference_metrics
 
         metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
-        await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs)
+        await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs, ctx)
     if params.compile_logs:
         from tools.compile import DiagnoseCompileInput, diagnose_compile
 
         compile_input = DiagnoseCompileInput(paths=params.compile_logs)
-        await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs)
+        await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs, ctx)
     if params.sample_host:
         from tools.host import SampleHostInput, sample_host
 
         host_input = SampleHostInput(pid=params.pids[:64])
-        await _run("sample_host", lambda: sample_host(host_input, ctx), _host_rows, rows, runs)
+        await _run("sample_host", lambda: sample_host(host_input, ctx), _host_rows, rows, runs, ctx)
     if params.profile_cpu:
         from tools.host import ProfileCpuInput, profile_cpu
 
@@ -368,13 +369,14 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
                                 "(pids)."))
         else:
             cpu_input = ProfileCpuInput(pid=params.pids[:16])
-            await _run("profile_cpu", lambda: profile_cpu(cpu_input, ctx), _cpu_rows, rows, runs)
+            await _run("profile_cpu", lambda: profile_cpu(cpu_input, ctx), _cpu_rows, rows, runs, ctx)
     if params.nccl_logs or params.nccl_tests or params.net_captures:
         from tools.interconnect import CheckInterconnectInput, check_interconnect
 
         net_input = CheckInterconnectInput(nccl_logs=params.nccl_logs, nccl_tests=params.nccl_tests,
                                            captures=params.net_captures)
-        await _run("check_interconnect", lambda: check_interconnect(net_input, ctx), _interconnect_rows, rows, runs)
+        await _run("check_interconnect", lambda: check_interconnect(net_input, ctx), _interconnect_rows, rows, runs,
+                   ctx)
     baseline: list[BaselineRow] = []
     if params.baseline:
         newer = params.traces or params.logs
@@ -384,7 +386,7 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         else:
             before, after = params.baseline, newer[0]
             compared = await _run("compare_runs", lambda: compare_runs(CompareRunsInput(before=before, after=after),
-                                                                       ctx), _compare_rows, rows, runs)
+                                                                       ctx), _compare_rows, rows, runs, ctx)
             baseline = _baseline_rows(compared) if compared is not None else []
     # Worst first; within a severity, hardware first (nothing else can be trusted until it is fixed), then the
     # tools that name a culprit, then the generic symptoms.

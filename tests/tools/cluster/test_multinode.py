@@ -438,8 +438,14 @@ async def test_host_side_of_every_node_of_the_job(slurm_hang: SlurmHang) -> None
     ranks wait in gloo (native code, no CPU), which is no CPU bottleneck on either node."""
     cluster = slurm_hang.cluster
     env = base_env(**cluster.env)
+    said: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        said.append(message or "")
+
     async with stdio_client(env, "--root", str(slurm_hang.dir)) as client:
-        profiled = structured(await client.call_tool("profile_cpu", {"slurm_job": slurm_hang.job, "duration_s": 2}))
+        profiled = structured(await client.call_tool("profile_cpu", {"slurm_job": slurm_hang.job, "duration_s": 2},
+                                                     progress_callback=on_progress))
         sampled = structured(await client.call_tool("sample_host", {"slurm_job": slurm_hang.job, "duration_s": 2}))
     nodes = sorted(set(slurm_hang.node_of_rank.values()))
     for data in (profiled, sampled):
@@ -447,6 +453,8 @@ async def test_host_side_of_every_node_of_the_job(slurm_hang: SlurmHang) -> None
         assert all(n["verdict"] != "no_answer" for n in data["nodes"]), data["nodes"]
         assert data["conclusion"][0].startswith(f"Slurm job {slurm_hang.job}") and "2 of 2 node(s)" in \
             data["conclusion"][0], data["conclusion"]
+    # The job-level call says what it waits for while the nodes record.
+    assert said and said[0] == f"Slurm job {slurm_hang.job}: profile-cpu on every node (each within 20 s)", said
     trainers = [p for p in profiled["processes"] if p["role"] == "trainer"]
     assert sorted(p["node"] for p in trainers) == sorted(slurm_hang.node_of_rank.values()), trainers
     assert profiled["verdict"] == "none", profiled["findings"]
