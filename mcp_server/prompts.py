@@ -5,11 +5,15 @@ tool never disagree."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mcp.server import MCPServer
 
 from sop import branch_markdown, branches, rules_markdown, tool_call
 from tools.core.context import ToolContext
-from tools.triage.plan import TriagePlanInput, TriagePlanResult, triage_plan
+
+if TYPE_CHECKING:
+    from tools.triage.plan import TriagePlanResult
 
 __all__ = ["add_prompts", "triage_instructions"]
 
@@ -41,6 +45,8 @@ def add_prompts(server: MCPServer) -> None:
                    "(comma-separated) and the job's Slurm id (slurm_job: every node of it) are put into the calls.")
     async def triage(symptom: str, logs: str = "", traces: str = "", stacks: str = "", fr_dir: str = "",
                      slurm_job: str = "") -> str:
+        from tools.triage.plan import TriagePlanInput, triage_plan  # on first use: the server starts without it
+
         params = TriagePlanInput(symptom=symptom[:2000], logs=_split(logs), traces=_split(traces),
                                  stacks=_split(stacks), fr_dir=fr_dir or None, slurm_job=slurm_job or None)
         plan = await triage_plan(params, ToolContext(roots=()))

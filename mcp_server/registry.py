@@ -11,10 +11,11 @@ import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tools.core.context import ToolContext
-from tools.core.models import InputModel, ToolResult
+if TYPE_CHECKING:  # the server starts without the models (startup time); a tool's call imports them
+    from tools.core.context import ToolContext
+    from tools.core.models import InputModel, ToolResult
 
 __all__ = ["TOOLS", "ToolSpec", "tool_by_name"]
 

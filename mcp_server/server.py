@@ -18,14 +18,14 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import Tool as MCPTool
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
-from mcp_server.contract import execute, validate_arguments
 from mcp_server.process import return_freed_memory
 from mcp_server.prompts import add_prompts
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
-from mcp_server.render import render_markdown
+from mcp_server.schemas import shipped_listing
 from mcp_server.settings import Settings, add_settings_arguments, settings_from_args
 from sop import branch_ids, branch_markdown, index_markdown
 from tools.core.errors import TriageError
@@ -59,20 +59,46 @@ def annotations_for(spec: ToolSpec) -> ToolAnnotations:
 
 class TriageServer(MCPServer):
     """MCPServer whose argument errors are the contract's: unknown arguments refused (the SDK drops them
-    silently), and one readable message per problem instead of pydantic's raw report."""
+    silently), and one readable message per problem instead of pydantic's raw report.
+
+    With a shipped listing (mcp_server/schemas.py) it lists the tools from it and imports a tool's package only
+    when the tool is first called; without one, every tool is registered the SDK's way at start."""
+
+    def __init__(self, settings: Settings, listing: list[dict[str, Any]] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._settings = settings
+        self._listing = [MCPTool.model_validate(tool) for tool in listing] if listing is not None else None
+        self._handlers: dict[str, Any] = {}
+
+    async def list_tools(self) -> list[MCPTool]:
+        return list(self._listing) if self._listing is not None else await super().list_tools()
+
+    def _tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        if self._listing is None:
+            return super()._tool_input_schema(name)
+        return next((tool.input_schema for tool in self._listing if tool.name == name), None)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        from mcp_server.contract import validate_arguments
+
         spec = tool_by_name(name)
-        if spec is not None:
-            try:
-                validate_arguments(spec, arguments)
-            except TriageError as exc:
-                raise ToolError(str(exc)) from exc
-        return await super().call_tool(name, arguments, context)
+        if spec is None:
+            raise ToolError(f"unknown tool {name!r}; tools/list names them.")
+        try:
+            validate_arguments(spec, arguments)
+        except TriageError as exc:
+            raise ToolError(str(exc)) from exc
+        if self._listing is None:
+            return await super().call_tool(name, arguments, context)
+        handler = self._handlers.get(name) or self._handlers.setdefault(name, _handler(spec, self._settings))
+        return await handler(mcp_context=context, **arguments)
 
 
 def _handler(spec: ToolSpec, settings: Settings) -> Any:
     """An async function whose signature is the tool's input fields, so the SDK derives the schema."""
+
+    from mcp_server.contract import execute  # here, not at import: the server starts without the tools
+    from mcp_server.render import render_markdown
 
     async def handler(mcp_context: Context, **arguments: Any) -> CallToolResult:
         async def report(progress: float, total: float | None, message: str | None) -> None:
@@ -116,7 +142,21 @@ def _describe(field: FieldInfo) -> Any:
 
 
 def build_server(settings: Settings) -> MCPServer:
-    server = TriageServer(name="gpu-triage", version=VERSION, instructions=INSTRUCTIONS, log_level="WARNING")
+    """The server as it runs: the tools listed from the shipped listing, each imported on its first call."""
+    listing = shipped_listing()
+    if listing is None:
+        return eager_server(settings)
+    server = TriageServer(settings, listing, name="gpu-triage", version=VERSION, instructions=INSTRUCTIONS,
+                          log_level="WARNING")
+    _add_sop_resources(server)
+    add_prompts(server)
+    return server
+
+
+def eager_server(settings: Settings) -> MCPServer:
+    """Every tool imported and registered the SDK's way (the source of the shipped listing)."""
+    server = TriageServer(settings, None, name="gpu-triage", version=VERSION, instructions=INSTRUCTIONS,
+                          log_level="WARNING")
     for spec in TOOLS:
         server.add_tool(_handler(spec, settings), name=spec.name, title=spec.title,
                         description=spec.description, annotations=annotations_for(spec))
