@@ -22,6 +22,7 @@ from mcp.types import Tool as MCPTool
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
+from mcp_server.client_config import CLIENTS, client_config
 from mcp_server.process import return_freed_memory
 from mcp_server.prompts import add_prompts
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
@@ -195,8 +196,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST defaults "
                         "to 127.0.0.1).")
     parser.add_argument("--version", action="version", version=f"gpu-triage-mcp {VERSION}")
+    parser.add_argument("--print-config", choices=CLIENTS, metavar="CLIENT",
+                        help=f"Print the registration of this install for an MCP client ({', '.join(CLIENTS)}), "
+                        "with absolute paths and the --root directories, and exit.")
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
+    if args.print_config:
+        sys.stdout.write(client_config(args.print_config, args.root or []))
+        return 0
     return_freed_memory()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:

@@ -27,7 +27,11 @@ def test_confine(tmp_path: Path) -> None:
     assert confine("a/f.txt", roots) == (root / "a" / "f.txt").resolve()
     assert confine(str(root / "a" / "f.txt"), roots) == (root / "a" / "f.txt").resolve()
     assert confine("inner-link", roots) == (root / "a" / "f.txt").resolve()  # symlink staying inside: fine
-    for bad, message in [("etc-link/passwd", "outside"), ("/etc/passwd", "outside"), ("a/../a/f.txt", "'..'"),
+    assert confine("a/../a/f.txt", roots) == (root / "a" / "f.txt").resolve()  # `..` that stays inside: fine
+    os.symlink(root / "loop", root / "loop")
+    for bad, message in [("etc-link/passwd", "resolves through a symlink to /etc/passwd, outside"),
+                         ("/etc/passwd", "resolves to /etc/passwd, outside"), ("a/../../x", "outside the allowed"),
+                         ("loop", "symlink loop"),
                          ("", "1 to"), ("a/\x00", "NUL"), ("-x", "starts with '-'"), ("a/missing", "does not exist")]:
         with pytest.raises(BadInput, match=message):
             confine(bad, roots)

@@ -43,3 +43,16 @@ def test_inspector_calls_health_check() -> None:
     assert result["content"][0]["text"].startswith("## GPU and host health check: ")
     data = result["structuredContent"]
     assert data["nvml"].startswith("unavailable: ") and len(data["top_processes"]) == 2
+
+
+def test_inspector_lists_and_gets_prompts_and_reads_the_sop() -> None:
+    prompts = {p["name"] for p in _inspect("--method", "prompts/list")["prompts"]}
+    assert {"triage", "triage_report", "sop_gpu_utilization_low", "sop_nccl_hang_or_slow"} <= prompts
+    got = _inspect("--method", "prompts/get", "--prompt-name", "triage", "--prompt-args",
+                   "symptom=GPU util 忽高忽低")
+    text = got["messages"][0]["content"]["text"]
+    assert "SOP branch: `gpu_utilization_low`" in text and "nvidia_smi_query" in text
+    resources = {r["uri"] for r in _inspect("--method", "resources/list")["resources"]}
+    assert {"sop://index", "sop://rules"} <= resources
+    index = _inspect("--method", "resources/read", "--uri", "sop://index")["contents"][0]
+    assert index["mimeType"] == "text/markdown" and "gpu_utilization_low" in index["text"]

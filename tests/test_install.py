@@ -1,0 +1,90 @@
+"""Installed as users install it: a wheel built from the checkout, installed into a fresh venv, run from a folder
+with no source tree beside it (no PYTHONPATH): --version, an MCP tools/list and a call through the SDK client, the
+report on the bundled samples, --print-config, and one tool of each family from the CLI. A data file left out of
+the wheel's package data fails here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The fresh venv's bin folder, the wheel installed in it with its dependencies."""
+    work = tmp_path_factory.mktemp("install")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                            str(work / "dist"), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = next((work / "dist").glob("gpu_triage_mcp-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=120)
+    pip = subprocess.run([str(work / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+                         capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    yield work / "venv" / "bin"
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}  # no PYTHONPATH: the wheel alone
+
+
+def _cli(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(bin_dir / "gpu-triage"), *args], cwd=cwd, env=_env(cwd), capture_output=True,
+                          text=True, timeout=120)
+
+
+async def test_the_wheel_serves_and_answers_from_a_folder_without_the_source(installed: Path,
+                                                                            tmp_path: Path) -> None:
+    version = subprocess.run([str(installed / "gpu-triage-mcp"), "--version"], cwd=tmp_path, env=_env(tmp_path),
+                             capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("gpu-triage-mcp "), version.stderr
+    params = StdioServerParameters(command=str(installed / "gpu-triage-mcp"), args=["--root", str(tmp_path)],
+                                   env=_env(tmp_path), cwd=str(tmp_path))
+    (tmp_path / "rank0.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            tools = await client.list_tools()
+            answer = await client.call_tool("diagnose_logs", {"paths": ["rank0.log"]})
+    assert len(tools.tools) == 17 and all(t.output_schema for t in tools.tools)
+    assert answer.is_error is False and answer.structured_content is not None
+    assert any(f["sop_branch"] == "oom" for f in answer.structured_content["findings"]), answer.structured_content
+    config = subprocess.run([str(installed / "gpu-triage-mcp"), "--print-config", "codex", "--root", str(tmp_path)],
+                            cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert f'command = "{installed / "gpu-triage-mcp"}"' in config.stdout, config.stdout
+    assert f'GPU_TRIAGE_ROOTS = "{tmp_path}"' in config.stdout
+
+
+def test_the_report_and_a_tool_of_each_family_run_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    report = _cli(installed, tmp_path, "report", "--demo", "--no-health")
+    assert report.returncode in (1, 2) and "## Triage report" in report.stdout, report.stderr[-2000:]
+    samples = Path(subprocess.run([str(installed / "python"), "-c", "import mcp_server, pathlib; print(pathlib.Path("
+                                   "mcp_server.__file__).parent / 'samples')"], capture_output=True, text=True,
+                                  cwd=tmp_path, env=_env(tmp_path), timeout=60).stdout.strip())
+    assert str(samples).startswith(str(installed.parent)), samples  # the installed copy, not the checkout
+    root = ["--root", str(samples), "--json"]
+    calls = {
+        "grep-logs": ["grep-logs", str(samples / "logs" / "rank0.log"), "--preset", "errors"],
+        "summarize-trace": ["summarize-trace", str(samples / "traces")],
+        "dump-stacks": ["dump-stacks", "--from-files", str(samples / "stacks")],
+        "analyze-flight-recorder": ["analyze-flight-recorder", str(samples / "flight_recorder")],
+        "find-stragglers": ["find-stragglers", "--logs", str(samples / "logs" / "rank*.log")],
+        "triage-plan": ["triage-plan", "--symptom", "GPU util is low"],
+        "sample-host": ["sample-host", "--duration-s", "1"],
+        "health-check": ["health-check", "--sample-s", "0.2"],
+    }
+    for name, args in calls.items():
+        done = _cli(installed, tmp_path, *args, *root)
+        assert done.returncode in (0, 1, 2), (name, done.stderr[-2000:])
+        assert json.loads(done.stdout)["severity"] in ("ok", "warn", "crit"), name
