@@ -28,6 +28,7 @@ import anyio
 
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, Unavailable
+from tools.core.files import read_regular
 from tools.core.limits import (
     MAX_MAX_BYTES,
     NODES_FANOUT_MARGIN_S,
@@ -347,7 +348,8 @@ def job_backend(params: JobInput, ctx: ToolContext) -> NodeBackend | None:
 def read_hostfile(path: Path) -> list[str]:
     """Hosts from a file: one per line (MPI-style `host slots=8` keeps the host), '#' comments."""
     hosts: list[str] = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()[: NODES_MAX + 1]:
+    text = read_regular(path, 1024 * 1024).decode("utf-8", errors="replace")
+    for line in text.splitlines()[: NODES_MAX + 1]:
         word = line.split("#", 1)[0].split()
         if word:
             hosts.append(word[0])

@@ -24,7 +24,8 @@ from tools.core.limits import LOG_CHUNK_BYTES, LOG_MAX_FILES
 from tools.core.paths import confine
 from tools.core.ranks import rank_of_path
 
-__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "read_blocks", "read_whole_text", "size_text"]
+__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "open_regular", "read_blocks", "read_regular",
+           "read_whole_text", "require_regular", "size_text"]
 
 _GLOB_CHARS = frozenset("*?[")
 _NATURAL = re.compile(r"(\d+)")
@@ -129,6 +130,25 @@ def _open_regular(path: Path, name: str) -> IO[bytes]:
                               "Pass the saved file itself.")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def open_regular(path: Path, name: str | None = None) -> IO[bytes]:
+    """A caller's file opened for reading, refused unless it is a regular file (never blocks on a FIFO)."""
+    return _open_regular(path, name or path.name)
+
+
+def read_regular(path: Path, limit: int | None = None, name: str | None = None) -> bytes:
+    """A caller's regular file read whole, or its first `limit` bytes; OSError becomes a clear refusal."""
+    with open_regular(path, name) as handle:
+        try:
+            return handle.read() if limit is None else handle.read(limit)
+        except OSError as exc:
+            raise UnreadableInput(f"cannot read {name or path.name}: {exc.strerror}.") from exc
+
+
+def require_regular(path: Path, name: str | None = None) -> None:
+    """For a library that opens the path itself (SQLite): refused unless it is a regular file now."""
+    open_regular(path, name).close()
 
 
 def open_input(path: Path) -> tuple[IO[bytes], bool]:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, TriageError, Unavailable, UnreadableInput
+from tools.core.files import read_regular
 from tools.core.limits import (
     SMI_MAX_CSV_BYTES,
     SMI_MAX_FIELDS,
@@ -442,10 +443,7 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
         if size > SMI_MAX_CSV_BYTES:
             raise BadInput(f"{params.csv_path} is {size} bytes; the limit is {SMI_MAX_CSV_BYTES}.",
                            "Trim the capture to the samples of interest.")
-        try:
-            text = path.read_text("utf-8", errors="replace")
-        except OSError as exc:
-            raise UnreadableInput(f"cannot read {params.csv_path}: {exc.strerror}.") from exc
+        text = read_regular(path, SMI_MAX_CSV_BYTES + 1, params.csv_path).decode("utf-8", errors="replace")
         fields, rows = parse_smi_csv(text, list(params.fields) or None, params.query)
         samples, source = _number_samples(rows), "file"
         interval = _capture_interval(rows) or params.interval_s

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.files import read_regular
 from tools.core.frames import Frame, is_library
 from tools.core.limits import (
     FR_MAX_FILE_BYTES,
@@ -318,7 +319,7 @@ def _read_one(path: Path, name: str, rank: int, kinds: _Kinds) -> _Dump:
         if size > FR_MAX_FILE_BYTES:
             raise LimitExceeded(f"{name} is {size // 2**20} MiB, over the {FR_MAX_FILE_BYTES // 2**20} MiB limit.",
                                 "A flight-recorder dump is a few MiB; check that this is one.")
-        raw = path.read_bytes()
+        raw = read_regular(path, FR_MAX_FILE_BYTES + 1, name)
         if raw[:1] in (b"{", b"["):
             dump.format = "json"
             try:
@@ -344,10 +345,13 @@ def _dump_files(folder: Path) -> tuple[list[tuple[Path, str, int]], list[str]]:
     notes: list[str] = []
     by_rank: dict[int, tuple[Path, str]] = {}
     skipped = 0
-    for count, path in enumerate(sorted(folder.iterdir())):
+    entries: list[Path] = []
+    for count, entry in enumerate(folder.iterdir()):  # counted as listed: a folder of 10^6 files stops at once
         if count > FR_MAX_FILES * 2:
             raise LimitExceeded(f"{folder.name} holds more than {FR_MAX_FILES * 2} entries.",
                                 f"Pass a folder with at most {FR_MAX_FILES} per-rank dumps.")
+        entries.append(entry)
+    for path in sorted(entries):
         if not path.is_file():
             continue
         match = _RANK_SUFFIX.search(path.name)
@@ -395,8 +399,11 @@ def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
         match = _RANK_SUFFIX.search(path.name)
         files: list[tuple[Path, str, int]] = [(path, path.name, int(match.group(1)) if match else 0)]
         notes: list[str] = []
-    else:
+    elif path.is_dir():
         files, notes = _dump_files(path)
+    else:  # a FIFO, a socket or a device: opening it could wait for ever
+        raise BadInput(f"{path.name} is neither a regular file nor a folder.",
+                       "Pass the folder of flight-recorder dumps, or one dump file.")
     if not files:
         raise BadInput(f"no flight-recorder dump in {path.name}: expected files named <prefix><rank>.",
                        "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")

@@ -30,8 +30,8 @@ from tools.cluster import (
     slurm_pids_on_this_node,
 )
 from tools.core.context import ToolContext
-from tools.core.errors import BadInput, LimitExceeded
-from tools.core.files import expand_inputs, natural_key
+from tools.core.errors import BadInput, LimitExceeded, TriageError
+from tools.core.files import expand_inputs, natural_key, read_regular
 from tools.core.frames import Frame
 from tools.core.limits import (
     STACK_DEFAULT_PROCESSES,
@@ -289,10 +289,9 @@ def _read_files(inputs: Sequence[str], ctx: ToolContext) -> tuple[list[_Collecte
     notes: list[str] = []
     for path, name in _stack_files(inputs, ctx):
         try:
-            with path.open("rb") as handle:
-                data = handle.read(STACK_MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            rows.append(_Collected(None, None, name, status="error", detail=f"cannot read: {exc.strerror or exc}"))
+            data = read_regular(path, STACK_MAX_FILE_BYTES + 1, name)
+        except TriageError as exc:  # not a regular file (a FIFO, a socket), or unreadable: a row, the rest read
+            rows.append(_Collected(None, None, name, status="error", detail=exc.message))
             continue
         if len(data) > STACK_MAX_FILE_BYTES:
             notes.append(f"{name}: only the first {STACK_MAX_FILE_BYTES // 1024 // 1024} MiB were read.")

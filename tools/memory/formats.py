@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.core.errors import LimitExceeded, UnreadableInput
-from tools.core.files import InputFile
+from tools.core.files import InputFile, read_regular
 from tools.core.frames import Frame, is_library
 from tools.core.limits import (
     MEM_FRAMES_READ,
@@ -187,15 +187,14 @@ def read_memory_input(path: Path, name: str, deadline: float) -> MemoryInput:
         if size > MEM_MAX_FILE_BYTES:
             raise LimitExceeded(f"{name} is {size // 2**20} MiB, over the {MEM_MAX_FILE_BYTES // 2**20} MiB limit.",
                                 "Record the snapshot with a smaller max_entries in _record_memory_history().")
-        with path.open("rb") as stream:
-            head = stream.read(64 * 1024)
+        head = read_regular(path, 64 * 1024, name)
     except OSError as exc:
         raise UnreadableInput(f"cannot read {name}: {exc.strerror or exc}.") from exc
     if not head.strip():
         raise UnreadableInput(f"{name} is empty.", "Pass the snapshot pickle, memory_summary() text, memory_stats() "
                               "JSON or the log that holds the OOM message.")
     if head[:1] == b"\x80":
-        data = load_plain_pickle(path.read_bytes(), name)
+        data = load_plain_pickle(read_regular(path, MEM_MAX_FILE_BYTES + 1, name), name)
         return MemoryInput("snapshot", snapshot=_snapshot(data, name, deadline))
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"[") and size <= MEM_MAX_TEXT_BYTES:
@@ -353,7 +352,7 @@ def _is_stats(value: Any) -> bool:
 
 def _json_input(path: Path, name: str, deadline: float) -> MemoryInput | None:
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_regular(path, MEM_MAX_FILE_BYTES + 1, name))
     except (ValueError, RecursionError):
         return None  # not JSON after all: read as text
     if _is_stats(data):
@@ -376,7 +375,7 @@ def _json_input(path: Path, name: str, deadline: float) -> MemoryInput | None:
 def _stats_repr(path: Path, name: str) -> MemoryInput:
     if path.stat().st_size > MEM_MAX_TEXT_BYTES:
         raise LimitExceeded(f"{name} is over {MEM_MAX_TEXT_BYTES // 2**20} MiB: not a memory_stats() dump.")
-    text = path.read_text("utf-8", "replace")
+    text = read_regular(path, MEM_MAX_TEXT_BYTES + 1, name).decode("utf-8", "replace")
     values = {key: int(value) for key, value in _STAT_PAIR.findall(text)}
     if "allocated_bytes.all.current" not in values:
         raise UnreadableInput(f"{name} looks like a memory_stats() dump but has no 'allocated_bytes.all.current'.",

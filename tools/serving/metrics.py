@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, Unavailable, UnreadableInput
+from tools.core.files import read_regular
 from tools.core.limits import (
     INFER_MAX_ALLOWED_HOSTS,
     INFER_MAX_BYTES,
@@ -277,13 +278,9 @@ def _scrape(url: str, timeout_s: float) -> str:
 
 def _read_file(raw: str, ctx: ToolContext) -> str:
     path = ctx.path(raw)
-    if not path.is_file():
-        raise BadInput(f"{raw!r} is not a file.", "Pass the saved /metrics page, or its URL.")
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(INFER_MAX_BYTES + 1)
-    except OSError as exc:
-        raise UnreadableInput(f"cannot read {path.name}: {exc.strerror}.") from exc
+    if path.is_dir():
+        raise BadInput(f"{raw!r} is a folder.", "Pass the saved /metrics page, or its URL.")
+    data = read_regular(path, INFER_MAX_BYTES + 1)
     if len(data) > INFER_MAX_BYTES:
         raise LimitExceeded(f"{path.name} is larger than {INFER_MAX_BYTES} bytes.",
                             "Filter it to the vllm:/sglang: lines (grep -E '^(# [A-Z]+ )?(vllm|sglang):').")

@@ -10,7 +10,6 @@ Errors (truncated JSON, no events, not gzip, wrong types) are UnreadableInput wi
 
 from __future__ import annotations
 
-import gzip
 import io
 import itertools
 import json
@@ -25,6 +24,7 @@ from typing import IO, Any
 import msgspec
 
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.files import open_input
 from tools.core.limits import TRACE_MAX_FILES, TRACE_MAX_METADATA_CHARS, TRACE_READ_CHARS
 from tools.core.paths import confine
 from tools.core.ranks import rank_of_path
@@ -166,12 +166,7 @@ class _Buffer:
 
 
 def _open_text(path: Path) -> IO[str]:
-    try:
-        with path.open("rb") as probe:
-            head = probe.read(2)
-        raw: IO[bytes] = gzip.open(path, "rb") if head == b"\x1f\x8b" else path.open("rb")  # type: ignore[assignment]
-    except OSError as exc:
-        raise UnreadableInput(f"cannot open {path.name}: {exc.strerror}.") from exc
+    raw, _ = open_input(path)  # a regular file only (a FIFO would block), gzip told by its magic bytes
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tools.core.errors import LimitExceeded, Unavailable, UnreadableInput
+from tools.core.errors import LimitExceeded, TriageError, Unavailable, UnreadableInput
+from tools.core.files import read_regular, require_regular
 from tools.core.proc import run_program
 from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_CHUNKS, NSYS_UTIL_PCT
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
@@ -93,9 +94,8 @@ async def exported_reports(files: list[Path], timeout_s: float) -> AsyncIterator
 def is_nsys_export(path: Path) -> bool:
     """Whether the file is an SQLite database (an nsys export; other SQLite files fail later, clearly)."""
     try:
-        with path.open("rb") as handle:
-            return handle.read(len(_MAGIC)) == _MAGIC
-    except OSError:
+        return read_regular(path, len(_MAGIC)) == _MAGIC
+    except TriageError:
         return False
 
 
@@ -106,6 +106,7 @@ def _out_of_time(display: str) -> LimitExceeded:
 @contextmanager
 def _open(path: Path, display: str, deadline: float) -> Iterator[sqlite3.Connection]:
     """The export, read-only, every statement on it aborted once the call's deadline passes."""
+    require_regular(path, display)  # SQLite opens the path itself, and would wait on a FIFO
     connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     # One statement (a sort or join over a 1 GB export) can run for minutes between two rows; SQLite calls the
     # handler every few thousand VM steps and aborts the statement when it returns nonzero.

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from tools.core.errors import UnreadableInput
+from tools.core.files import read_regular
 from tools.core.limits import NSYS_STATS_MAX_BYTES
 from tools.traces.names import api_name, is_sync_call
 
@@ -106,7 +107,7 @@ def read_nsys_stats(path: Path, display: str, keep: int) -> NsysStats:
     if path.stat().st_size > NSYS_STATS_MAX_BYTES:
         raise UnreadableInput(f"{display} is larger than {NSYS_STATS_MAX_BYTES // 2**20} MiB: not a stats table.",
                               "Pass the CSV that nsys stats --format csv wrote.")
-    text = path.read_text("utf-8", errors="replace")
+    text = read_regular(path, NSYS_STATS_MAX_BYTES, display).decode("utf-8", errors="replace")
     view = NsysStats()
     for table in _tables(text):
         header = [h.strip() for h in table[0]]

@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
 from tools.core.context import ToolContext
-from tools.core.files import size_text
+from tools.core.files import read_regular, size_text
 from tools.core.intervals import Spans, merge
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
@@ -720,8 +720,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     """
     path = ctx.path(params.path)
     if path.is_file() and path.name.endswith((".csv", ".txt")):
-        with path.open("rb") as handle:
-            head = handle.read(4096)
+        head = read_regular(path, 4096)
         if is_nsys_stats(head):
             return _from_stats(read_nsys_stats(path, path.name, TRACE_TOP_KERNELS), path.name)
     files = trace_files(path, ctx.roots)

@@ -1,0 +1,53 @@
+"""Every reader against files that are not what they claim: a FIFO named like the input (nothing may block on it:
+the call ends at once with a row or a refusal that says it is a FIFO), and a folder where a file is expected."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import base_env, run_cli
+
+# Each tool that opens a caller's file, with that file in its argument.
+CALLS = {
+    "grep-logs": ["grep-logs", "{f}", "--pattern", "x"],
+    "diagnose-logs": ["diagnose-logs", "{f}"],
+    "summarize-trace": ["summarize-trace", "{f}"],
+    "dump-stacks": ["dump-stacks", "--from-files", "{f}"],
+    "analyze-flight-recorder": ["analyze-flight-recorder", "{f}"],
+    "find-stragglers": ["find-stragglers", "--logs", "{f}"],
+    "analyze-memory": ["analyze-memory", "{f}"],
+    "inference-metrics": ["inference-metrics", "{f}"],
+    "diagnose-compile": ["diagnose-compile", "{f}"],
+    "compare-runs": ["compare-runs", "--before", "{f}", "--after", "{f}"],
+    "check-interconnect": ["check-interconnect", "--nccl-logs", "{f}"],
+    "profile-cpu": ["profile-cpu", "--from-files", "{f}"],
+    "sample-host": ["sample-host", "--from-files", "{f}"],
+    "nvidia-smi-query": ["nvidia-smi-query", "--csv-path", "{f}"],
+}
+
+
+@pytest.mark.parametrize("tool", sorted(CALLS))
+def test_a_fifo_never_blocks_and_is_named(tmp_path: Path, tool: str) -> None:
+    os.mkfifo(tmp_path / "rank0.log")  # no writer: an open() for reading would wait for ever
+    args = [a.replace("{f}", "rank0.log") for a in CALLS[tool]]
+    started = time.monotonic()
+    done = run_cli([*args, "--json", "--timeout", "10", "--root", str(tmp_path)], base_env(), timeout=30)
+    assert time.monotonic() - started < 10, tool  # refused before anything waits, not at the deadline
+    said = done.stderr + done.stdout
+    assert "internal error" not in said and "Traceback" not in said, said[-1500:]
+    assert done.returncode in (0, 1, 2, 3)
+    assert "FIFO" in said or "not a regular file" in said or "neither a regular file" in said, (tool, said[-1500:])
+
+
+@pytest.mark.parametrize("tool", ["diagnose-logs", "analyze-memory", "nvidia-smi-query", "inference-metrics",
+                                  "compare-runs", "diagnose-compile"])
+def test_a_folder_where_a_file_is_expected_is_a_clear_refusal(tmp_path: Path, tool: str) -> None:
+    (tmp_path / "rank0.log").mkdir()
+    args = [a.replace("{f}", "rank0.log") for a in CALLS[tool]]
+    done = run_cli([*args, "--timeout", "10", "--root", str(tmp_path)], base_env(), timeout=30)
+    assert done.returncode == 3 and "internal error" not in done.stderr, (tool, done.stderr[-1500:])
+    assert "rank0.log" in done.stderr, done.stderr
