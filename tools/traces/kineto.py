@@ -96,6 +96,13 @@ class TraceHeader:
 
     metadata: dict[str, Any] = field(default_factory=dict)
     events: int = 0
+    # Where the file ended inside the event list (characters read): a trace still being written, or cut short.
+    # The complete events before it are kept.
+    ends_early_at: int | None = None
+
+
+class _EndsEarly(UnreadableInput):
+    """The input ended inside a value: the file is cut short (not invalid in the middle)."""
 
 
 class _Buffer:
@@ -156,6 +163,10 @@ class _Buffer:
                                           "This does not look like a profiler trace.") from exc
                 if self.more():
                     continue
+                if exc.pos >= len(self.text) - 1 or "Unterminated" in exc.msg or "Expecting" in exc.msg and \
+                        exc.pos >= len(self.text.rstrip()) - 1:
+                    raise _EndsEarly(f"{self.name}: the file ends inside a value at character "
+                                     f"{self.consumed + self.pos}.") from exc
                 self.fail(f"invalid or truncated JSON ({exc.msg})")
             self.pos = end
             return value
@@ -187,6 +198,8 @@ def read_trace_batches(path: Path, display: str, deadline: float,
         if first == "[":
             buffer.pos += 1
             yield from _events(buffer, header)
+            if header.ends_early_at is not None and header.events == 0:
+                buffer.fail("the file is truncated before its first complete event")
             return
         if first != "{":
             buffer.fail("expected a JSON object or array")
@@ -206,6 +219,10 @@ def read_trace_batches(path: Path, display: str, deadline: float,
                 buffer.pos += 1
                 saw_events = True
                 yield from _events(buffer, header)
+                if header.ends_early_at is not None and header.events == 0:
+                    buffer.fail("the file is truncated before its first complete event")
+                if header.ends_early_at is not None:
+                    return  # the metadata after the events never came
             elif key in _KEPT_METADATA:
                 header.metadata[key] = buffer.value(TRACE_MAX_METADATA_CHARS)
             else:
@@ -221,16 +238,22 @@ _SEPARATORS = ("\n  },\n  {", "},\n{")
 
 
 def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
+    """The event list's events; where the file ends inside it, the complete ones, and `header` says where."""
     while True:
         nxt = buffer.skip()
         if nxt == "]":
             buffer.pos += 1
             return
         if nxt == "":
-            buffer.fail("the event list ends early")
+            header.ends_early_at = buffer.consumed + buffer.pos
+            return
         batch = _batch(buffer)
         if batch is None:  # not a known layout here: one event at a time
-            one = buffer.value()
+            try:
+                one = buffer.value()
+            except _EndsEarly:
+                header.ends_early_at = buffer.consumed + buffer.pos
+                return
             batch = [_from_dict(one)] if isinstance(one, dict) else []
         header.events += len(batch)
         yield batch

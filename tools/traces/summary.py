@@ -650,7 +650,13 @@ def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, d
             continue
         data, header = collect_file(path, display, deadline, steps_named)
         data.device_name = _device_name(header, data.device)
-        results.append(_analyse(rank_of_trace(header, display, position), display, data, include_last))
+        rank = rank_of_trace(header, display, position)
+        cut = header.ends_early_at is not None
+        results.append(_analyse(rank, display, data, include_last and not cut))
+        if cut:
+            results[-1].notes.insert(0, f"rank {rank}: {display} ends early, at character {header.ends_early_at:,} "
+                                     f"(a trace still being written, or cut short): its {header.events:,} complete "
+                                     "events are summarised and its last step, likely partial, is left out.")
     return results
 
 

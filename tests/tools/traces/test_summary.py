@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers import REPO, base_env, run_cli
 from tools.core.context import ToolContext
+from tools.core.errors import UnreadableInput
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, short_name, summarize_trace
 
 SHARED = REPO.parent / "shared" / "data" / "traces"
@@ -391,3 +392,23 @@ def test_a_symlink_in_the_folder_does_not_lead_outside(tmp_path: Path) -> None:
     (root / "job" / "rank1.json").symlink_to(tmp_path / "elsewhere.json")
     result = summarize("job", root)
     assert [r.file for r in result.ranks] == ["job/rank0.json"]
+
+
+def test_a_trace_that_ends_early_is_summarised_as_far_as_it_goes(tmp_path: Path) -> None:
+    """A real trace cut as a copy of a file still being written is: inside an event, between two events, and at the
+    end of the event list. The complete events are summarised and the cut is said; a file cut before its events
+    is still refused."""
+    source = next((REPO / "tests" / "data" / "traces" / "resnet50_num_workers_0").glob("*.json.gz"))
+    text = gzip.decompress(source.read_bytes())
+    whole = anyio.run(summarize_trace, SummarizeTraceInput(path=str(source)), ToolContext(roots=(REPO,)))
+    events_end = text.rindex(b"]")
+    between = text.rindex(b"},", 0, int(len(text) * 0.97)) + 2
+    for name, end in (("inside", int(len(text) * 0.97)), ("between", between), ("list_end", events_end)):
+        (tmp_path / f"{name}.json").write_bytes(text[:end])
+        result = anyio.run(summarize_trace, SummarizeTraceInput(path=f"{name}.json"), ToolContext(roots=(tmp_path,)))
+        assert result.notes[0].startswith(f"rank 0: {name}.json ends early, at character "), (name, result.notes)
+        assert "its last step, likely partial, is left out" in result.notes[0]
+        assert result.ranks[0].steps >= 1 and result.ranks[0].steps <= whole.ranks[0].steps, name
+    (tmp_path / "head.json").write_bytes(text[:200])  # inside the metadata, before any event
+    with pytest.raises(UnreadableInput, match="ends inside a value|truncated"):
+        anyio.run(summarize_trace, SummarizeTraceInput(path="head.json"), ToolContext(roots=(tmp_path,)))
