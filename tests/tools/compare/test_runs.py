@@ -79,7 +79,7 @@ async def test_real_resnet50_pair_over_mcp() -> None:
 
 def test_real_pair_in_report_with_baseline(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "mcp_server.cli", "report", "--no-health", "--baseline", SLOW,
-                           "--traces", FAST, "--root", str(SHARED), "--json"], cwd=tmp_path, env=base_env(),
+                           "--traces", FAST, "--root", str(SHARED), "--json"], cwd=SHARED, env=base_env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 1), done.stderr
     out = json.loads(done.stdout)
@@ -92,14 +92,15 @@ def test_real_pair_in_report_with_baseline(tmp_path: Path) -> None:
     assert compared["symptom"] == "compared with the baseline: improved"
     assert "baseline" in done.stderr
     text = subprocess.run([sys.executable, "-m", "mcp_server.cli", "report", "--no-health", "--baseline", SLOW,
-                           "--traces", FAST, "--root", str(SHARED)], cwd=tmp_path, env=base_env(),
+                           "--traces", FAST, "--root", str(SHARED)], cwd=SHARED, env=base_env(),
                           capture_output=True, text=True, timeout=120).stdout
     assert "**Compared with the baseline**" in text
     assert "| cause data_loading (% of step) | 34.7 | 0.8 | resolved |" in text
 
 
 def test_cli_takes_before_and_after_as_positionals(tmp_path: Path) -> None:
-    done = run_cli(["compare-runs", SLOW, FAST, "--root", str(SHARED), "--json"], base_env(), cwd=tmp_path)
+    # From the data's folder, as a shell user runs it: the relative paths mean that folder.
+    done = run_cli(["compare-runs", SLOW, FAST, "--root", str(SHARED), "--json"], base_env(), cwd=SHARED)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["verdict"] == "improved"
 
