@@ -154,4 +154,6 @@ def parse_record(text: str, max_stacks: int) -> list[ThreadSamples]:
             return read_speedscope(json.loads(stripped), max_stacks)
         except json.JSONDecodeError as exc:
             raise ValueError(f"invalid speedscope JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise ValueError("speedscope JSON nested too deep to be py-spy's") from exc
     return read_raw(text, max_stacks)

@@ -123,7 +123,10 @@ class _Buffer:
             raise LimitExceeded("the trace read ran out of time.", "Pass a smaller trace or raise --timeout.")
         try:
             chunk = self.stream.read(max(minimum, TRACE_READ_CHARS))
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+        except EOFError:  # a .gz cut short (still being written): what decompressed so far is the text
+            self.eof = True
+            return False
+        except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise UnreadableInput(f"{self.name}: read failed ({exc}).", "Is the .gz complete?") from exc
         if not chunk:
             self.eof = True

@@ -123,9 +123,16 @@ def _open(path: Path, display: str, deadline: float) -> Iterator[sqlite3.Connect
     except sqlite3.OperationalError as exc:
         if time.monotonic() > deadline:
             raise _out_of_time(display) from exc
-        raise
+        raise _damaged(display, exc) from exc
+    except sqlite3.DatabaseError as exc:  # a page that fails its checks half way through a query
+        raise _damaged(display, exc) from exc
     finally:
         connection.close()
+
+
+def _damaged(display: str, exc: sqlite3.Error) -> UnreadableInput:
+    return UnreadableInput(f"{display}: the SQLite export is damaged ({exc}).",
+                           "Export it again from the report: nsys export --type sqlite REPORT.nsys-rep")
 
 
 def _tables(connection: sqlite3.Connection) -> dict[str, set[str]]:
