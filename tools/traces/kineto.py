@@ -166,8 +166,9 @@ class _Buffer:
                                           "This does not look like a profiler trace.") from exc
                 if self.more():
                     continue
-                if exc.pos >= len(self.text) - 1 or "Unterminated" in exc.msg or "Expecting" in exc.msg and \
-                        exc.pos >= len(self.text.rstrip()) - 1:
+                # At the end of the input: a value the end cuts (an open string, or the decoder stopped at the
+                # last character) is a file cut short; a failure before the end is invalid JSON.
+                if "Unterminated" in exc.msg or exc.pos >= len(self.text.rstrip()) - 1:
                     raise _EndsEarly(f"{self.name}: the file ends inside a value at character "
                                      f"{self.consumed + self.pos}.") from exc
                 self.fail(f"invalid or truncated JSON ({exc.msg})")
