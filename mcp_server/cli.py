@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import types
 import typing
 from typing import Any, Literal
@@ -181,5 +182,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def console() -> None:
+    """The `gpu-triage` command: main(), then an exit that nothing can hold up. A read stuck in the kernel (a
+    stalled network or FUSE mount) leaves its thread, or a reader process, blocked for good; the interpreter's
+    normal exit would wait for it, so a call past its deadline ends the process at once instead."""
+    code = main()
+    if code == EXIT_BAD_INPUT and threading.active_count() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

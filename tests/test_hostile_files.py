@@ -3,6 +3,7 @@ the call ends at once with a row or a refusal that says it is a FIFO), and a fol
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -51,3 +52,16 @@ def test_a_folder_where_a_file_is_expected_is_a_clear_refusal(tmp_path: Path, to
     done = run_cli([*args, "--timeout", "10", "--root", str(tmp_path)], base_env(), timeout=30)
     assert done.returncode == 3 and "internal error" not in done.stderr, (tool, done.stderr[-1500:])
     assert "rank0.log" in done.stderr, done.stderr
+
+
+def test_one_rank_log_that_cannot_be_read_is_a_row_and_the_others_are_read(tmp_path: Path) -> None:
+    (tmp_path / "rank0.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    os.mkfifo(tmp_path / "rank1.log")
+    (tmp_path / "rank2.log").write_text("step 1 loss 2.0\n")
+    done = run_cli(["diagnose-logs", "rank0.log", "rank1.log", "rank2.log", "--json", "--root", str(tmp_path)],
+                   base_env(), timeout=30)
+    data = json.loads(done.stdout)
+    assert done.returncode == 2 and data["findings"][0]["rule"] == "cuda_oom", data["findings"]
+    status = {f["file"]: f["status"] for f in data["files"]}
+    assert status["rank0.log"] == status["rank2.log"] == "scanned"
+    assert status["rank1.log"].startswith("unreadable: rank1.log is a FIFO"), status
