@@ -104,10 +104,12 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
         with anyio.fail_after(settings.timeout_s):
             result = await run()
     except TimeoutError as exc:
+        doing = ctx.progress.state[2]  # what the tool said it was doing: a stalled file system shows here
         raise LimitExceeded(
-            f"{spec.name} did not finish within {settings.timeout_s:g} s; it was stopped and its child "
-            "processes killed.",
-            "Ask for less (fewer GPUs, samples or files), or raise --timeout.",
+            f"{spec.name} did not finish within {settings.timeout_s:g} s"
+            + (f" (its last progress: {doing})" if doing else "") + "; it was stopped and its child processes killed.",
+            "Ask for less (fewer GPUs, samples or files), or raise --timeout; a read that never returns is a "
+            "stalled network or FUSE mount.",
         ) from exc
     redacted = spec.result_model.model_validate(redact_value(result.model_dump(mode="json")))
     return fit_to_budget(redacted, spec.title, settings.max_bytes)
