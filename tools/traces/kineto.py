@@ -160,6 +160,8 @@ class _Buffer:
                 continue
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
+            except RecursionError as exc:
+                raise self.too_deep() from exc
             except json.JSONDecodeError as exc:
                 if limit is not None and len(self.text) - self.pos > limit:
                     raise UnreadableInput(f"{self.name}: a metadata value is larger than {limit} characters.",
@@ -174,6 +176,10 @@ class _Buffer:
                 self.fail(f"invalid or truncated JSON ({exc.msg})")
             self.pos = end
             return value
+
+    def too_deep(self) -> UnreadableInput:
+        return UnreadableInput(f"{self.name}: JSON nested deeper than any trace's, at character "
+                               f"{self.consumed + self.pos}.", "This is not a Chrome trace (torch.profiler).")
 
     def fail(self, what: str) -> None:
         raise UnreadableInput(f"{self.name}: {what} at character {self.consumed + self.pos}.",
@@ -277,10 +283,14 @@ def _batch(buffer: _Buffer) -> list[TraceEvent] | None:
         chunk = "[" + buffer.text[buffer.pos : end] + "]"
         try:
             events = _BATCH_DECODER.decode(chunk)
+        except RecursionError as exc:
+            raise buffer.too_deep() from exc
         except msgspec.ValidationError:
             # Valid JSON with an odd type somewhere (args as a string...): the plain decoder, then shaping.
             try:
                 loose = json.loads(chunk)
+            except RecursionError as exc:
+                raise buffer.too_deep() from exc
             except json.JSONDecodeError:
                 continue
             events = [_from_dict(e) for e in loose if isinstance(e, dict)]

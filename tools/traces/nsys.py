@@ -108,6 +108,8 @@ def _open(path: Path, display: str, deadline: float) -> Iterator[sqlite3.Connect
     """The export, read-only, every statement on it aborted once the call's deadline passes."""
     require_regular(path, display)  # SQLite opens the path itself, and would wait on a FIFO
     connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    # A damaged or foreign string column must not stop the read: invalid UTF-8 is shown, replaced.
+    connection.text_factory = lambda raw: raw.decode("utf-8", "replace")
     # One statement (a sort or join over a 1 GB export) can run for minutes between two rows; SQLite calls the
     # handler every few thousand VM steps and aborts the statement when it returns nonzero.
     connection.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
