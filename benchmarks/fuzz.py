@@ -192,7 +192,7 @@ def run_reader(reader: Reader, cases: int, seed: int, show: int = 0) -> Tally:
             except Exception:  # anything but a clear refusal is a defect: counted, and shown with --show
                 tally.tracebacks += 1
                 if len(tally.samples) < show:
-                    tally.samples.append(f"{reader.name} {source.name} {kind}:\n{traceback.format_exc(limit=6)}")
+                    tally.samples.append(f"{reader.name} {source.name} {kind}:\n{traceback.format_exc(limit=-4)}")
                 (folder / name).unlink()
                 continue
             (folder / name).unlink()

@@ -109,6 +109,9 @@ NODES_MAX_ROWS: Final = 16
 # Flight-recorder dumps (analyze_flight_recorder).
 FR_MAX_FILES: Final = 4096
 FR_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
+# Pickles up to this size are read by Python's unpickler (about 3.5 MB/s on 2 cores), whose memo cannot be made to
+# allocate; larger ones by C's (tools/core/unpickle.py).
+PICKLE_PURE_MAX_BYTES: Final = 32 * 1024 * 1024
 FR_MAX_SUSPECTS: Final = 256
 FR_STACK_FRAMES: Final = 8
 # Above this many bytes of dumps, worker processes (at most FR_MAX_WORKERS, one per CPU) read them in parallel.

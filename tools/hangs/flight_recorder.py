@@ -223,8 +223,8 @@ def _ranks_list(value: Any) -> list[int] | None:
         return [int(v) for v in value if isinstance(v, int)]
     if isinstance(value, str):
         try:
-            parsed = json.loads(value)
-        except ValueError:
+            parsed = json.loads(value[:100_000])
+        except (ValueError, RecursionError):
             return None
         return [int(v) for v in parsed if isinstance(v, int)] if isinstance(parsed, list) else None
     return None
@@ -326,6 +326,9 @@ def _read_one(path: Path, name: str, rank: int, kinds: _Kinds) -> _Dump:
                 data = json.loads(raw)
             except ValueError as exc:
                 raise UnreadableInput(f"{name} is not valid JSON ({exc}).", "The dump may be cut short.") from exc
+            except RecursionError as exc:
+                raise UnreadableInput(f"{name}: JSON nested deeper than any flight-recorder dump's.",
+                                      "Pass the dumps torch wrote (TORCH_NCCL_DEBUG_INFO_TEMP_FILE).") from exc
         else:
             dump.format = "pickle"
             data = load_plain_pickle(raw, name)

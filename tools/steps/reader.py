@@ -45,7 +45,16 @@ class StepFormat:
 
 
 def _num(raw: bytes) -> float:
-    return float(raw.replace(b",", b""))
+    """A logged number; NaN where the text only looks like one ("0.05.", "1.2-3"): that step is left out."""
+    try:
+        return float(raw.replace(b",", b""))
+    except ValueError:
+        return float("nan")
+
+
+def _int(raw: bytes) -> int | None:
+    """A step or rank number; None for a run of digits no counter reaches (and int() refuses past 4300)."""
+    return int(raw) if len(raw) <= 18 else None
 
 
 def _to_ms(value: bytes, unit: bytes) -> float:
@@ -55,26 +64,26 @@ def _to_ms(value: bytes, unit: bytes) -> float:
 
 def _plain(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
     inline, step, key_unit, value, unit, compute, compute_unit = m
-    return (int(inline) if inline else None, int(step), _to_ms(value, key_unit or unit),
+    return (_int(inline) if inline else None, _int(step), _to_ms(value, key_unit or unit),
             _to_ms(compute, compute_unit) if compute else None)
 
 
 def _megatron(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
     step, value = m
-    return None, int(step), _num(value), None
+    return None, _int(step), _num(value), None
 
 
 def _per_rate(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
     step, rate = m
     value = _num(rate)
-    return None, int(step), (1e6 / value if value > 0 else float("inf")), None
+    return None, _int(step), (1e6 / value if value > 0 else float("inf")), None
 
 
 def _tqdm(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
     step, value, unit = m
     number = _num(value)
     ms = 1000.0 / number if unit == b"it/s" and number > 0 else number * 1000.0
-    return None, int(step), ms, None
+    return None, _int(step), ms, None
 
 
 # No pattern starts with a lazy scan from the line start (quadratic in the line length): each starts at its
@@ -122,7 +131,7 @@ def compile_user_format(regex: str) -> StepFormat:
             return m[index[name]] if name in index else b""
 
         value = _num(get("step_ms")) if get("step_ms") else _num(get("step_s")) * 1000.0
-        return (int(get("rank")) if get("rank") else None, int(get("step")) if get("step") else None, value,
+        return (_int(get("rank")) if get("rank") else None, _int(get("step")) if get("step") else None, value,
                 _num(get("compute_ms")) if get("compute_ms") else None)
 
     class _Match:
@@ -249,7 +258,9 @@ def _specialise(sample: bytes, fmt: StepFormat) -> _Fast | None:
     pattern = re.compile(re.escape(keyword) + rb"\d+" + re.escape(sample[m.end(2):m.start(4)]) + b"(" + value + b")")
     if len(pattern.findall(sample)) < 0.95 * len(generic):
         return None
-    numbers = [int(g.group(2)) for g in generic[:50]]
+    numbers = [int(g.group(2)) for g in generic[:50] if len(g.group(2)) <= 18]
+    if not numbers:
+        return None
     gaps = sorted(b - a for a, b in zip(numbers, numbers[1:], strict=False))
     interval = gaps[len(gaps) // 2] if gaps and gaps[len(gaps) // 2] > 0 else 1
     return _Fast(pattern, middle, 1000.0 if (m.group(3) or m.group(5) or b"") in (b"_s", b"s", b"sec") else 1.0,
