@@ -18,7 +18,7 @@ from mcp_server.registry import ToolSpec
 from mcp_server.render import fit_to_budget
 from mcp_server.settings import Settings
 from tools.core.context import ToolContext
-from tools.core.errors import BadInput, LimitExceeded
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.limits import PROGRESS_INTERVAL_S
 from tools.core.models import InputModel, ToolResult
 from tools.core.progress import Progress
@@ -103,6 +103,13 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
     try:
         with anyio.fail_after(settings.timeout_s):
             result = await run()
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+        # Python refuses int() of over 4300 digits (a guard against quadratic conversion); no tool output holds
+        # such a number, so the file is damaged or not what it claims: one clear refusal for every reader.
+        raise UnreadableInput(f"{spec.name}: the input holds a number of more than 4300 digits; it is damaged or "
+                              "not the output it looks like.", "Pass the file the program wrote.") from exc
     except TimeoutError as exc:
         doing = ctx.progress.state[2]  # what the tool said it was doing: a stalled file system shows here
         raise LimitExceeded(
