@@ -32,4 +32,5 @@ cat <<TXT
   stdio (what Claude Code / Codex launch):  $PWD/.venv/bin/gpu-triage-mcp --root /path/to/job/artifacts
   streamable HTTP on loopback:              $PWD/.venv/bin/gpu-triage-mcp --http 127.0.0.1:8765
   register in Claude Code:                  claude mcp add gpu-triage -- $PWD/.venv/bin/gpu-triage-mcp --root \$PWD
+  the registration for Codex or Claude Desktop: $PWD/.venv/bin/gpu-triage-mcp --print-config codex --root DIR
 TXT
