@@ -126,13 +126,13 @@ def _open(path: Path, display: str, deadline: float) -> Iterator[sqlite3.Connect
         if time.monotonic() > deadline:
             raise _out_of_time(display) from exc
         raise _damaged(display, exc) from exc
-    except sqlite3.DatabaseError as exc:  # a page that fails its checks half way through a query
-        raise _damaged(display, exc) from exc
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a page that fails its checks half way through a
+        raise _damaged(display, exc) from exc  # query, or a name SQLite returns in invalid UTF-8
     finally:
         connection.close()
 
 
-def _damaged(display: str, exc: sqlite3.Error) -> UnreadableInput:
+def _damaged(display: str, exc: Exception) -> UnreadableInput:
     return UnreadableInput(f"{display}: the SQLite export is damaged ({exc}).",
                            "Export it again from the report: nsys export --type sqlite REPORT.nsys-rep")
 
