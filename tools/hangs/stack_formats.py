@@ -72,7 +72,7 @@ def parse_dump(text: str) -> list[ProcessDump]:
     if stripped.startswith(("[", "{")):
         try:
             return [parse_pyspy_json(json.loads(stripped))]
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, RecursionError):
             pass  # not py-spy JSON after all: try the text formats
     headers = list(_BUNDLE_HEADER.finditer(text))
     if headers:
