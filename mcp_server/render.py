@@ -71,7 +71,9 @@ def fit_to_budget(result: R, title: str, max_bytes: int) -> R:
     # Least important (last) tables first; halve the step until a single row decides.
     for field in reversed(fields):
         items = list(getattr(result, field))
-        low, high = 1 if items else 0, len(items)
+        # No more rows can fit than the budget has bytes for at a few bytes a row: the search starts there, not
+        # at 10^5 rows of a long capture (each trial renders the whole result).
+        low, high = 1 if items else 0, min(len(items), max_bytes // 4)
         while low < high:
             mid = (low + high + 1) // 2
             trial = _with_cut(current, field, items[:mid], original, max_bytes, result.narrow_hint)

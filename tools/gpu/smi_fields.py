@@ -9,7 +9,7 @@ active is 'Active' / 'Not Active', text is kept as is.
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Final, Literal
 
@@ -49,6 +49,7 @@ DEFAULT_GPU_FIELDS: Final = (
 DEFAULT_APP_FIELDS: Final = ("gpu_bus_id", "pid", "process_name", "used_gpu_memory")
 
 
+@lru_cache(maxsize=4096)  # called for every field of every row: a long -l capture has millions
 def canonical(field: str, query: Literal["gpu", "compute_apps"]) -> str | None:
     """The documented name for `field` (aliases resolved), or None if it is not on the allow-list."""
     kinds, aliases = _tables()[query]

@@ -18,6 +18,7 @@ import statistics
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Literal
 
 import anyio
@@ -328,6 +329,7 @@ def _numeric(value: Value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+_HEX_MASK = re.compile(r"0x[0-9a-fA-F]{1,16}")  # clocks_event_reasons.active as nvidia-smi prints it
 _GPU_KEYS = ("index", "pci.bus_id", "gpu_bus_id", "uuid")
 
 
@@ -375,7 +377,8 @@ def _gpu_values(rows: list[SmiRow]) -> list[GpuValues]:
             return statistics.median(numbers) if numbers else None
 
         reasons: list[str] | None = None
-        masks = [m for r in gpu_rows if isinstance(m := _lookup(r, "clocks_event_reasons.active"), str)]
+        masks = [m for r in gpu_rows if isinstance(m := _lookup(r, "clocks_event_reasons.active"), str)
+                 and _HEX_MASK.fullmatch(m.strip())]
         if masks:
             counts: dict[str, int] = defaultdict(int)
             for mask in masks:
@@ -383,7 +386,7 @@ def _gpu_values(rows: list[SmiRow]) -> list[GpuValues]:
                     if int(mask, 16) & bit:
                         counts[name] += 1
             reasons = [n for n, c in counts.items() if c * 2 >= len(masks)]
-        index = int(key) if key.isdigit() else order
+        index = int(key) if key.isdigit() and len(key) <= 6 else order
 
         def as_int(x: float | None) -> int | None:
             return None if x is None else int(x)
@@ -403,10 +406,13 @@ def _gpu_values(rows: list[SmiRow]) -> list[GpuValues]:
 
 def _lookup(row: SmiRow, canonical_name: str) -> Value:
     """The row's value for a canonical field, whichever spelling the query used."""
-    for name, value in row.values.items():
-        if canonical(name, "gpu") == canonical_name:
-            return value
-    return None
+    name = _spelling(tuple(row.values), canonical_name)
+    return row.values.get(name) if name is not None else None
+
+
+@lru_cache(maxsize=256)  # the rows of one capture share their field names: found once, not once a row
+def _spelling(names: tuple[str, ...], canonical_name: str) -> str | None:
+    return next((name for name in names if canonical(name, "gpu") == canonical_name), None)
 
 
 def _utilisation_findings(gpus: list[GpuValues], samples: int) -> list[Finding]:
