@@ -71,11 +71,12 @@ def _number(text: str) -> float | None:
 
 
 def is_iostat(text: str) -> bool:
-    return re.search(r"^Device:?\s", text, re.M) is not None or '"sysstat"' in text[:2000]
+    # [ \t], not \s: a \s* at a line start would run on across blank lines (quadratic on 10^5 of them).
+    return re.search(r"^Device:?[ \t]", text, re.M) is not None or '"sysstat"' in text[:2000]
 
 
 def is_vmstat(text: str) -> bool:
-    return re.search(r"^\s*r\s+b\s+swpd\s+free", text, re.M) is not None
+    return re.search(r"^[ \t]*r[ \t]+b[ \t]+swpd[ \t]+free", text, re.M) is not None
 
 
 def read_iostat(text: str) -> HostCapture:
@@ -188,7 +189,7 @@ def read_vmstat(text: str) -> HostCapture:
 
 # ---------------------------------------------------------------- nvidia-smi dmon / pmon
 
-_MONITOR_HEADER = re.compile(r"^#\s*(?:Date\s*,?\s*)?(?:Time\s*,?\s*)?gpu\b", re.I | re.M)
+_MONITOR_HEADER = re.compile(r"^#[ \t]*(?:Date[ \t]*,?[ \t]*)?(?:Time[ \t]*,?[ \t]*)?gpu\b", re.I | re.M)
 
 
 def is_smi_monitor(text: str) -> bool:

@@ -394,8 +394,9 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
         if is_iostat(text):
             try:
                 captures.append(read_iostat(text))
-            except json.JSONDecodeError as exc:
-                raise UnreadableInput(f"{file.name}: iostat JSON that does not parse ({exc.msg}).",
+            except (json.JSONDecodeError, RecursionError) as exc:
+                said = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+                raise UnreadableInput(f"{file.name}: iostat JSON that does not parse ({said}).",
                                       "Pass iostat -x -o JSON output as written, or the text form.") from exc
         elif is_vmstat(text):
             captures.append(read_vmstat(text))
