@@ -65,3 +65,23 @@ def test_one_rank_log_that_cannot_be_read_is_a_row_and_the_others_are_read(tmp_p
     status = {f["file"]: f["status"] for f in data["files"]}
     assert status["rank0.log"] == status["rank2.log"] == "scanned"
     assert status["rank1.log"].startswith("unreadable: rank1.log is a FIFO"), status
+
+
+@pytest.mark.anyio
+async def test_over_mcp_a_fifo_is_refused_at_once_and_the_server_answers_after(tmp_path: Path) -> None:
+    from tests.helpers import stdio_client
+
+    os.mkfifo(tmp_path / "rank0.log")
+    (tmp_path / "rank1.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    async with stdio_client(base_env(), "--root", str(tmp_path), "--timeout", "10") as client:
+        started = time.monotonic()
+        stacks = await client.call_tool("dump_stacks", {"from_files": ["rank0.log"]})
+        trace = await client.call_tool("summarize_trace", {"path": "rank0.log"})
+        memory = await client.call_tool("analyze_memory", {"path": "rank0.log"})
+        elapsed = time.monotonic() - started
+        after = await client.call_tool("diagnose_logs", {"paths": ["rank1.log"]})
+    assert elapsed < 10  # none waited for a writer
+    assert stacks.structured_content["ranks"][0]["detail"].startswith("rank0.log is a FIFO")
+    assert trace.is_error and "neither a regular file nor a folder" in trace.content[0].text
+    assert memory.is_error and "is a FIFO, not a regular file" in memory.content[0].text
+    assert after.is_error is False and after.structured_content["findings"][0]["rule"] == "cuda_oom"

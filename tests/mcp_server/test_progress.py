@@ -42,6 +42,6 @@ async def test_a_live_sample_and_a_big_trace_report_progress(tmp_path: Path) -> 
                sample), sample
     trace = seen["trace"]
     size = (tmp_path / "big.pt.trace.json").stat().st_size
-    assert trace and {message for _, _, message, _ in trace} == {f"reading 1 trace(s), {size / 1e6:.1f} MB"}, trace
+    assert trace and {message for _, _, message, _ in trace} == {f"reading 1 trace(s), {size / 2**20:.2f} MiB"}, trace
     span = trace[-1][3] - trace[0][3]
     assert len(trace) <= span / 0.5 + 2, trace  # at most two a second (counted: arrival times can bunch)

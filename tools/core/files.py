@@ -71,10 +71,10 @@ def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
 
 
 def size_text(size: float) -> str:
-    """Bytes as a person reads them: 812 KB, 1.2 GB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
+    """Bytes as a person reads them: 812.00 KiB, 1.20 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= scale:
+            return f"{size / scale:.2f} {unit}"
     return f"{size:.0f} B"
 
 

@@ -28,8 +28,8 @@ from tools.core.thresholds import (
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["DIPS_FIX", "Periodic", "PeriodicDips", "StepDuration", "dips_evidence", "dips_in", "find_period",
-           "visible_periods"]
+__all__ = ["DIPS_FIX", "Periodic", "PeriodicDips", "StepDuration", "dips_across", "dips_evidence", "dips_in",
+           "find_period", "visible_periods"]
 
 DIPS_FIX = ("Find what runs every that many steps (checkpoint, eval, logging, a drained prefetch buffer): make it "
             "asynchronous, less frequent, or overlap it with compute")
@@ -135,6 +135,21 @@ def dips_in(values: Sequence[float], interval_s: float, series: str, steps: Step
     period_steps = max(1, round(found.period_s / steps.mean_s)) if steps is not None and steps.mean_s > 0 else None
     return PeriodicDips(series=series, period_s=found.period_s, dip_depth_pct=found.dip_depth_pct,
                         duty_pct=found.duty_pct, cycles=found.cycles, period_steps=period_steps), None
+
+
+def dips_across(candidates: Sequence[tuple[Sequence[float], float, str]], steps: StepDuration | None,
+                notes_up_to: int = 4) -> tuple[list[PeriodicDips], list[str]]:
+    """The periodic dips of several series (values, interval, name), deepest first; and, where there are at most
+    `notes_up_to` series, the note of each that has none (more would only repeat one another)."""
+    found: list[PeriodicDips] = []
+    notes: list[str] = []
+    for values, interval_s, series in candidates:
+        dips, note = dips_in(values, interval_s, series, steps)
+        if dips is not None:
+            found.append(dips)
+        elif note is not None and len(candidates) <= notes_up_to:
+            notes.append(note)
+    return sorted(found, key=lambda d: -d.dip_depth_pct), notes
 
 
 def dips_evidence(dips: PeriodicDips) -> str:

@@ -38,7 +38,7 @@ from tools.core.limits import (
     SMI_MIN_INTERVAL_S,
 )
 from tools.core.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
-from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_evidence, dips_in
+from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_across, dips_evidence
 from tools.core.proc import run_program
 from tools.core.thresholds import UTIL_LOW_PCT, UTIL_MIN_SAMPLES
 from tools.gpu import nvml as _nvml
@@ -570,19 +570,13 @@ def _periodic_dips(rows: list[SmiRow], samples: int, interval: float, params: Nv
         return None, []
     steps, note = (mean_step_time(params.step_logs, ctx, time.monotonic() + ctx.remaining_s()) if params.step_logs
                    else (None, None))
-    found: list[PeriodicDips] = []
-    notes: list[str] = []
-    for key, values in series.items():
-        dips, why = dips_in(values, interval, f"GPU {key} utilisation", steps)
-        if dips is not None:
-            found.append(dips)
-        elif why is not None and len(series) <= 2:
-            notes.append(why)
+    found, notes = dips_across([(values, interval, f"GPU {key} utilisation") for key, values in series.items()],
+                               steps, notes_up_to=2)
     if found and note is not None:
         notes.append(note)
-    if len(found) > 1:
+    if len(found) > 1:  # the deepest is `periodic`; the others are named here
         notes.append(f"{len(found)} GPUs dip periodically: " + "; ".join(dips_evidence(d) for d in found[1:4]) + ".")
-    return (max(found, key=lambda d: d.dip_depth_pct) if found else None), notes
+    return (found[0] if found else None), notes
 
 
 def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source: str) -> list[str]:

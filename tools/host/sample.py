@@ -36,7 +36,7 @@ from tools.core.limits import (
     STACK_MAX_MATCH_CHARS,
 )
 from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
-from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_evidence, dips_in
+from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_across, dips_evidence
 from tools.core.thresholds import (
     CPU_IDLE_PCT,
     IO_AWAIT_MS,
@@ -363,17 +363,12 @@ def _periodic(result: SampleHostResult, readings: list[_Reading], trainers: list
 def _add_dips(result: SampleHostResult, candidates: list[tuple[list[float], float, str]], steps: StepTime | None
               ) -> None:
     """The deepest periodic dip among the series, as `periodic` and a finding; a note for each series without."""
-    found: list[PeriodicDips] = []
-    for values, interval, name in candidates:
-        dips, note = dips_in(values, interval, name, steps)
-        if dips is not None:
-            found.append(dips)
-        elif note is not None and len(candidates) <= 4:
-            result.notes.append(note)
+    found, notes = dips_across(candidates, steps)
+    result.notes += notes
     if not found:
         return
-    result.periodic = max(found, key=lambda d: d.dip_depth_pct)
-    for dips in sorted(found, key=lambda d: -d.dip_depth_pct)[:4]:
+    result.periodic = found[0]
+    for dips in found[:4]:
         result.findings.append(HostFinding(kind="periodic", severity=Severity.warn, evidence=dips_evidence(dips),
                                            fix=DIPS_FIX))
     result.severity = worst(f.severity for f in result.findings)

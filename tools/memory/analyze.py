@@ -34,6 +34,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
+from tools.core.files import size_text
 from tools.core.limits import MEM_DEFAULT_SITES, MEM_MAX_SITES
 from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.core.thresholds import (
@@ -142,12 +143,7 @@ class AnalyzeMemoryResult(ToolResult):
 
 
 def _size(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value} B"
+    return "-" if value is None else size_text(value)
 
 
 # ----------------------------------------------------------------------------------------------- replay
