@@ -3,10 +3,16 @@
 validate the arguments against the tool's input model -> run it under the wall-clock limit ->
 redact token-like strings -> cut rows to the byte budget. Errors come out as TriageError with an
 actionable message; nothing here imports MCP.
+
+A tool runs on an event loop of its own, in a worker thread: a file-system call that never returns (a stalled NFS,
+Lustre or FUSE mount blocks even stat in the kernel) then holds that thread only, and the call still ends at its
+deadline while the server answers the others. What it was blocked on is named (tools/core/stalls.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,10 +25,11 @@ from mcp_server.render import fit_to_budget
 from mcp_server.settings import Settings
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.core.limits import PROGRESS_INTERVAL_S
+from tools.core.limits import CALL_STOP_GRACE_S, PROGRESS_INTERVAL_S, STALLED_CALLS_MAX
 from tools.core.models import InputModel, ToolResult
 from tools.core.progress import Progress
 from tools.core.redact import redact_value
+from tools.core.stalls import CALL_ID, new_call_id, stalled_accesses, stuck_accesses
 
 __all__ = ["Reporter", "describe_validation_error", "execute", "validate_arguments"]
 
@@ -77,22 +84,68 @@ async def _heartbeat(progress: Progress, started: float, timeout_s: float, repor
             return
 
 
+async def _on_own_loop(call_id: int, call: Callable[[], Awaitable[ToolResult]]) -> ToolResult:
+    """`call()` on a fresh event loop in a worker thread. Cancelled (the deadline, or the client's cancel), the
+    tool's task is cancelled on its loop, so its children are killed as before, and given CALL_STOP_GRACE_S to
+    finish; a thread still blocked after that is left behind, and the caller goes on."""
+    inner: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def body() -> ToolResult:
+        CALL_ID.set(call_id)
+
+        async def main() -> ToolResult:
+            inner["loop"], inner["task"] = asyncio.get_running_loop(), asyncio.current_task()
+            if inner.get("cancelled"):
+                raise asyncio.CancelledError
+            return await call()
+
+        try:
+            return asyncio.run(main())
+        finally:
+            finished.set()
+
+    try:
+        return await anyio.to_thread.run_sync(body, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        inner["cancelled"] = True
+        if "task" in inner:
+            inner["loop"].call_soon_threadsafe(inner["task"].cancel)
+        with anyio.CancelScope(shield=True):
+            until = time.monotonic() + CALL_STOP_GRACE_S
+            while not finished.is_set() and time.monotonic() < until:
+                await anyio.sleep(0.02)
+        raise
+
+
+def _refuse_when_too_many_stalled() -> None:
+    blocked = stalled_accesses()
+    calls = {access.call for access in blocked}
+    if len(calls) >= STALLED_CALLS_MAX:
+        raise LimitExceeded(
+            f"{len(calls)} earlier calls are still blocked in the file system ({blocked[0].describe()}); this "
+            "server takes no more calls until they return.",
+            "Fix or unmount the stalled file systems, or restart the server.")
+
+
 async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
                   report: Reporter | None = None) -> ToolResult:
     """Run one tool call under the contract; raises TriageError for every expected failure. `report` receives
     the call's progress while it runs."""
     params = validate_arguments(spec, arguments)
+    _refuse_when_too_many_stalled()
+    call_id = new_call_id()
     ctx = ToolContext(roots=settings.roots, timeout_s=settings.timeout_s, remote_python=settings.remote_python,
                       ssh_config=settings.ssh_config)
 
     async def run() -> ToolResult:
         if report is None:
-            return await spec.function(params, ctx)
+            return await _on_own_loop(call_id, lambda: spec.function(params, ctx))
         failure: Exception | None = None
         async with anyio.create_task_group() as group:
             group.start_soon(_heartbeat, ctx.progress, ctx.started, settings.timeout_s, report)
             try:
-                outcome = await spec.function(params, ctx)
+                outcome = await _on_own_loop(call_id, lambda: spec.function(params, ctx))
             except Exception as exc:  # raised below as itself, not inside the task group's ExceptionGroup
                 failure = exc
             group.cancel_scope.cancel()
@@ -111,12 +164,18 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
         raise UnreadableInput(f"{spec.name}: the input holds a number of more than 4300 digits; it is damaged or "
                               "not the output it looks like.", "Pass the file the program wrote.") from exc
     except TimeoutError as exc:
-        doing = ctx.progress.state[2]  # what the tool said it was doing: a stalled file system shows here
+        stuck = stuck_accesses(call_id)
+        if stuck:
+            raise LimitExceeded(
+                f"{spec.name} did not finish within {settings.timeout_s:g} s: {stuck[0].describe()}"
+                + (f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else "") + ".",
+                "Check the mount (`mount`, `dmesg` for 'not responding'). Later calls that name paths there are "
+                "refused at once until this one returns.") from exc
+        doing = ctx.progress.state[2]  # what the tool said it was doing
         raise LimitExceeded(
             f"{spec.name} did not finish within {settings.timeout_s:g} s"
             + (f" (its last progress: {doing})" if doing else "") + "; it was stopped and its child processes killed.",
-            "Ask for less (fewer GPUs, samples or files), or raise --timeout; a read that never returns is a "
-            "stalled network or FUSE mount.",
+            "Ask for less (fewer GPUs, samples or files), or raise --timeout.",
         ) from exc
     redacted = spec.result_model.model_validate(redact_value(result.model_dump(mode="json")))
     return fit_to_budget(redacted, spec.title, settings.max_bytes)

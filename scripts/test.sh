@@ -12,17 +12,18 @@ if [ ! -x .venv/bin/python ]; then
   }
 fi
 # The multi-node tests start a real Slurm cluster (munged, slurmctld, slurmd) and a real sshd on loopback;
-# check_interconnect's live mode runs the real ibstat (infiniband-diags: its "no IB device" path) and ethtool.
+# check_interconnect's live mode runs the real ibstat (infiniband-diags: its "no IB device" path) and ethtool;
+# tests/test_stalled_fs.py mounts a FUSE file system that stalls (fuse3: libfuse3 and fusermount3).
 need=()
-for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen ibstat ethtool; do
+for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen ibstat ethtool fusermount3; do
   command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || need+=("$program")
 done
 if [ "${#need[@]}" -gt 0 ]; then
-  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags and ethtool (missing: ${need[*]})" >&2
+  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags, ethtool and fuse3 (missing: ${need[*]})" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client munge openssh-server openssh-client infiniband-diags ethtool >/dev/null
+    slurmctld slurmd slurm-client munge openssh-server openssh-client infiniband-diags ethtool fuse3 >/dev/null
 fi
 export PATH="$PATH:/usr/sbin"
 

@@ -23,9 +23,21 @@ from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.limits import LOG_CHUNK_BYTES, LOG_MAX_FILES
 from tools.core.paths import confine
 from tools.core.ranks import rank_of_path
+from tools.core.stalls import opened, refuse_if_stalled, touching
 
-__all__ = ["InputFile", "expand_inputs", "natural_key", "open_input", "open_regular", "read_blocks", "read_regular",
-           "read_whole_text", "require_regular", "size_text"]
+__all__ = [
+    "InputFile",
+    "changed_while_read",
+    "expand_inputs",
+    "natural_key",
+    "open_input",
+    "open_regular",
+    "read_blocks",
+    "read_regular",
+    "read_whole_text",
+    "require_regular",
+    "size_text",
+]
 
 _GLOB_CHARS = frozenset("*?[")
 _NATURAL = re.compile(r"(\d+)")
@@ -64,7 +76,10 @@ def _glob_bases(pattern: str, roots: Sequence[Path]) -> list[tuple[Path, str]]:
             break
         fixed.append(part)
     base = Path("/", *fixed)
-    if not any(base.resolve().is_relative_to(root) for root in roots):
+    refuse_if_stalled(base)
+    with touching(base):
+        inside = any(base.resolve().is_relative_to(root) for root in roots)
+    if not inside:
         raise BadInput(f"glob {pattern!r} starts outside the allowed roots.",
                        "Use a glob inside the roots: " + ", ".join(map(str, roots)))
     return [(base, str(path.relative_to(base)))]
@@ -84,7 +99,9 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
     for pattern in patterns:
         if not any(ch in _GLOB_CHARS for ch in pattern):
             path = confine(pattern, roots)
-            if path.is_dir():
+            with touching(path):
+                folder = path.is_dir()
+            if folder:
                 raise BadInput(f"{pattern!r} is a directory.", f"Pass a glob such as '{pattern.rstrip('/')}/*.log'.")
             found[path] = None
             continue
@@ -92,18 +109,20 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
             confine(pattern, roots)  # raises the standard refusal
         matched = 0
         for base, relative in _glob_bases(pattern, roots):
-            for candidate in base.glob(relative):
-                if not candidate.is_file():
-                    continue
-                try:
-                    resolved = confine(str(candidate), roots)
-                except BadInput:
-                    continue  # a glob never reaches outside the roots, through symlinks or otherwise
-                found[resolved] = None
-                matched += 1
-                if len(found) > max_files:
-                    raise LimitExceeded(f"the inputs match more than {max_files} files.",
-                                        "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
+            refuse_if_stalled(base)
+            with touching(base):
+                for candidate in base.glob(relative):
+                    if not candidate.is_file():
+                        continue
+                    try:
+                        resolved = confine(str(candidate), roots)
+                    except BadInput:
+                        continue  # a glob never reaches outside the roots, through symlinks or otherwise
+                    found[resolved] = None
+                    matched += 1
+                    if len(found) > max_files:
+                        raise LimitExceeded(f"the inputs match more than {max_files} files.",
+                                            "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
         if matched == 0:
             raise BadInput(f"no file under the allowed roots matches {pattern!r}.",
                            "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
@@ -118,18 +137,22 @@ def _open_regular(path: Path, name: str) -> IO[bytes]:
     """The file opened for reading, if it is a regular file. Opened without blocking and checked on the open
     descriptor: a FIFO (or one swapped in after a check by name) would wait for a writer forever, a socket or a
     device is no saved output."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise UnreadableInput(f"cannot open {name}: {exc.strerror}.") from exc
-    mode = os.fstat(fd).st_mode
+    refuse_if_stalled(path)
+    with touching(path):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise UnreadableInput(f"cannot open {name}: {exc.strerror}.") from exc
+        mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         what = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or folder"
         raise UnreadableInput(f"{name} is {what}, not a regular file: nothing was read from it.",
                               "Pass the saved file itself.")
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    handle = os.fdopen(fd, "rb")
+    opened(path, handle)  # a read that never returns names this path (tools/core/stalls.py)
+    return handle
 
 
 def open_regular(path: Path, name: str | None = None) -> IO[bytes]:
@@ -193,6 +216,30 @@ def read_whole_text(file: InputFile, max_bytes: int, hint: str) -> str:
     if b"\x00" in data[:65536]:
         raise UnreadableInput(f"{file.name} is binary, not a command's text output.", hint)
     return data.decode("utf-8", "replace")
+
+
+def changed_while_read(path: Path, stream: IO[bytes]) -> str | None:
+    """What happened to `path` while `stream` (opened on it, read to where it stands) was read: rotated (the name
+    is now another file; what was read is the old one's) or truncated (now shorter than what was read). Logs of
+    running jobs are rotated and truncated (logrotate's copytruncate) under a scan; the lines read stay right."""
+    try:
+        descriptor = stream.fileno()
+        position = os.lseek(descriptor, 0, os.SEEK_CUR)  # in the file on disk, gzip or not
+        now = os.fstat(descriptor)
+    except (OSError, ValueError):
+        return None
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return "deleted while read: what was read is all there was"
+    except OSError:
+        return None
+    if (named.st_dev, named.st_ino) != (now.st_dev, now.st_ino):
+        return "rotated while read: these are the old file's lines, the new file was not read"
+    if now.st_size < position:
+        return (f"truncated while read (to {size_text(now.st_size)}, after {size_text(position)} were read): "
+                "what was written after the cut is not in the scan")
+    return None
 
 
 def read_blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:

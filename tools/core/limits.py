@@ -20,6 +20,10 @@ DEFAULT_CALL_TIMEOUT_S: Final = 60.0
 PROGRESS_INTERVAL_S: Final = 0.5  # a long call's progress notifications: at most two a second
 MIN_CALL_TIMEOUT_S: Final = 1.0
 MAX_CALL_TIMEOUT_S: Final = 600.0
+# A call stopped at its deadline gets this long to unwind (kill its children) before the answer goes out without it.
+CALL_STOP_GRACE_S: Final = 2.0
+# Calls left blocked in a stalled file system before the server refuses every new call (each holds a thread).
+STALLED_CALLS_MAX: Final = 8
 
 # Output read from one external program; the rest is discarded and reported as cut.
 MAX_PROGRAM_OUTPUT_BYTES: Final = 4 * 1024 * 1024

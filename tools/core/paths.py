@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tools.core.errors import BadInput
 from tools.core.limits import MAX_PATH_CHARS
+from tools.core.stalls import refuse_if_stalled, touching
 
 __all__ = ["confine", "normalise_roots"]
 
@@ -48,15 +49,18 @@ def confine(raw: str, roots: Sequence[Path], *, must_exist: bool = True) -> Path
     bases = [candidate] if candidate.is_absolute() else [root / candidate for root in roots]
     outside: list[tuple[Path, Path]] = []
     for base in bases:
-        try:
-            resolved = base.resolve()
-        except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
-            raise BadInput(f"path {raw!r} cannot be resolved ({exc}): a symlink loop?", hint) from exc
-        if not any(resolved.is_relative_to(root) for root in roots):
-            outside.append((base, resolved))
-            continue
-        if not must_exist or resolved.exists():
-            return resolved
+        refuse_if_stalled(base)
+        with touching(base):
+            try:
+                resolved = base.resolve()
+            except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+                raise BadInput(f"path {raw!r} cannot be resolved ({exc}): a symlink loop?", hint) from exc
+            if not any(resolved.is_relative_to(root) for root in roots):
+                outside.append((base, resolved))
+                continue
+            refuse_if_stalled(resolved)
+            if not must_exist or resolved.exists():
+                return resolved
     if outside and len(outside) == len(bases):
         base, resolved = outside[0]
         through = " through a symlink" if resolved != Path(os.path.normpath(base.absolute())) else ""

@@ -380,8 +380,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
         if "ran out of time" in exc.message:
             raise
         status = f"unreadable: {exc.message}"
-    if stats.binary:
-        status = "binary: skipped"
+    else:
+        status = stats.status()
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)

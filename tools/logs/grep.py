@@ -193,8 +193,8 @@ def _scan_one(file: InputFile, pattern: str, context: int, mode: str, keep: int,
         if "ran out of time" in exc.message:
             raise
         scan.status = f"unreadable: {exc.message}"
-    if scan.stats.binary:
-        scan.status = "binary: skipped"
+        return scan
+    scan.status = scan.stats.status()
     return scan
 
 

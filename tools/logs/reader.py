@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tools.core.errors import BadInput, UnreadableInput
-from tools.core.files import InputFile, open_input, read_blocks
+from tools.core.files import InputFile, changed_while_read, open_input, read_blocks
 from tools.core.limits import (
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
@@ -48,6 +48,13 @@ class ScanStats:
     bytes: int = 0
     binary: bool = False
     compressed: bool = False
+    changed: str | None = None  # rotated or truncated while it was read (tools/core/files.changed_while_read)
+
+    def status(self) -> str:
+        """A scanned file's row status."""
+        if self.binary:
+            return "binary: skipped"
+        return f"scanned; {self.changed}" if self.changed else "scanned"
 
 
 def _re2_options(case_sensitive: bool) -> Any:
@@ -292,6 +299,7 @@ def scan_file(
                     tail.append((number, line))
             ends_open = not block.endswith(b"\n")
         stats.lines = newlines + (1 if ends_open else 0)
+        stats.changed = changed_while_read(file.path, stream)
         yield from waiting
 
 
