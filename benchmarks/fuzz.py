@@ -74,6 +74,7 @@ READERS = (
     _reader("nccl_logs", ("interconnect/*/*.log", "interconnect/*/*/*.log"), "check_interconnect", "nccl_logs", True,
             ".log"),
     _reader("compile_logs", ("logs/compile/*.log",), "diagnose_compile", "paths", True, ".log"),
+    _reader("gpu_activity", ("activity/*.txt", "activity/*.prom"), "gpu_activity", "files", True, ".txt"),
 )
 
 

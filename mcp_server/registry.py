@@ -62,6 +62,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              open_world=True),
     ToolSpec("nvidia_smi_query", "tools.gpu", "NvidiaSmiQueryInput", "NvidiaSmiQueryResult",
              "nvidia-smi query (allow-listed)"),
+    ToolSpec("gpu_activity", "tools.gpu", "GpuActivityInput", "GpuActivityResult",
+             "What the SMs do: SM activity, occupancy, tensor / DRAM / NVLink use (GPM, DCGM)", open_world=True),
     ToolSpec("grep_logs", "tools.logs", "GrepLogsInput", "GrepLogsResult", "Log search across ranks"),
     ToolSpec("diagnose_logs", "tools.logs", "DiagnoseLogsInput", "DiagnoseLogsResult", "Log diagnosis"),
     ToolSpec("summarize_trace", "tools.traces", "SummarizeTraceInput", "SummarizeTraceResult",

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 TOOL_NAMES = {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs", "summarize_trace", "dump_stacks",
               "analyze_flight_recorder", "find_stragglers", "triage_plan", "triage_report",
               "analyze_memory", "inference_metrics", "diagnose_compile", "compare_runs", "check_interconnect",
-              "profile_cpu", "sample_host"}
+              "profile_cpu", "sample_host", "gpu_activity"}
 
 
 async def test_tools_list_has_schemas_and_read_only_annotations() -> None:

@@ -189,3 +189,12 @@ HOST_DEFAULT_DURATION_S: Final = 5.0
 HOST_MAX_CAPTURE_BYTES: Final = 16 * 1024 * 1024
 HOST_MAX_PROCESSES: Final = 256
 HOST_SAMPLE_INTERVAL_S: Final = 0.5  # readings during a live sample, for its series (periodic dips)
+
+# gpu_activity: live GPM samples, saved pages and captures.
+ACTIVITY_DEFAULT_INTERVAL_S: Final = 1.0
+ACTIVITY_MIN_INTERVAL_S: Final = 0.1
+ACTIVITY_MAX_INTERVAL_S: Final = 10.0
+ACTIVITY_DEFAULT_SAMPLES: Final = 3
+ACTIVITY_MAX_SAMPLES: Final = 30
+ACTIVITY_MAX_FILES: Final = 64
+ACTIVITY_MAX_FILE_BYTES: Final = 16 * 1024 * 1024

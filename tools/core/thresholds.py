@@ -161,3 +161,24 @@ PERIOD_MIN_CYCLES = 3.0
 PERIOD_MIN_CORRELATION = 0.3
 PERIOD_MIN_PEAK_RATIO = 10.0  # the periodogram's peak over its median power
 PERIOD_MIN_CYCLE_SHARE = 0.6  # stretches one period long that dip and recover, of all such stretches
+
+# What the SMs do (gpu_activity). NVIDIA's DCGM guide: SM activity "of 0.8 or greater is necessary, but not
+# sufficient, for effective use of the GPU", and below 0.5 "likely indicates ineffective GPU usage".
+SM_ACTIVE_NEEDED = 0.8
+SM_ACTIVE_POOR = 0.5
+# "Busy" by utilization.gpu (a kernel ran this share of the time): the level at which low SM activity is the
+# puzzle the agent must explain, not plain idleness.
+ACTIVITY_BUSY_UTIL_PCT = 80.0
+# Tensor pipes this idle while the SMs work: the math is not on tensor cores.
+TENSOR_IDLE = 0.05
+TENSOR_LOW = 0.3
+# DRAM bandwidth this close to its peak: the kernels wait on memory.
+DRAM_BOUND = 0.7
+# PCIe carrying a collective's traffic (bytes/s, both ways) while NVLink carries none.
+PCIE_BUSY_BYTES_PER_S = 2e9
+NVLINK_IDLE_BYTES_PER_S = 1e8
+# One GPU of a node this far below the node's median SM activity (absolute, and as a share of the median):
+# DCGM 4.5's idea of flagging a GPU off its node's mean.
+GPU_BELOW_NODE_ABS = 0.2
+GPU_BELOW_NODE_SHARE = 0.7
+GPU_BELOW_NODE_MIN_GPUS = 3

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from tools.cluster import collect_from_nodes, discover_job, job_backend, node_name, slurm_pids_on_this_node
 from tools.core.context import ToolContext
-from tools.core.errors import BadInput, TriageError
+from tools.core.errors import BadInput, TriageError, Unavailable
 from tools.core.limits import (
     CMDLINE_MAX_CHARS,
     HEALTH_DEFAULT_SAMPLE_S,
@@ -35,9 +35,10 @@ from tools.core.limits import (
 )
 from tools.core.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
 from tools.core.proc import run_program
-from tools.core.thresholds import CORE_SATURATED_PCT
+from tools.core.thresholds import CORE_SATURATED_PCT, SM_ACTIVE_NEEDED
 from tools.core.xid import xid_meaning
 from tools.gpu import nvml as _nvml
+from tools.gpu.activity import ActivityFinding, GpuActivity, activity_findings, live_activity
 from tools.gpu.checks import (
     GpuValues,
     HostValues,
@@ -170,6 +171,9 @@ class HealthCheckResult(ToolResult):
                                        "a check, stand out from the others or gave no answer; the rest in one row.")
     node_spread: list[NodeSpreadRow] = Field(default_factory=list, description="Job-level calls: each measure's "
                                              "min/median/max over the nodes, with the worst node.")
+    activity: list[GpuActivity] = Field(default_factory=list, description="What the SMs do (NVML GPM, Hopper+), "
+                                        "over the sample window: see gpu_activity.")
+    activity_note: str | None = Field(default=None, description="Why some GPUs have no activity counters.")
 
     narrow_hint = "lower top_processes, or pass job_pids so only the job's GPUs' processes matter"
 
@@ -186,6 +190,10 @@ class HealthCheckResult(ToolResult):
                     f"Gen{_s(g.pcie_gen_current)} x{_s(g.pcie_width_current)}",
                     ",".join(g.throttle_reasons) if g.throttle_reasons else _s(g.throttle_reasons and "none")]
                    for g in self.gpus], "gpus"),
+            Table("What the SMs do (GPM)", ["gpu", "util %", "SM active", "SM occupancy", "tensor", "DRAM"],
+                  [[a.label, *(_median(a, n) for n in ("utilization_gpu_pct", "sm_active", "sm_occupancy",
+                                                       "tensor_active", "dram_active"))] for a in self.activity],
+                  "activity", note=self.activity_note or ""),
             Table("Nodes", ["node", "status", "GPUs", "why"],
                   [[n.node, n.status, _s(n.gpus), n.why] for n in self.nodes], "nodes"),
             Table("Across nodes", ["measure", "nodes", "min", "median", "max", "worst node"],
@@ -215,6 +223,11 @@ def _host_row(host: HostHealth) -> list[str]:
     return [str(host.cpu_count), load, busy, iowait,
             f"{host.memory_available_mib:.0f} of {host.memory_total_mib:.0f}",
             f"{host.swap_used_mib:.0f} of {host.swap_total_mib:.0f}", disk]
+
+
+def _median(record: GpuActivity, name: str) -> str:
+    value = record.median(name)
+    return "-" if value is None else f"{value:.0f}" if name.endswith("_pct") else f"{value:.2f}"
 
 
 def _s(value: object) -> str:
@@ -502,8 +515,22 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         nonlocal kernel
         kernel = await _read_kernel_log(min(_DMESG_TIMEOUT_S, budget))
 
+    activity: list[GpuActivity] = []
+
+    async def activity_part() -> None:
+        # GPM needs two samples apart: taken over the same window as the host sample, beside the snapshot.
+        nonlocal activity
+        interval = max(0.1, min(params.sample_s, budget - 0.5))
+        with anyio.move_on_after(min(_NVML_TIMEOUT_S, budget)):
+            try:
+                activity = await anyio.to_thread.run_sync(live_activity, interval, 1, time.monotonic() + budget,
+                                                             abandon_on_cancel=True)
+            except Unavailable:
+                activity = []  # the snapshot's NVML row says why
+
     async with anyio.create_task_group() as group:
         group.start_soon(nvml_part)
+        group.start_soon(activity_part)
         group.start_soon(_sample_host, max(0.1, min(params.sample_s, budget - 0.5)), params.top_processes, host)
         if params.include_kernel_log:
             group.start_soon(kernel_part)
@@ -529,6 +556,7 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         memory_available_mib=host.host.memory_available_mib, swap_used_mib=host.host.swap_used_mib,
         swapping_mib_s=host.host.swapping_mib_s, iowait_pct=host.host.iowait_pct, blocked_processes=host.blocked,
     ))
+    findings += [_activity_row(f) for f in activity_findings(activity)]
     kernel_status, events = kernel
     findings += kernel_findings(events)
     if kernel_status != "scanned" and params.include_kernel_log:
@@ -553,7 +581,15 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         top_processes=host.top,
         node=node_name() if params.local else None,
         ranks_here=await _ranks_here() if params.local else [],
+        activity=[a for a in activity if a.support is None],
+        activity_note=next((a.support for a in activity if a.support), None),
     )
+
+
+def _activity_row(finding: ActivityFinding) -> Finding:
+    return Finding(check=f"{finding.gpu} {finding.kind.replace('_', ' ')}", value=finding.evidence,
+                   threshold=f"SM active >= {SM_ACTIVE_NEEDED} when busy (gpu_activity)", severity=finding.severity,
+                   meaning=finding.fix, sop_branch=finding.sop_branch)
 
 
 async def _ranks_here() -> list[RankPlacement]:

@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 from tools.core.errors import Unavailable
 
-__all__ = ["Missing", "NvmlDevice", "NvmlProcess", "NvmlSession", "THROTTLE_REASON_BITS", "open_session"]
+__all__ = ["GPM_METRICS", "Missing", "NvmlDevice", "NvmlProcess", "NvmlSession", "THROTTLE_REASON_BITS",
+           "open_session"]
 
 T = TypeVar("T")
 
@@ -38,6 +39,19 @@ THROTTLE_REASON_BITS: dict[int, str] = {
     0x40: "hw_thermal_slowdown",
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
+}
+
+
+# NVML GPU Performance Monitoring (Hopper and newer): metric id -> (our name, scale to our unit). NVML gives the
+# activities in percent (0-100) and the PCIe / NVLink rates in MiB/s (nvml.h, NVML_GPM_METRIC_*); we keep
+# fractions (as DCGM does) and bytes per second.
+GPM_METRICS: dict[int, tuple[str, float]] = {
+    1: ("gr_engine_active", 0.01), 2: ("sm_active", 0.01), 3: ("sm_occupancy", 0.01), 4: ("integer_active", 0.01),
+    5: ("tensor_active", 0.01), 6: ("tensor_dfma_active", 0.01), 7: ("tensor_hmma_active", 0.01),
+    9: ("tensor_imma_active", 0.01), 10: ("dram_active", 0.01), 11: ("fp64_active", 0.01),
+    12: ("fp32_active", 0.01), 13: ("fp16_active", 0.01), 20: ("pcie_tx_bytes_per_s", float(MIB)),
+    21: ("pcie_rx_bytes_per_s", float(MIB)), 60: ("nvlink_rx_bytes_per_s", float(MIB)),
+    61: ("nvlink_tx_bytes_per_s", float(MIB)),
 }
 
 
@@ -177,6 +191,60 @@ class NvmlSession:
             remapped_rows_failure=_pick(remapped, 3, bool),
             processes=q("nvmlDeviceGetComputeRunningProcesses", handle, convert=_processes),
         )
+
+
+    def utilization_gpu_pct(self, index: int) -> int | Missing:
+        """utilization.gpu alone (the whole `device` snapshot is dozens of calls)."""
+        handle = self.query("nvmlDeviceGetHandleByIndex", index, convert=lambda h: h)
+        if isinstance(handle, Missing):
+            return handle
+        return self.query("nvmlDeviceGetUtilizationRates", handle, convert=lambda u: int(u.gpu))
+
+    def gpm_supported(self, index: int) -> bool | Missing:
+        """Whether the GPU has GPM (Hopper and newer; not every MIG or vGPU setup)."""
+        handle = self.query("nvmlDeviceGetHandleByIndex", index, convert=lambda h: h)
+        if isinstance(handle, Missing):
+            return handle
+        return self.query("nvmlGpmQueryDeviceSupport", handle, convert=lambda s: bool(s.isSupportedDevice))
+
+    def gpm_take(self, index: int) -> Any | Missing:
+        """One GPM sample of the GPU (an NVML-allocated buffer: hand it to gpm_metrics, which frees it)."""
+        handle = self.query("nvmlDeviceGetHandleByIndex", index, convert=lambda h: h)
+        if isinstance(handle, Missing):
+            return handle
+        sample = self.query("nvmlGpmSampleAlloc", convert=lambda s: s)
+        if isinstance(sample, Missing):
+            return sample
+        taken = self.query("nvmlGpmSampleGet", handle, sample, convert=lambda s: s)
+        if isinstance(taken, Missing):
+            self.query("nvmlGpmSampleFree", sample)
+        return taken
+
+    def gpm_metrics(self, first: Any, second: Any) -> dict[str, float | Missing] | Missing:
+        """The GPM metrics over the time between two samples, in our names and units; frees the first sample."""
+        nvml = self._nvml
+        try:
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(GPM_METRICS)
+            request.sample1, request.sample2 = first, second
+            for slot, metric in enumerate(GPM_METRICS):
+                request.metrics[slot].metricId = metric
+        except AttributeError as exc:
+            return Missing(f"this pynvml has no GPM ({exc})")
+        answer = self.query("nvmlGpmMetricsGet", request, convert=lambda r: r)
+        self.query("nvmlGpmSampleFree", first)
+        if isinstance(answer, Missing):
+            return answer
+        values: dict[str, float | Missing] = {}
+        for slot, (name, scale) in enumerate(GPM_METRICS.values()):
+            metric = answer.metrics[slot]
+            values[name] = (float(metric.value) * scale if int(metric.nvmlReturn) == 0
+                            else Missing(f"NVML return {int(metric.nvmlReturn)}"))
+        return values
+
+    def gpm_free(self, sample: Any) -> None:
+        self.query("nvmlGpmSampleFree", sample)
 
 
 def _pick(values: tuple[Any, ...] | Missing, position: int, convert: Callable[[Any], Any] = lambda v: v) -> Any:

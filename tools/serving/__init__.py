@@ -4,7 +4,7 @@ These names are the package's public surface: another domain imports them from h
 """
 
 from tools.serving.metrics import InferenceMetricsInput, InferenceMetricsResult, fetch_exposition, inference_metrics
-from tools.serving.prometheus import parse_exposition
+from tools.serving.prometheus import parse_exposition, parse_samples
 
 __all__ = [
     "InferenceMetricsInput",
@@ -12,4 +12,5 @@ __all__ = [
     "fetch_exposition",
     "inference_metrics",
     "parse_exposition",
+    "parse_samples",
 ]

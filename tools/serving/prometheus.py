@@ -28,7 +28,7 @@ from typing import Literal, TypeVar
 from tools.core.errors import UnreadableInput
 
 __all__ = [
-    "Exposition", "Histogram", "Quantile", "parse_exposition",
+    "Exposition", "Histogram", "Quantile", "parse_exposition", "parse_samples",
     "COUNTERS", "GAUGES", "HISTOGRAMS",
 ]
 
@@ -183,7 +183,9 @@ def _key(labels: dict[str, str], drop: Iterable[str] = ()) -> LabelKey:
     return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
 
 
-def _parse_families(text: str) -> list[tuple[str, dict[str, str], float]]:
+def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of a text exposition as (name, labels, value): the parse all readers of /metrics pages share
+    (serving metrics here, dcgm-exporter's in tools/gpu/activity_formats.py)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -223,7 +225,7 @@ def _dedupe_ranks(series: dict[LabelKey, T]) -> dict[LabelKey, T]:
 def parse_exposition(text: str) -> Exposition:
     """Parse a /metrics page of vLLM or SGLang; UnreadableInput when it is not a text exposition, or holds no
     serving metric of either engine."""
-    samples = _parse_families(text)
+    samples = parse_samples(text)
     plain: dict[str, dict[LabelKey, float]] = defaultdict(dict)
     histograms: dict[str, dict[LabelKey, _Series]] = defaultdict(lambda: defaultdict(_Series))
     histogram_names = {name for names in HISTOGRAMS.values() for name in names}

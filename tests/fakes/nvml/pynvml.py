@@ -12,6 +12,10 @@ pcie_width_max, ecc_uncorrected, retired_sbe, retired_dbe, retired_pending, rema
 ([corr, unc, pending, failure]) and processes ([{"pid": P, "used_mib": M}]).
 A value of "NOT_SUPPORTED" makes that call raise NVMLError(NVML_ERROR_NOT_SUPPORTED), as on GPUs
 without the feature.
+
+GPM (Hopper and newer): "gpm": {"<NVML_GPM_METRIC id>": value as NVML gives it (percent, or MiB/s for PCIe and
+NVLink)}; a GPU without "gpm" reports isSupportedDevice 0, as pre-Hopper GPUs do, and a metric left out of it
+answers NVML_ERROR_NOT_SUPPORTED in its slot.
 """
 
 import json
@@ -49,7 +53,9 @@ class NVMLError(Exception):
         return _MESSAGES.get(self.value, f"NVML Error with code {self.value}")
 
 
-_state = {"scenario": None}
+# nvmlInit / nvmlShutdown are reference counted, as NVML's are: two sessions at once (health_check reads the
+# snapshot and GPM together) each keep the library up until the last one shuts down.
+_state = {"scenario": None, "inits": 0}
 
 
 def _scenario():
@@ -77,12 +83,16 @@ def nvmlInit():
     # gives each node its own GPUs (SLURMD_NODENAME is set by slurmd in each node's job step).
     path = path.replace("{node}", os.environ.get("SLURMD_NODENAME", "localhost"))
     with open(path, encoding="utf-8") as f:
-        _state["scenario"] = json.load(f)
+        scenario = json.load(f)
+    _state["scenario"] = _state["scenario"] or scenario
+    _state["inits"] += 1
 
 
 def nvmlShutdown():
     _scenario()
-    _state["scenario"] = None
+    _state["inits"] -= 1
+    if _state["inits"] == 0:
+        _state["scenario"] = None
 
 
 def nvmlSystemGetDriverVersion():
@@ -190,3 +200,53 @@ def nvmlDeviceGetRemappedRows(handle):
 def nvmlDeviceGetComputeRunningProcesses(handle):
     return [SimpleNamespace(pid=p["pid"], usedGpuMemory=p["used_mib"] * 1024 * 1024)
             for p in _get(handle, "processes")]
+
+
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_METRIC_MAX = 210
+
+
+class c_nvmlGpmMetric_t:
+    def __init__(self):
+        self.metricId, self.nvmlReturn, self.value = 0, NVML_SUCCESS, 0.0
+
+
+class c_nvmlGpmMetricsGet_t:
+    def __init__(self):
+        self.version = self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [c_nvmlGpmMetric_t() for _ in range(NVML_GPM_METRIC_MAX)]
+
+
+_samples = {"allocated": 0}
+
+
+def nvmlGpmQueryDeviceSupport(device):
+    return SimpleNamespace(version=1, isSupportedDevice=int("gpm" in _gpu(device)))
+
+
+def nvmlGpmSampleAlloc():
+    _samples["allocated"] += 1
+    return SimpleNamespace(device=None)
+
+
+def nvmlGpmSampleFree(sample):
+    _samples["allocated"] -= 1
+
+
+def nvmlGpmSampleGet(device, sample):
+    if "gpm" not in _gpu(device):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    sample.device = device
+    return sample
+
+
+def nvmlGpmMetricsGet(request):
+    assert request.version == NVML_GPM_METRICS_GET_VERSION
+    device = request.sample1.device
+    assert device is not None and device == request.sample2.device
+    values = _gpu(device)["gpm"]
+    for metric in request.metrics[: request.numMetrics]:
+        value = values.get(str(metric.metricId))
+        metric.nvmlReturn, metric.value = (NVML_ERROR_NOT_SUPPORTED, 0.0) if value is None else (NVML_SUCCESS, value)
+    return request
