@@ -3,7 +3,8 @@ conclusion, the next SOP steps, and a note when rows were cut. No MCP import: th
 
 `fit_to_budget` is the single place the byte budget is enforced. It drops rows from the end of the
 result's lists (least important tables first, each kept to at least one row) until the markdown fits
-and the JSON is within JSON_BUDGET_FACTOR times the budget, then records the cut in `truncated`.
+and the JSON is within JSON_BUDGET_FACTOR times the budget, then records the cut in `truncated`. When
+the rows left are still too wide (one row of 40 nvidia-smi fields), the markdown's cells are cut shorter.
 """
 
 from __future__ import annotations
@@ -19,35 +20,46 @@ __all__ = ["fit_to_budget", "render_markdown", "to_json"]
 R = TypeVar("R", bound=ToolResult)
 
 _MAX_CELL_CHARS = 160
+_NARROWER_CELLS = (80, 40, 20)  # tried in turn when the rows left are too wide for the budget
 
 
-def _cell(text: str) -> str:
+def _cell(text: str, limit: int) -> str:
     text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= _MAX_CELL_CHARS else text[: _MAX_CELL_CHARS - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _table_markdown(table: Table) -> str:
+def _table_markdown(table: Table, limit: int, columns: int | None) -> str:
     if not table.rows:
         return ""
-    lines = [f"**{table.title}**", "", "| " + " | ".join(table.columns) + " |",
-             "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
+    shown = table.columns[:columns]
+    lines = [f"**{table.title}**", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(_cell(c, limit) for c in row[: len(shown)]) + " |" for row in table.rows]
+    if len(shown) < len(table.columns):
+        lines += ["", f"_{len(table.columns) - len(shown)} more columns are in the JSON._"]
     if table.note:
         lines += ["", table.note]
     return "\n".join(lines)
 
 
 def render_markdown(result: ToolResult, title: str) -> str:
+    cut = result.truncated
+    limit = (cut.cell_chars if cut else None) or _MAX_CELL_CHARS
+    columns = cut.columns_shown if cut else None
     parts = [f"## {title}: {result.severity.value}"]
-    parts += [md for md in (_table_markdown(t) for t in result.tables()) if md]
+    parts += [md for md in (_table_markdown(t, limit, columns) for t in result.tables()) if md]
     parts.append("**Conclusion:** " + " ".join(result.conclusion))
     if result.next_steps:
         parts.append("**Next steps:**\n" + "\n".join(
             f"- [{s.branch}] {s.action} — {s.why}" for s in result.next_steps))
-    if result.truncated:
-        cut = ", ".join(f"{n} rows of `{field}`" for field, n in result.truncated.rows_cut.items())
-        parts.append(f"_Cut to fit {result.truncated.max_bytes} bytes: {cut} not shown "
-                     f"(also cut from the JSON). To see them, {result.truncated.hint}._")
+    if cut:
+        rows = ", ".join(f"{n} rows of `{field}`" for field, n in cut.rows_cut.items())
+        if rows:
+            parts.append(f"_Cut to fit {cut.max_bytes} bytes: {rows} not shown "
+                         f"(also cut from the JSON). To see them, {cut.hint}._")
+        if cut.cell_chars:
+            parts.append(f"_Cells cut to {cut.cell_chars} characters"
+                         + (f" and tables to {cut.columns_shown} columns" if cut.columns_shown else "")
+                         + f" to fit {cut.max_bytes} bytes; the JSON has them whole._")
     return "\n\n".join(parts) + "\n"
 
 
@@ -85,8 +97,26 @@ def fit_to_budget(result: R, title: str, max_bytes: int) -> R:
         current = _with_cut(current, field, items[:low], original, max_bytes, result.narrow_hint)
         t_size, j_size = _sizes(current, title)
         if t_size <= max_bytes and j_size <= json_budget:
-            break
-    return current
+            return current
+    # The rows left are still too wide for the markdown (one row of 40 nvidia-smi fields): narrower cells, then
+    # as many columns as fit, the least cut that fits; the JSON keeps everything.
+    truncated = current.truncated or Truncation(rows_cut={}, max_bytes=max_bytes, hint=result.narrow_hint)
+
+    def narrowed(cell_chars: int, columns: int | None = None) -> R:
+        update = {"cell_chars": cell_chars, "columns_shown": columns}
+        return current.model_copy(update={"truncated": truncated.model_copy(update=update)})
+
+    for limit in _NARROWER_CELLS:
+        if _sizes(trial := narrowed(limit), title)[0] <= max_bytes:
+            return trial
+    low, high = 1, max((len(t.columns) for t in current.tables()), default=1)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _sizes(narrowed(_NARROWER_CELLS[-1], mid), title)[0] <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return narrowed(_NARROWER_CELLS[-1], low)
 
 
 def _with_cut(result: R, field: str, kept: list[object], original: dict[str, int], max_bytes: int,

@@ -6,8 +6,13 @@ deviceProperties, schemaVersion, displayTimeUnit, distributedInfo's rank/world_s
 environment and metadata blocks), and summarised by summarize_trace, whose verdict is printed beside the one the
 scenario was built for. health_check and nvidia_smi_query then run on the real NVML / nvidia-smi.
 
+Then GPM (issue 23): each of four loads runs in a thread while gpu_activity samples NVML GPM live and
+`nvidia-smi dmon --gpm-metrics` records the same seconds; the loads are built for a verdict each (bf16 GEMMs: none,
+their tensor pipes busy; fp32 GEMMs without TF32: no_tensor_cores; tiny kernels: low_sm_activity; a large copy:
+memory_bound), so the verdicts, the values for the NVML stand-in and the first real dmon GPM captures come back.
+
 Out (at most 8 files, for the device tool to bring back): traces.tar.gz (the stripped traces), summaries.json,
-health.json, smi.json, gpu_check.log is written by the shell wrapper.
+health.json, smi.json, activity.json, dmon_gpm.txt; gpu_check.log and nvidia-smi.csv are written by the wrapper.
 
 `--cpu` runs every scenario on the CPU at toy sizes: the CI's check that this script still runs (its traces have
 no GPU events; nothing is compared).
@@ -19,9 +24,11 @@ import argparse
 import gzip
 import io
 import json
+import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -208,6 +215,84 @@ def _nvml_tools() -> tuple[Any, Any]:
     return json.loads(health.model_dump_json()), json.loads(smi.model_dump_json())
 
 
+def _gemm(dtype: torch.dtype) -> Callable[[], None]:
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 stays on the FP32 pipe: the no_tensor_cores load
+    a = torch.rand(8192, 8192, device="cuda", dtype=dtype)
+    b = torch.rand(8192, 8192, device="cuda", dtype=dtype)
+
+    def step() -> None:
+        torch.matmul(a, b)
+
+    return step
+
+
+def _tiny() -> Callable[[], None]:
+    x = torch.rand(256, device="cuda")
+
+    def step() -> None:
+        for _ in range(200):
+            x.mul_(1.0001)
+
+    return step
+
+
+def _copy() -> Callable[[], None]:
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+
+    def step() -> None:
+        dst.copy_(src)
+
+    return step
+
+
+GPM_LOADS: dict[str, tuple[Callable[[], Callable[[], None]], str]] = {
+    "bf16_gemm": (lambda: _gemm(torch.bfloat16), "none"),
+    "fp32_gemm_no_tf32": (lambda: _gemm(torch.float32), "no_tensor_cores"),
+    "tiny_kernels": (_tiny, "low_sm_activity"),
+    "large_copy": (_copy, "memory_bound"),
+}
+_DMON_GPM = ["nvidia-smi", "dmon", "--gpm-metrics", "1,2,3,5,7,10,11,12,13,20,21,60,61", "-c", "3"]
+
+
+def _activity(out: Path) -> None:
+    """Each GPM load in a thread, sampled live by gpu_activity and by nvidia-smi dmon --gpm-metrics."""
+    from tools.gpu.activity import activity_findings, live_activity
+
+    found: dict[str, Any] = {}
+    captures: list[str] = []
+    for name, (build, built_for) in GPM_LOADS.items():
+        step, stop = build(), threading.Event()
+
+        def loop(step: Callable[[], None] = step, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                step()
+                torch.cuda.synchronize()
+
+        worker = threading.Thread(target=loop, daemon=True)
+        worker.start()
+        time.sleep(1.0)
+        try:
+            dmon = subprocess.run(_DMON_GPM, capture_output=True, text=True, timeout=20)
+            captures.append(f"### {name}: {' '.join(_DMON_GPM)} (rc {dmon.returncode})\n{dmon.stdout}{dmon.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            captures.append(f"### {name}: {exc}\n")
+        records = live_activity(0.5, 4, time.monotonic() + 15)
+        stop.set()
+        worker.join(10)
+        kinds = sorted({f.kind for f in activity_findings(records[:1])}) or ["none"]
+        found[name] = {"built_for": built_for, "ours": kinds,
+                       "gpus": [json.loads(r.model_dump_json()) for r in records]}
+        gpu0 = records[0] if records else None
+        print(f"{name:20} built for {built_for:16} ours {','.join(kinds):30} "
+              f"SM active {gpu0.median('sm_active') if gpu0 else None} tensor "
+              f"{gpu0.median('tensor_active') if gpu0 else None} DRAM {gpu0.median('dram_active') if gpu0 else None}",
+              flush=True)
+        torch.cuda.empty_cache()
+    (out / "activity.json").write_text(json.dumps(found, indent=1))
+    (out / "dmon_gpm.txt").write_text("\n".join(captures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="folder for the traces and outputs")
@@ -238,6 +323,7 @@ def main() -> None:
         (args.out / "smi.json").write_text(json.dumps(smi, indent=1))
         print("health_check:", health.get("conclusion"), flush=True)
         print("nvidia_smi_query:", smi.get("conclusion"), flush=True)
+        _activity(args.out)
 
 
 if __name__ == "__main__":

@@ -106,3 +106,23 @@ def test_sop_branches_and_next_step_validation() -> None:
     assert all(b.title and b.summary and b.symptoms for b in branches().values())
     with pytest.raises(ValueError, match="unknown SOP branch 'hardware'"):
         NextStep(branch="hardware", action="x", why="y")
+
+
+def test_a_row_wider_than_the_budget_gets_shorter_cells_then_fewer_columns() -> None:
+    # One row of 200 fields (an all-fields nvidia-smi capture is like it): no row cut can help.
+    fields = [f"field.number_{i}" for i in range(200)]
+    wide = NvidiaSmiQueryResult(
+        severity=Severity.ok, conclusion=["Fine."], source="file", query="gpu", fields=fields, samples=1,
+        sampled_at="2026-11-29T00:00:00+00:00", findings=[], summary=[],
+        rows=[SmiRow(sample=0, values={f: "a value of some forty characters, or more" for f in fields})])
+    for budget in (8192, 2048):
+        cut = fit_to_budget(wide, "t", budget)
+        text = render_markdown(cut, "t")
+        assert len(text.encode()) <= budget
+        assert cut.truncated is not None and cut.truncated.cell_chars == 20 and cut.truncated.columns_shown
+        shown = cut.truncated.columns_shown
+        assert f"tables to {shown} columns" in text and "more columns are in the JSON" in text
+        # As many columns as fit: one more would not.
+        wider = cut.truncated.model_copy(update={"columns_shown": shown + 1})
+        assert len(render_markdown(cut.model_copy(update={"truncated": wider}), "t").encode()) > budget
+        assert len(cut.rows[0].values) == 200  # the JSON keeps every field

@@ -178,6 +178,10 @@ class Truncation(BaseModel):
     rows_cut: dict[str, int] = Field(description="Rows dropped per list field.")
     max_bytes: int = Field(description="The byte budget that was applied.")
     hint: str = Field(description="How to narrow the call to see the rest.")
+    cell_chars: int | None = Field(default=None, description="Set when one row alone was over the budget: the "
+                                   "markdown's cells were cut to this many characters (the JSON keeps them whole).")
+    columns_shown: int | None = Field(default=None, description="Set when even short cells were over the budget: "
+                                      "the markdown shows each table's first N columns (the JSON has them all).")
 
 
 @dataclass(frozen=True)

@@ -219,8 +219,11 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
             fix="Small kernels or launch-bound (summarize_trace: kernel sizes and gaps; CUDA graphs, torch.compile, "
                 "larger batches, fused ops), or a rank spinning in an NCCL wait (dump_stacks, find_stragglers).",
             sop_branch="gpu_utilization_low"))
-    tensor = record.median("tensor_active")
-    if sm is not None and sm >= SM_ACTIVE_POOR and tensor is not None and tensor < TENSOR_IDLE:
+    tensor, dram = record.median("tensor_active"), record.median("dram_active")
+    memory_bound = dram is not None and dram >= DRAM_BOUND and (tensor is None or tensor < TENSOR_LOW)
+    # Memory-bound kernels leave the tensor pipes idle whatever the dtype: that finding says it, not this one.
+    if (sm is not None and sm >= SM_ACTIVE_POOR and tensor is not None and tensor < TENSOR_IDLE
+            and not memory_bound):
         fp = {b: record.median(f"fp{b}_active") for b in (16, 32)}
         pipes = ", ".join(f"FP{b} pipe {v:.2f}" for b, v in fp.items() if v is not None)
         found.append(ActivityFinding(
@@ -230,8 +233,7 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
             fix="If this job should run bf16/fp16 matmuls: torch.autocast(dtype=torch.bfloat16), or TF32 for fp32 "
                 "(torch.set_float32_matmul_precision('high')); keep GEMM dimensions multiples of 8 (16 for int8).",
             sop_branch="gpu_utilization_low"))
-    dram = record.median("dram_active")
-    if dram is not None and dram >= DRAM_BOUND and (tensor is None or tensor < TENSOR_LOW):
+    if memory_bound and dram is not None:
         found.append(ActivityFinding(
             kind="memory_bound", severity=Severity.warn, gpu=record.label,
             evidence=f"DRAM bandwidth {_pct(dram)} of its peak" + (f", tensor pipes {tensor:.2f}" if tensor is not None
