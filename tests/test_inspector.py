@@ -29,7 +29,7 @@ def test_inspector_lists_every_tool_with_output_schema_and_read_only_hint() -> N
                                           "summarize_trace", "dump_stacks", "analyze_flight_recorder",
                                           "find_stragglers", "triage_plan", "triage_report",
                                           "analyze_memory", "inference_metrics", "diagnose_compile", "compare_runs",
-                                          "check_interconnect", "profile_cpu", "sample_host"}
+                                          "check_interconnect", "profile_cpu", "sample_host", "gpu_activity"}
     for tool in tools:
         assert tool["outputSchema"]["type"] == "object"
         assert tool["annotations"] == {"title": tool["title"], "readOnlyHint": True, "destructiveHint": False,

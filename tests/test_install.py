@@ -57,7 +57,7 @@ async def test_the_wheel_serves_and_answers_from_a_folder_without_the_source(ins
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = await client.list_tools()
             answer = await client.call_tool("diagnose_logs", {"paths": ["rank0.log"]})
-    assert len(tools.tools) == 17 and all(t.output_schema for t in tools.tools)
+    assert len(tools.tools) == 18 and all(t.output_schema for t in tools.tools)
     assert answer.is_error is False and answer.structured_content is not None
     assert any(f["sop_branch"] == "oom" for f in answer.structured_content["findings"]), answer.structured_content
     config = subprocess.run([str(installed / "gpu-triage-mcp"), "--print-config", "codex", "--root", str(tmp_path)],

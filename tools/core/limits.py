@@ -116,6 +116,10 @@ FR_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
 # Pickles up to this size are read by Python's unpickler (about 3.5 MB/s on 2 cores), whose memo cannot be made to
 # allocate; larger ones by C's (tools/core/unpickle.py).
 PICKLE_PURE_MAX_BYTES: Final = 32 * 1024 * 1024
+# Larger pickles are read by C's unpickler in a child process held to this much memory per byte of pickle (a real
+# allocator snapshot's objects take about 10x its bytes), plus a floor: a crafted memo index then fails there.
+PICKLE_CHILD_BYTES_PER_BYTE: Final = 16
+PICKLE_CHILD_MEMORY_FLOOR: Final = 1024 * 1024 * 1024
 FR_MAX_SUSPECTS: Final = 256
 FR_STACK_FRAMES: Final = 8
 # Above this many bytes of dumps, worker processes (at most FR_MAX_WORKERS, one per CPU) read them in parallel.

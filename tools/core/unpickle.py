@@ -9,18 +9,24 @@ file that needs either is refused before anything in it runs.
 Memory: C's unpickler keeps its memo in an array sized by the largest index it is given, so one LONG_BINPUT with a
 corrupt or crafted 4-byte index makes it allocate gigabytes (found by benchmarks/fuzz.py: 12 GB from a 3 KB
 flight-recorder dump). Pickles up to PICKLE_PURE_MAX_BYTES (every flight-recorder dump, most allocator snapshots)
-are read by Python's own unpickler, whose memo is a dict; larger ones need C's speed and are read by it.
+are read by Python's own unpickler, whose memo is a dict; larger ones need C's speed and are read by it in a
+spawned child process whose address space is capped (RLIMIT_AS), so such an index fails there, not in the server.
+The child hands back what it read as a pickle of plain values that it made itself.
 """
 
 from __future__ import annotations
 
 import io
+import multiprocessing
 import pickle
+import resource
 import struct
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from tools.core.errors import UnreadableInput
-from tools.core.limits import PICKLE_PURE_MAX_BYTES
+from tools.core.limits import PICKLE_CHILD_BYTES_PER_BYTE, PICKLE_CHILD_MEMORY_FLOOR, PICKLE_PURE_MAX_BYTES
 
 __all__ = ["UnsafePickle", "load_plain_pickle"]
 
@@ -48,12 +54,34 @@ class _FastPlainUnpickler(_Refusals, pickle.Unpickler):
     """C's unpickler, for pickles too large for Python's in the call's time."""
 
 
+def _cap_memory(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _load_fast(data: bytes) -> Any:
+    """In the child: C's unpickler, refusals included (an UnsafePickle comes back as itself)."""
+    return _FastPlainUnpickler(io.BytesIO(data)).load()
+
+
+def _load_in_child(data: bytes, what: str) -> Any:
+    limit = PICKLE_CHILD_MEMORY_FLOOR + PICKLE_CHILD_BYTES_PER_BYTE * len(data)
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_cap_memory,
+                                 initargs=(limit,)) as pool:
+            return pool.submit(_load_fast, data).result()
+    except (MemoryError, BrokenProcessPool) as exc:
+        raise UnreadableInput(f"{what} needs more than {limit / 2**30:.1f} GiB to unpickle ({len(data) / 2**20:.0f} "
+                              "MiB of pickle): a corrupt or crafted memo index, or not a dump of plain values.",
+                              "Check that the file is complete and is the dump PyTorch wrote.") from exc
+
+
 def load_plain_pickle(data: bytes, what: str) -> Any:
     """Unpickle `data` allowing only plain containers and scalars; UnreadableInput otherwise."""
-    unpickler = _PurePlainUnpickler if len(data) <= PICKLE_PURE_MAX_BYTES else _FastPlainUnpickler
     try:
-        return unpickler(io.BytesIO(data)).load()
-    except UnsafePickle:
+        if len(data) > PICKLE_PURE_MAX_BYTES:
+            return _load_in_child(data, what)
+        return _PurePlainUnpickler(io.BytesIO(data)).load()
+    except UnreadableInput:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             MemoryError, RecursionError, UnicodeDecodeError, OverflowError, struct.error) as exc:

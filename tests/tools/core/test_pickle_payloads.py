@@ -84,3 +84,23 @@ def test_no_payload_runs_and_every_one_ends_clearly(tmp_path: Path, tool: str) -
                    or "no flight-recorder" in outcomes[n] or "rank" in outcomes[n] for n in malicious), outcomes
     # Memory stays bounded: no 2 GiB allocation for the length field, no blow-up on the deep nesting.
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 300
+
+
+def test_a_large_pickle_is_read_in_a_capped_child_and_a_crafted_memo_index_fails_there() -> None:
+    import psutil
+
+    from tools.core.errors import UnreadableInput
+    from tools.core.limits import PICKLE_PURE_MAX_BYTES
+    from tools.core.unpickle import load_plain_pickle
+
+    big = {"segments": [{"address": i, "blocks": [f"{i:0200d}"]} for i in range(PICKLE_PURE_MAX_BYTES // 180)]}
+    data = pickle.dumps(big, protocol=4)
+    assert len(data) > PICKLE_PURE_MAX_BYTES
+    assert load_plain_pickle(data, "snapshot") == big  # C's speed, in the child, same answer
+    # A 33 MB string, then LONG_BINPUT at index 0xF0000000: C's memo array would take 2 x 2^32 x 8 bytes.
+    text = b"y" * (PICKLE_PURE_MAX_BYTES + 1024)
+    crafted = b"\x80\x04\x8e" + len(text).to_bytes(8, "little") + text + b"r\x00\x00\x00\xf0."
+    before = psutil.Process().memory_info().rss
+    with pytest.raises(UnreadableInput, match=r"needs more than .* GiB to unpickle .*crafted memo index"):
+        load_plain_pickle(crafted, "snapshot")
+    assert psutil.Process().memory_info().rss - before < 512 * 2**20  # the blow-up stayed in the child
