@@ -19,6 +19,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, Field
 
+from tools.cluster import collect_from_nodes, job_backend, node_name
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput
 from tools.core.files import expand_inputs, read_whole_text
@@ -33,7 +34,7 @@ from tools.core.limits import (
     INFER_MAX_ALLOWED_HOSTS,
     MAX_PATH_CHARS,
 )
-from tools.core.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import NameArg, NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
 from tools.core.thresholds import (
     ACTIVITY_BUSY_UTIL_PCT,
     DRAM_BOUND,
@@ -68,7 +69,7 @@ _NO_GPM = ("NVML GPM is not supported on this GPU: it needs Hopper or newer (and
            "has it); use dcgm-exporter or dcgmi dmon there.")
 
 
-class GpuActivityInput(InputModel):
+class GpuActivityInput(NodesInput):
     files: list[PathArg] = Field(default_factory=list, max_length=ACTIVITY_MAX_FILES,
                                  description="Saved dcgm-exporter /metrics pages (several pages of one exporter make "
                                  "a series), `dcgmi dmon -e ...` or `nvidia-smi dmon --gpm-metrics ...` captures; "
@@ -149,6 +150,7 @@ class GpuActivityResult(ToolResult):
     findings: list[ActivityFinding]
     sources: list[str] = Field(description="What was read: files, the url, or 'NVML GPM'.")
     notes: list[str] = Field(default_factory=list)
+    node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
 
     def tables(self) -> list[Table]:
         def show(record: GpuActivity, name: str, unit: str = "") -> str:
@@ -354,6 +356,24 @@ async def _scrape(params: GpuActivityInput, ctx: ToolContext, url: str) -> tuple
     return [summarise(s) for s in into.values()], sorted(set(notes))
 
 
+def _merge_nodes(label: str, answers: dict[str, GpuActivityResult | str]) -> GpuActivityResult:
+    """Every node's GPUs, named by their node, and the verdicts over all of them (gpu_below_node within a node)."""
+    records: list[GpuActivity] = []
+    notes: list[str] = []
+    for node, answer in answers.items():
+        if isinstance(answer, str):
+            notes.append(f"{node}: no answer ({answer}).")
+            continue
+        records += [g.model_copy(update={"host": g.host or node}) for g in answer.gpus]
+        notes += [f"{node}: {n}" for n in answer.notes]
+    findings = activity_findings(records)
+    answered = sum(1 for a in answers.values() if not isinstance(a, str))
+    conclusion = [f"{label}: {answered} of {len(answers)} nodes answered.", *_conclusion(records, findings)][:3]
+    return GpuActivityResult(severity=worst(f.severity for f in findings), conclusion=conclusion,
+                             next_steps=_next_steps(findings), gpus=records, findings=findings,
+                             sources=[f"{label}: NVML GPM on every node"], notes=notes)
+
+
 def _conclusion(records: list[GpuActivity], findings: list[ActivityFinding]) -> list[str]:
     if not records:
         return ["The input holds no activity metric of any GPU (DCGM_FI_PROF_* or DCGM_FI_DEV_GPU_UTIL, dcgmi's "
@@ -411,13 +431,22 @@ async def gpu_activity(params: GpuActivityInput, ctx: ToolContext) -> GpuActivit
     """What the SMs really do, beside utilization.gpu (which reads 100 % for one tiny kernel running all the time,
     or a rank spinning in an NCCL wait): SM activity and occupancy, tensor / FP16 / FP32 / FP64 pipe activity, DRAM
     bandwidth, PCIe and NVLink throughput per GPU (and MIG instance). Live from NVML GPM (Hopper+, two samples
-    interval_s apart), from dcgm-exporter (a saved /metrics page, or url scraped on loopback / allow_host), or from
-    saved `dcgmi dmon` / `nvidia-smi dmon --gpm-metrics` captures. Verdicts: low_sm_activity (small kernels,
-    launch-bound or an NCCL wait), no_tensor_cores, memory_bound, nvlink_idle, gpu_below_node (straggler
-    candidate). A metric the source lacks is listed as unavailable, never 0.
+    interval_s apart; slurm_job / hosts: every node of the job), from dcgm-exporter (a saved /metrics page, or url
+    scraped on loopback / allow_host), or from saved `dcgmi dmon` / `nvidia-smi dmon --gpm-metrics` captures.
+    Verdicts: low_sm_activity (small kernels, launch-bound or an NCCL wait), no_tensor_cores, memory_bound,
+    nvlink_idle, gpu_below_node (straggler candidate). A metric the source lacks is listed as unavailable, never 0.
     """
     if params.files and params.url:
         raise BadInput("give files or url, not both.", "Read the saved pages, or scrape the exporter.")
+    backend = job_backend(params, ctx)
+    if backend is not None:
+        if params.files or params.url:
+            raise BadInput("a job-level call samples every node live; files and url are this host's.",
+                           "Drop files / url, or drop slurm_job / hosts.")
+        extra = ["--samples", str(params.samples), "--interval-s", f"{params.interval_s:g}"]
+        answers = await collect_from_nodes(backend, "gpu-activity", GpuActivityResult, ctx, params.node_timeout_s,
+                                           extra)
+        return _merge_nodes(backend.label, answers)
     deadline = ctx.started + ctx.timeout_s - 1.0
     notes: list[str] = []
     if params.url:
@@ -439,4 +468,5 @@ async def gpu_activity(params: GpuActivityInput, ctx: ToolContext) -> GpuActivit
     findings = activity_findings(records)
     return GpuActivityResult(
         severity=worst(f.severity for f in findings), conclusion=_conclusion(records, findings),
-        next_steps=_next_steps(findings), gpus=records, findings=findings, sources=sources, notes=notes)
+        next_steps=_next_steps(findings), gpus=records, findings=findings, sources=sources, notes=notes,
+        node=node_name() if params.local else None)

@@ -196,6 +196,28 @@ def test_job_health_names_the_node_that_stands_out(slurm_hang: SlurmHang, tmp_pa
     assert data["host"] is None and data["gpus"] == []
 
 
+def test_gpu_activity_of_every_node_names_the_gpu_below_its_node(slurm_hang: SlurmHang, tmp_path: Path) -> None:
+    cluster = slurm_hang.cluster
+    slow = cluster.nodes[1]
+    busy = {"1": 99.0, "2": 85.0, "3": 30.0, "5": 40.0, "10": 35.0, "12": 10.0, "13": 5.0}
+    for node in cluster.nodes:  # GPM values as NVML gives them (percent), in the NVML stand-in per node
+        gpus = [h100(bus_id=f"00000000:{18 + i:02X}:00.0", gpm=busy) for i in range(4)]
+        if node == slow:
+            gpus[2] = h100(bus_id="00000000:1A:00.0", gpm=dict(busy, **{"2": 35.0, "5": 10.0}))
+        write_scenario(tmp_path / f"nvml_{node}.json", gpus)
+    env = with_fake_nvml(base_env(**cluster.env), tmp_path / "nvml_{node}.json")
+    done = run_cli(["gpu-activity", "--slurm-job", slurm_hang.job, "--samples", "1", "--interval-s", "0.2", "--json",
+                    "--root", str(tmp_path)], env)
+    assert done.returncode == 2, done.stderr
+    data = json.loads(done.stdout)
+    assert data["conclusion"][0] == f"Slurm job {slurm_hang.job}: 2 of 2 nodes answered."
+    assert sorted({g["host"] for g in data["gpus"]}) == sorted(cluster.nodes) and len(data["gpus"]) == 8
+    below = [f for f in data["findings"] if f["kind"] == "gpu_below_node"]
+    assert [f["gpu"] for f in below] == [f"{slow} GPU 2"]
+    assert "SM active 0.35 against its node's median 0.85 over 4 GPUs" in below[0]["evidence"]
+    # The same GPU is busy by utilization.gpu yet its SMs are not: the small-kernel verdict too, and only there.
+    assert {f["gpu"] for f in data["findings"] if f["kind"] == "low_sm_activity"} == {f"{slow} GPU 2"}
+
 async def test_job_level_bad_inputs_are_refused_and_the_server_keeps_serving(
         slurm_hang: SlurmHang, tmp_path: Path) -> None:
     cluster = slurm_hang.cluster
