@@ -200,7 +200,7 @@ def summarise(series: ActivitySeries) -> GpuActivity:
 # ----------------------------------------------------------------------------------------------- verdicts
 
 
-def _pct(value: float) -> str:
+def _fraction(value: float) -> str:
     return f"{value:.2f}"
 
 
@@ -216,7 +216,7 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
         found.append(ActivityFinding(
             kind="low_sm_activity", severity=Severity.crit if sm < SM_ACTIVE_POOR else Severity.warn,
             gpu=record.label,
-            evidence=f"{busy_by} but SM active {_pct(sm)}{of}: a kernel runs nearly all the time, yet on average "
+            evidence=f"{busy_by} but SM active {_fraction(sm)}{of}: a kernel runs nearly all the time, yet on average "
                      f"{sm * 100:.0f} % of the SMs hold a warp (NVIDIA wants >= {SM_ACTIVE_NEEDED}).",
             fix="Small kernels or launch-bound (summarize_trace: kernel sizes and gaps; CUDA graphs, torch.compile, "
                 "larger batches, fused ops), or a rank spinning in an NCCL wait (dump_stacks, find_stragglers).",
@@ -230,7 +230,7 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
         pipes = ", ".join(f"FP{b} pipe {v:.2f}" for b, v in fp.items() if v is not None)
         found.append(ActivityFinding(
             kind="no_tensor_cores", severity=Severity.warn, gpu=record.label,
-            evidence=f"SM active {_pct(sm)} but tensor pipes {tensor:.3f}" + (f" ({pipes})" if pipes else "")
+            evidence=f"SM active {_fraction(sm)} but tensor pipes {tensor:.3f}" + (f" ({pipes})" if pipes else "")
                      + ": the SMs work, the tensor cores do not.",
             fix="If this job should run bf16/fp16 matmuls: torch.autocast(dtype=torch.bfloat16), or TF32 for fp32 "
                 "(torch.set_float32_matmul_precision('high')); keep GEMM dimensions multiples of 8 (16 for int8).",
@@ -238,8 +238,8 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
     if memory_bound and dram is not None:
         found.append(ActivityFinding(
             kind="memory_bound", severity=Severity.warn, gpu=record.label,
-            evidence=f"DRAM bandwidth {_pct(dram)} of its peak" + (f", tensor pipes {tensor:.2f}" if tensor is not None
-                                                                  else "") + ": the kernels wait on memory.",
+            evidence=f"DRAM bandwidth {_fraction(dram)} of its peak"
+                     + (f", tensor pipes {tensor:.2f}" if tensor is not None else "") + ": the kernels wait on memory.",
             fix="Raise arithmetic intensity: fuse elementwise and normalisation ops (torch.compile), larger batches, "
                 "fewer dtype copies; summarize_trace names the top kernels.",
             sop_branch="gpu_utilization_low"))
@@ -278,7 +278,8 @@ def _below_node(records: list[GpuActivity]) -> list[ActivityFinding]:
             if sm < node - GPU_BELOW_NODE_ABS and sm < node * GPU_BELOW_NODE_SHARE:
                 found.append(ActivityFinding(
                     kind="gpu_below_node", severity=Severity.warn, gpu=record.label,
-                    evidence=f"SM active {_pct(sm)} against its node's median {_pct(node)} over {len(peers)} GPUs.",
+                    evidence=f"SM active {_fraction(sm)} against its node's median {_fraction(node)} over "
+                             f"{len(peers)} GPUs.",
                     fix="A straggler candidate: find_stragglers on the step logs or traces; health_check for this "
                         "GPU's clocks, temperature and power.",
                     sop_branch="straggler"))
@@ -391,7 +392,7 @@ def _conclusion(records: list[GpuActivity], findings: list[ActivityFinding]) -> 
                     "Record DCGM field 1002 (DCGM_FI_PROF_SM_ACTIVE) or `nvidia-smi dmon --gpm-metrics 2,3,5,10`."]
         low = min(measured, key=lambda r: r.median("sm_active") or 0.0)
         sentence = (f"No activity finding over {len(records)} GPU(s): the lowest SM activity is {low.label}'s "
-                    f"{_pct(low.median('sm_active') or 0.0)}")
+                    f"{_fraction(low.median('sm_active') or 0.0)}")
         if all((r.median("utilization_gpu_pct") or 0.0) < UNDER_LOAD_PCT for r in measured):
             return [sentence + f", and utilization.gpu stays under {UNDER_LOAD_PCT} %: the GPUs are idle, so there is "
                     "nothing for the SM counters to explain.", "Find what the GPU waits for (host, data, a hang)."]
