@@ -29,7 +29,7 @@ from tools.core.limits import CALL_STOP_GRACE_S, PROGRESS_INTERVAL_S, STALLED_CA
 from tools.core.models import InputModel, ToolResult
 from tools.core.progress import Progress
 from tools.core.redact import redact_value
-from tools.core.stalls import CALL_ID, new_call_id, stalled_accesses, stuck_accesses
+from tools.core.stalls import CALL_ID, blocked, new_call_id, stalled_accesses, stuck_accesses
 
 __all__ = ["Reporter", "describe_validation_error", "execute", "validate_arguments"]
 
@@ -113,7 +113,8 @@ async def _on_own_loop(call_id: int, call: Callable[[], Awaitable[ToolResult]]) 
             inner["loop"].call_soon_threadsafe(inner["task"].cancel)
         with anyio.CancelScope(shield=True):
             until = time.monotonic() + CALL_STOP_GRACE_S
-            while not finished.is_set() and time.monotonic() < until:
+            # No waiting out the grace for a thread the kernel holds in a file-system call: it will not unwind.
+            while not finished.is_set() and time.monotonic() < until and not blocked(call_id):
                 await anyio.sleep(0.02)
         raise
 

@@ -80,8 +80,8 @@ def test_the_cli_ends_at_its_deadline_and_names_the_stalled_path(stalled: Stalle
     target = stalled.point / path
     cli = _cli(["grep-logs", str(target), "--root", str(stalled.point), "--timeout", "2"], cwd=tmp_path)
     said, after_s = _first_stderr_line(cli, within_s=15)
-    # 2 s of deadline, 2 s for the stopped call to unwind, and the interpreter's start.
-    assert after_s < 12, after_s
+    # 2 s of deadline and the interpreter's start: no grace is waited out for a thread the kernel holds.
+    assert after_s < 8, after_s
     assert f"{syscall}" in said and str(target) in said, said
     assert f"the file system at {stalled.point} (fuse) stalled" in said, said
     stalled.release()  # the blocked thread returns (EIO) and the process, already finished, can be reaped

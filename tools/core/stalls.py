@@ -29,8 +29,8 @@ from typing import IO
 
 from tools.core.errors import UnreadableInput
 
-__all__ = ["Access", "CALL_ID", "new_call_id", "opened", "refuse_if_stalled", "stalled_accesses", "stuck_accesses",
-           "touching"]
+__all__ = ["Access", "CALL_ID", "blocked", "new_call_id", "opened", "refuse_if_stalled", "stalled_accesses",
+           "stuck_accesses", "touching"]
 
 # The tool call a thread works for: set by the contract, copied into the threads a call starts (anyio copies it).
 CALL_ID: ContextVar[int | None] = ContextVar("gpu_triage_call_id", default=None)
@@ -156,6 +156,13 @@ def _mount_of(path: str) -> tuple[str, str] | None:
             if best is None or len(point) > len(best[0]):
                 best = (point, rest.split(maxsplit=1)[0] if rest else "?")
     return best
+
+
+def blocked(call: int) -> bool:
+    """Whether a thread of `call` is blocked in a file-system call now (nothing is marked)."""
+    with _lock:
+        candidates = [a.thread for a in _accesses.values() if a.call == call and a.active()]
+    return any(_blocked_in(thread) is not None for thread in candidates)
 
 
 def stuck_accesses(call: int) -> list[Access]:
