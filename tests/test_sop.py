@@ -262,3 +262,17 @@ def test_tools_point_at_sop_steps_when_healthy_too() -> None:
     assert [(s.branch, s.step) for s in trace.next_steps] == [("gpu_utilization_low", "trace")]
     assert [(s.branch, s.step) for s in grep.next_steps] == [("triage", "logs")]
     assert all(s.step is not None for s in smi.next_steps), smi.next_steps
+
+
+def test_busy_but_slow_words_reach_the_sm_activity_step() -> None:
+    import anyio
+
+    from tools.core.context import ToolContext
+    from tools.triage.plan import TriagePlanInput, triage_plan
+
+    for words in ("util is 100% but it is slow", "SM 利用率很低", "nvidia-smi says 100% yet SM activity is low",
+                  "are we even using the tensor cores?"):
+        plan = anyio.run(triage_plan, TriagePlanInput(symptom=words), ToolContext(roots=()))
+        assert plan.branch == "gpu_utilization_low", (words, plan.alternatives)
+        activity = [s for s in plan.steps if s.tool == "gpu_activity"]
+        assert len(activity) == 1 and activity[0].arguments == {"samples": 5, "interval_s": 1.0}, words
