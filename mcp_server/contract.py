@@ -110,7 +110,10 @@ async def _on_own_loop(call_id: int, call: Callable[[], Awaitable[ToolResult]]) 
     except anyio.get_cancelled_exc_class():
         inner["cancelled"] = True
         if "task" in inner:
-            inner["loop"].call_soon_threadsafe(inner["task"].cancel)
+            try:
+                inner["loop"].call_soon_threadsafe(inner["task"].cancel)
+            except RuntimeError:  # its loop closed meanwhile: the call has just finished
+                pass
         with anyio.CancelScope(shield=True):
             until = time.monotonic() + CALL_STOP_GRACE_S
             # No waiting out the grace for a thread the kernel holds in a file-system call: it will not unwind.
@@ -120,11 +123,11 @@ async def _on_own_loop(call_id: int, call: Callable[[], Awaitable[ToolResult]]) 
 
 
 def _refuse_when_too_many_stalled() -> None:
-    blocked = stalled_accesses()
-    calls = {access.call for access in blocked}
+    stuck = stalled_accesses()
+    calls = {access.call for access in stuck}
     if len(calls) >= STALLED_CALLS_MAX:
         raise LimitExceeded(
-            f"{len(calls)} earlier calls are still blocked in the file system ({blocked[0].describe()}); this "
+            f"{len(calls)} earlier calls are still blocked in the file system ({stuck[0].describe()}); this "
             "server takes no more calls until they return.",
             "Fix or unmount the stalled file systems, or restart the server.")
 

@@ -89,8 +89,10 @@ def test_the_cli_ends_at_its_deadline_and_names_the_stalled_path(stalled: Stalle
     assert cli.returncode == 3
 
 
-def _server_threads() -> int:
-    servers = [p for p in psutil.Process().children(recursive=True) if "mcp_server" in " ".join(p.cmdline())]
+def _server_threads(point: Path) -> int:
+    """Threads of this test's server (the one serving `point`; other tests' servers may still be exiting)."""
+    servers = [p for p in psutil.Process().children(recursive=True)
+               if "mcp_server" in (line := " ".join(p.cmdline())) and str(point) in line]
     assert len(servers) == 1, servers
     return servers[0].num_threads()
 
@@ -105,7 +107,7 @@ async def test_the_server_refuses_the_stalled_mount_at_once_and_serves_the_rest(
         first = await client.call_tool("grep_logs", {"paths": [str(blocked / "rank0.log")]})
         assert first.is_error and time.monotonic() - started < 8
         assert f"a read() on {blocked / 'rank0.log'} has not returned" in first.content[0].text
-        threads = _server_threads()
+        threads = _server_threads(stalled.point)
 
         calls = [
             ("grep_logs", {"paths": [str(blocked / "rank1.log")]}),
@@ -127,7 +129,7 @@ async def test_the_server_refuses_the_stalled_mount_at_once_and_serves_the_rest(
                 assert other.is_error is False, other.content[0].text
                 slowest = max(slowest, time.monotonic() - began)
         assert slowest < 1.0, slowest
-        assert _server_threads() <= threads + 2, "a refused call left a thread behind"
+        assert _server_threads(stalled.point) <= threads + 2, "a refused call left a thread behind"
 
         stalled.release()
         await anyio.sleep(0.5)
