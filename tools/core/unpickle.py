@@ -21,11 +21,13 @@ import multiprocessing
 import pickle
 import resource
 import struct
+import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from tools.core.errors import UnreadableInput
+from tools.core.errors import LimitExceeded, UnreadableInput
 from tools.core.limits import PICKLE_CHILD_BYTES_PER_BYTE, PICKLE_CHILD_MEMORY_FLOOR, PICKLE_PURE_MAX_BYTES
 
 __all__ = ["UnsafePickle", "load_plain_pickle"]
@@ -63,23 +65,31 @@ def _load_fast(data: bytes) -> Any:
     return _FastPlainUnpickler(io.BytesIO(data)).load()
 
 
-def _load_in_child(data: bytes, what: str) -> Any:
+def _load_in_child(data: bytes, what: str, deadline: float) -> Any:
     limit = PICKLE_CHILD_MEMORY_FLOOR + PICKLE_CHILD_BYTES_PER_BYTE * len(data)
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_cap_memory,
+                               initargs=(limit,))
     try:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_cap_memory,
-                                 initargs=(limit,)) as pool:
-            return pool.submit(_load_fast, data).result()
+        return pool.submit(_load_fast, data).result(timeout=max(0.1, deadline - time.monotonic()))
+    except FutureTimeout as exc:
+        raise LimitExceeded(f"unpickling {what} ({len(data) / 2**20:.0f} MiB) did not finish within the call's limit.",
+                            "Raise --timeout for a snapshot this large.") from exc
     except (MemoryError, BrokenProcessPool) as exc:
         raise UnreadableInput(f"{what} needs more than {limit / 2**30:.1f} GiB to unpickle ({len(data) / 2**20:.0f} "
                               "MiB of pickle): a corrupt or crafted memo index, or not a dump of plain values.",
                               "Check that the file is complete and is the dump PyTorch wrote.") from exc
+    finally:
+        for process in list(pool._processes.values()):  # a child still unpickling at the deadline is killed
+            process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-def load_plain_pickle(data: bytes, what: str) -> Any:
-    """Unpickle `data` allowing only plain containers and scalars; UnreadableInput otherwise."""
+def load_plain_pickle(data: bytes, what: str, deadline: float) -> Any:
+    """Unpickle `data` allowing only plain containers and scalars, by `deadline` (time.monotonic()); UnreadableInput
+    otherwise."""
     try:
         if len(data) > PICKLE_PURE_MAX_BYTES:
-            return _load_in_child(data, what)
+            return _load_in_child(data, what, deadline)
         return _PurePlainUnpickler(io.BytesIO(data)).load()
     except UnreadableInput:
         raise

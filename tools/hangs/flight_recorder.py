@@ -312,7 +312,7 @@ def _parse(data: dict[str, Any], dump: _Dump, kinds: _Kinds) -> None:
             record.last_enqueued = record.newest
 
 
-def _read_one(path: Path, name: str, rank: int, kinds: _Kinds) -> _Dump:
+def _read_one(path: Path, name: str, rank: int, kinds: _Kinds, deadline: float) -> _Dump:
     dump = _Dump(rank, name, "?")
     try:
         size = path.stat().st_size
@@ -331,7 +331,7 @@ def _read_one(path: Path, name: str, rank: int, kinds: _Kinds) -> _Dump:
                                       "Pass the dumps torch wrote (TORCH_NCCL_DEBUG_INFO_TEMP_FILE).") from exc
         else:
             dump.format = "pickle"
-            data = load_plain_pickle(raw, name)
+            data = load_plain_pickle(raw, name, deadline)
         _parse(data, dump, kinds)
     except (UnreadableInput, LimitExceeded) as exc:
         dump.error = str(exc)
@@ -379,7 +379,7 @@ def _read_chunk(files: list[tuple[Path, str, int]], deadline: float) -> tuple[li
         if time.monotonic() > deadline:
             raise LimitExceeded(f"reading the dumps took longer than the call's limit ({len(dumps)} of {len(files)} "
                                 "read in one worker).", "Pass one process group or fewer ranks, or raise --timeout.")
-        dumps.append(_read_one(file, name, rank, kinds))
+        dumps.append(_read_one(file, name, rank, kinds, deadline))
     return dumps, kinds
 
 

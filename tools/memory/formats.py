@@ -194,7 +194,7 @@ def read_memory_input(path: Path, name: str, deadline: float) -> MemoryInput:
         raise UnreadableInput(f"{name} is empty.", "Pass the snapshot pickle, memory_summary() text, memory_stats() "
                               "JSON or the log that holds the OOM message.")
     if head[:1] == b"\x80":
-        data = load_plain_pickle(read_regular(path, MEM_MAX_FILE_BYTES + 1, name), name)
+        data = load_plain_pickle(read_regular(path, MEM_MAX_FILE_BYTES + 1, name), name, deadline)
         return MemoryInput("snapshot", snapshot=_snapshot(data, name, deadline))
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"[") and size <= MEM_MAX_TEXT_BYTES:

@@ -11,6 +11,7 @@ import os
 import pickle
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,18 +90,27 @@ def test_no_payload_runs_and_every_one_ends_clearly(tmp_path: Path, tool: str) -
 def test_a_large_pickle_is_read_in_a_capped_child_and_a_crafted_memo_index_fails_there() -> None:
     import psutil
 
-    from tools.core.errors import UnreadableInput
+    from tools.core.errors import LimitExceeded, UnreadableInput
     from tools.core.limits import PICKLE_PURE_MAX_BYTES
     from tools.core.unpickle import load_plain_pickle
 
     big = {"segments": [{"address": i, "blocks": [f"{i:0200d}"]} for i in range(PICKLE_PURE_MAX_BYTES // 180)]}
     data = pickle.dumps(big, protocol=4)
     assert len(data) > PICKLE_PURE_MAX_BYTES
-    assert load_plain_pickle(data, "snapshot") == big  # C's speed, in the child, same answer
+    started = time.monotonic()
+    assert load_plain_pickle(data, "snapshot", time.monotonic() + 60) == big  # C's speed, in the child, same answer
+    whole_s = time.monotonic() - started
     # A 33 MB string, then LONG_BINPUT at index 0xF0000000: C's memo array would take 2 x 2^32 x 8 bytes.
     text = b"y" * (PICKLE_PURE_MAX_BYTES + 1024)
     crafted = b"\x80\x04\x8e" + len(text).to_bytes(8, "little") + text + b"r\x00\x00\x00\xf0."
     before = psutil.Process().memory_info().rss
     with pytest.raises(UnreadableInput, match=r"needs more than .* GiB to unpickle .*crafted memo index"):
-        load_plain_pickle(crafted, "snapshot")
+        load_plain_pickle(crafted, "snapshot", time.monotonic() + 60)
     assert psutil.Process().memory_info().rss - before < 512 * 2**20  # the blow-up stayed in the child
+    # A child still unpickling at the call's deadline is killed, not left running.
+    started = time.monotonic()
+    with pytest.raises(LimitExceeded, match="did not finish within the call's limit"):
+        load_plain_pickle(data, "snapshot", time.monotonic() + 0.05)
+    assert time.monotonic() - started < whole_s / 2, (time.monotonic() - started, whole_s)  # not waited out
+    workers = [c for c in psutil.Process().children() if "spawn_main" in " ".join(c.cmdline())]
+    assert workers == []  # (multiprocessing's resource tracker stays: it is no worker)
