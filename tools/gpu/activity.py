@@ -130,6 +130,16 @@ class GpuActivity(BaseModel):
         stats: MetricStats | None = getattr(self, name)
         return None if stats is None else stats.median
 
+    def cell(self, name: str) -> str:
+        """The median as a table shows it: percent whole, rates in GB/s, fractions to two places; n/a for a metric
+        the source lacks, - for one it has no value of."""
+        value = self.median(name)
+        if value is None:
+            return "n/a" if name in self.unavailable else "-"
+        if name.endswith("_bytes_per_s"):
+            return f"{value / 1e9:.2f}"
+        return f"{value:.0f}" if name.endswith("_pct") else f"{value:.2f}"
+
     @property
     def label(self) -> str:
         where = f"{self.host} " if self.host else f"{self.capture}: " if self.capture else ""
@@ -141,6 +151,7 @@ class ActivityFinding(BaseModel):
     severity: Severity
     gpu: str = Field(description="Which GPU (and MIG instance, host) it is about.")
     evidence: str
+    threshold: str = Field(description="The limit the evidence crossed.")
     fix: str
     sop_branch: str
 
@@ -153,19 +164,11 @@ class GpuActivityResult(ToolResult):
     node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
 
     def tables(self) -> list[Table]:
-        def show(record: GpuActivity, name: str, unit: str = "") -> str:
-            value = record.median(name)
-            if value is None:
-                return "n/a" if name in record.unavailable else "-"
-            if unit == "GB/s":
-                return f"{value / 1e9:.2f}"
-            return f"{value:.0f}" if unit == "%" else f"{value:.2f}"
-
-        rows = [[r.label, r.source, show(r, "utilization_gpu_pct", "%"), show(r, "sm_active"),
-                 show(r, "sm_occupancy"), show(r, "tensor_active"), show(r, "dram_active"),
-                 "/".join(show(r, f"fp{b}_active") for b in (16, 32, 64)),
-                 f"{show(r, 'pcie_tx_bytes_per_s', 'GB/s')}/{show(r, 'pcie_rx_bytes_per_s', 'GB/s')}",
-                 f"{show(r, 'nvlink_tx_bytes_per_s', 'GB/s')}/{show(r, 'nvlink_rx_bytes_per_s', 'GB/s')}"]
+        rows = [[r.label, r.source, *(r.cell(n) for n in ("utilization_gpu_pct", "sm_active", "sm_occupancy",
+                                                          "tensor_active", "dram_active")),
+                 "/".join(r.cell(f"fp{b}_active") for b in (16, 32, 64)),
+                 f"{r.cell('pcie_tx_bytes_per_s')}/{r.cell('pcie_rx_bytes_per_s')}",
+                 f"{r.cell('nvlink_tx_bytes_per_s')}/{r.cell('nvlink_rx_bytes_per_s')}"]
                 for r in self.gpus]
         tables = [Table("What the SMs do (medians; activities 0-1)",
                         ["gpu", "source", "util %", "SM active", "SM occ", "tensor", "DRAM", "FP16/32/64",
@@ -215,7 +218,8 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
     if util is not None and util >= ACTIVITY_BUSY_UTIL_PCT and sm is not None and sm < SM_ACTIVE_NEEDED:
         found.append(ActivityFinding(
             kind="low_sm_activity", severity=Severity.crit if sm < SM_ACTIVE_POOR else Severity.warn,
-            gpu=record.label,
+            gpu=record.label, threshold=f"SM active >= {SM_ACTIVE_NEEDED} (< {SM_ACTIVE_POOR} poor) when "
+                                        f"utilization >= {ACTIVITY_BUSY_UTIL_PCT:.0f} %",
             evidence=f"{busy_by} but SM active {_fraction(sm)}{of}: a kernel runs nearly all the time, yet on average "
                      f"{sm * 100:.0f} % of the SMs hold a warp (NVIDIA wants >= {SM_ACTIVE_NEEDED}).",
             fix="Small kernels or launch-bound (summarize_trace: kernel sizes and gaps; CUDA graphs, torch.compile, "
@@ -230,6 +234,7 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
         pipes = ", ".join(f"FP{b} pipe {v:.2f}" for b, v in fp.items() if v is not None)
         found.append(ActivityFinding(
             kind="no_tensor_cores", severity=Severity.warn, gpu=record.label,
+            threshold=f"tensor active >= {TENSOR_IDLE} when SM active >= {SM_ACTIVE_POOR}",
             evidence=f"SM active {_fraction(sm)} but tensor pipes {tensor:.3f}" + (f" ({pipes})" if pipes else "")
                      + ": the SMs work, the tensor cores do not.",
             fix="If this job should run bf16/fp16 matmuls: torch.autocast(dtype=torch.bfloat16), or TF32 for fp32 "
@@ -238,6 +243,7 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
     if memory_bound and dram is not None:
         found.append(ActivityFinding(
             kind="memory_bound", severity=Severity.warn, gpu=record.label,
+            threshold=f"DRAM active < {DRAM_BOUND} (with tensor active < {TENSOR_LOW})",
             evidence=f"DRAM bandwidth {_fraction(dram)} of its peak"
                      + (f", tensor pipes {tensor:.2f}" if tensor is not None else "") + ": the kernels wait on memory.",
             fix="Raise arithmetic intensity: fuse elementwise and normalisation ops (torch.compile), larger batches, "
@@ -248,6 +254,8 @@ def _one_gpu(record: GpuActivity) -> list[ActivityFinding]:
     if pcie is not None and nvlink is not None and pcie >= PCIE_BUSY_BYTES_PER_S and nvlink < NVLINK_IDLE_BYTES_PER_S:
         found.append(ActivityFinding(
             kind="nvlink_idle", severity=Severity.warn, gpu=record.label,
+            threshold=f"NVLink >= {NVLINK_IDLE_BYTES_PER_S / 1e9:g} GB/s when PCIe >= {PCIE_BUSY_BYTES_PER_S / 1e9:g} "
+                      "GB/s",
             evidence=f"PCIe carries {pcie / 1e9:.1f} GB/s while NVLink carries {nvlink / 1e9:.2f} GB/s: if these "
                      "GPUs have NVLink, the traffic (an all-reduce?) does not use it.",
             fix="check_interconnect: NCCL's transport per peer (P2P/NVLink vs SHM or NET), NCCL_P2P_DISABLE / "
@@ -278,6 +286,7 @@ def _below_node(records: list[GpuActivity]) -> list[ActivityFinding]:
             if sm < node - GPU_BELOW_NODE_ABS and sm < node * GPU_BELOW_NODE_SHARE:
                 found.append(ActivityFinding(
                     kind="gpu_below_node", severity=Severity.warn, gpu=record.label,
+                    threshold=f"within {GPU_BELOW_NODE_ABS} and {GPU_BELOW_NODE_SHARE:.0%} of the node's median",
                     evidence=f"SM active {_fraction(sm)} against its node's median {_fraction(node)} over "
                              f"{len(peers)} GPUs.",
                     fix="A straggler candidate: find_stragglers on the step logs or traces; health_check for this "
@@ -450,16 +459,16 @@ async def gpu_activity(params: GpuActivityInput, ctx: ToolContext) -> GpuActivit
         return _merge_nodes(backend.label, answers)
     deadline = ctx.started + ctx.timeout_s - 1.0
     notes: list[str] = []
+    wanted = params.samples * params.interval_s
+    if not params.files and wanted > ctx.remaining_s() - 1:
+        raise BadInput(f"samples x interval_s = {wanted:g} s does not fit the call's {ctx.timeout_s:g} s.",
+                       "Take fewer samples or a shorter interval, or raise --timeout.")
     if params.url:
         records, notes = await _scrape(params, ctx, params.url)
         sources = [params.url]
     elif params.files:
         records, sources, notes = await anyio.to_thread.run_sync(_read_files, params, ctx, abandon_on_cancel=True)
     else:
-        wanted = params.samples * params.interval_s
-        if wanted > ctx.remaining_s() - 1:
-            raise BadInput(f"samples x interval_s = {wanted:g} s does not fit the call's {ctx.timeout_s:g} s.",
-                           "Take fewer samples or a shorter interval, or raise --timeout.")
         ctx.progress.update(0, wanted, f"sampling GPM for {wanted:g} s")
         records = await anyio.to_thread.run_sync(live_activity, params.interval_s, params.samples, deadline,
                                                  abandon_on_cancel=True)

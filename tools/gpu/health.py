@@ -35,7 +35,7 @@ from tools.core.limits import (
 )
 from tools.core.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
 from tools.core.proc import run_program
-from tools.core.thresholds import CORE_SATURATED_PCT, SM_ACTIVE_NEEDED
+from tools.core.thresholds import CORE_SATURATED_PCT
 from tools.core.xid import xid_meaning
 from tools.gpu import nvml as _nvml
 from tools.gpu.activity import ActivityFinding, GpuActivity, activity_findings, live_activity
@@ -191,8 +191,8 @@ class HealthCheckResult(ToolResult):
                     ",".join(g.throttle_reasons) if g.throttle_reasons else _s(g.throttle_reasons and "none")]
                    for g in self.gpus], "gpus"),
             Table("What the SMs do (GPM)", ["gpu", "util %", "SM active", "SM occupancy", "tensor", "DRAM"],
-                  [[a.label, *(_median(a, n) for n in ("utilization_gpu_pct", "sm_active", "sm_occupancy",
-                                                       "tensor_active", "dram_active"))] for a in self.activity],
+                  [[a.label, *(a.cell(n) for n in ("utilization_gpu_pct", "sm_active", "sm_occupancy",
+                                                   "tensor_active", "dram_active"))] for a in self.activity],
                   "activity", note=self.activity_note or ""),
             Table("Nodes", ["node", "status", "GPUs", "why"],
                   [[n.node, n.status, _s(n.gpus), n.why] for n in self.nodes], "nodes"),
@@ -223,11 +223,6 @@ def _host_row(host: HostHealth) -> list[str]:
     return [str(host.cpu_count), load, busy, iowait,
             f"{host.memory_available_mib:.0f} of {host.memory_total_mib:.0f}",
             f"{host.swap_used_mib:.0f} of {host.swap_total_mib:.0f}", disk]
-
-
-def _median(record: GpuActivity, name: str) -> str:
-    value = record.median(name)
-    return "-" if value is None else f"{value:.0f}" if name.endswith("_pct") else f"{value:.2f}"
 
 
 def _s(value: object) -> str:
@@ -516,14 +511,14 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         kernel = await _read_kernel_log(min(_DMESG_TIMEOUT_S, budget))
 
     activity: list[GpuActivity] = []
+    window_s = max(0.1, min(params.sample_s, budget - 0.5))  # what the host sample and GPM are taken over
 
     async def activity_part() -> None:
         # GPM needs two samples apart: taken over the same window as the host sample, beside the snapshot.
         nonlocal activity
-        interval = max(0.1, min(params.sample_s, budget - 0.5))
         with anyio.move_on_after(min(_NVML_TIMEOUT_S, budget)):
             try:
-                activity = await anyio.to_thread.run_sync(live_activity, interval, 1, time.monotonic() + budget,
+                activity = await anyio.to_thread.run_sync(live_activity, window_s, 1, time.monotonic() + budget,
                                                              abandon_on_cancel=True)
             except Unavailable:
                 activity = []  # the snapshot's NVML row says why
@@ -531,7 +526,7 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
     async with anyio.create_task_group() as group:
         group.start_soon(nvml_part)
         group.start_soon(activity_part)
-        group.start_soon(_sample_host, max(0.1, min(params.sample_s, budget - 0.5)), params.top_processes, host)
+        group.start_soon(_sample_host, window_s, params.top_processes, host)
         if params.include_kernel_log:
             group.start_soon(kernel_part)
 
@@ -588,7 +583,7 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
 
 def _activity_row(finding: ActivityFinding) -> Finding:
     return Finding(check=f"{finding.gpu} {finding.kind.replace('_', ' ')}", value=finding.evidence,
-                   threshold=f"SM active >= {SM_ACTIVE_NEEDED} when busy (gpu_activity)", severity=finding.severity,
+                   threshold=finding.threshold, severity=finding.severity,
                    meaning=finding.fix, sop_branch=finding.sop_branch)
 
 

@@ -137,6 +137,7 @@ async def test_health_check_over_mcp_quotes_both_numbers_of_the_small_kernel_gpu
     data = result.structured_content
     [row] = [f for f in data["findings"] if f["check"] == "GPU 0 low sm activity"]
     assert row["severity"] == "crit" and row["sop_branch"] == "gpu_utilization_low"
+    assert row["threshold"] == "SM active >= 0.8 (< 0.5 poor) when utilization >= 80 %"
     assert "utilization.gpu 100 %" in row["value"] and "SM active 0.20" in row["value"]
     assert data["activity"][0]["sm_active"]["median"] == pytest.approx(0.2)
     assert "utilization.gpu 100 % but SM active 0.20" in result.content[0].text
@@ -189,3 +190,23 @@ def test_a_dcgm_exporter_page_is_scraped_on_loopback_into_a_series() -> None:
     whole = next(g for g in data["gpus"] if g["instance"] is None)
     assert whole["source"] == "dcgm_exporter" and whole["tensor_active"]["samples"] == 3
     assert data["sources"] == [url]
+
+
+def test_an_exporter_that_never_answers_ends_at_the_deadline_and_an_oversized_sampling_is_refused() -> None:
+    import socket
+    import time
+
+    with socket.socket() as silent:  # accepts (the kernel does), never sends a byte
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/metrics"
+        started = time.monotonic()
+        done = run_cli(["gpu-activity", "--url", url, "--samples", "1", "--timeout", "3", "--root", str(ACTIVITY)],
+                       base_env())
+        took = time.monotonic() - started
+    assert done.returncode == 3 and took < 8, (took, done.stderr)
+    assert "did not answer" in done.stderr or "did not finish within 3 s" in done.stderr, done.stderr
+    oversized = run_cli(["gpu-activity", "--url", url, "--samples", "30", "--interval-s", "10", "--root",
+                         str(ACTIVITY)], base_env())
+    assert oversized.returncode == 3
+    assert "samples x interval_s = 300 s does not fit the call's 60 s" in oversized.stderr, oversized.stderr
