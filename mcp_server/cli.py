@@ -2,8 +2,9 @@
 the MCP server, for humans and CI scripts.
 
 Flags are generated from each tool's input model. Output is the markdown (default) or the structured
-result (--json). Exit code: 0 nothing wrong, 1 a warning, 2 a critical finding, 3 bad input or a tool
-failure; an unexpected crash prints one line and also exits 3 (traceback only with GPU_TRIAGE_DEBUG=1).
+result (--json). Exit codes are mcp_server/usage.py's: 0 ok, 1 warning, 2 critical, 4 unknown, 3 the call
+failed (usage error, bad input, tool failure); an unexpected crash prints one line and also exits 3 (traceback
+only with GPU_TRIAGE_DEBUG=1).
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
 from mcp_server.shell_paths import absolute_paths
 from mcp_server.terminal import terminal_progress
+from mcp_server.usage import EXIT_BAD_INPUT, EXIT_CODES_HELP, UsageParser
 from tools.core.errors import TriageError
 from tools.core.models import InputModel
 
 __all__ = ["main"]
-
-EXIT_BAD_INPUT = 3
 
 
 def _base_type(annotation: Any) -> tuple[Any, bool]:
@@ -102,9 +102,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; with `only`, just that subcommand gets its flags (so only its tool is imported)."""
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="gpu-triage", description="Triage slow or hung GPU jobs (the tools of gpu-triage-mcp as commands).",
-        epilog="Exit codes: 0 ok, 1 warning, 2 critical, 3 bad input or tool failure.",
+        epilog=EXIT_CODES_HELP,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in TOOLS:
@@ -150,7 +150,7 @@ def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
         if report is not None:
             sys.stderr.write("\r\x1b[2K")  # the line goes once the answer is there
     sys.stdout.write(to_json(result) + "\n" if args.json else render_markdown(result, spec.title))
-    return result.severity.rank
+    return result.severity.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import json
 from typing import TypeVar
 
 from tools.core.limits import JSON_BUDGET_FACTOR
-from tools.core.models import Table, ToolResult, Truncation
+from tools.core.models import CoverageStatus, Table, ToolResult, Truncation
 
 __all__ = ["fit_to_budget", "render_markdown", "to_json"]
 
@@ -21,6 +21,8 @@ R = TypeVar("R", bound=ToolResult)
 
 _MAX_CELL_CHARS = 160
 _NARROWER_CELLS = (80, 40, 20)  # tried in turn when the rows left are too wide for the budget
+_CAVEATS_SHOWN = 5  # the markdown's caveats; the JSON's `notes` has them all
+_COVERAGE_SHOWN = 8  # inputs not read whole, listed in the markdown; `coverage` has them all
 
 
 def _cell(text: str, limit: int) -> str:
@@ -48,6 +50,7 @@ def render_markdown(result: ToolResult, title: str) -> str:
     parts = [f"## {title}: {result.severity.value}"]
     parts += [md for md in (_table_markdown(t, limit, columns) for t in result.tables()) if md]
     parts.append("**Conclusion:** " + " ".join(result.conclusion))
+    parts += _caveats_markdown(result, limit)
     if result.next_steps:
         parts.append("**Next steps:**\n" + "\n".join(
             f"- [{s.branch}] {s.action} — {s.why}" for s in result.next_steps))
@@ -61,6 +64,31 @@ def render_markdown(result: ToolResult, title: str) -> str:
                          + (f" and tables to {cut.columns_shown} columns" if cut.columns_shown else "")
                          + f" to fit {cut.max_bytes} bytes; the JSON has them whole._")
     return "\n\n".join(parts) + "\n"
+
+
+def _caveats_markdown(result: ToolResult, limit: int) -> list[str]:
+    """What the verdict stands on besides the tables: the evidence that would decide an unknown, the inputs not read
+    whole, and the tool's notes. Shown in every result, so a caveat never lives in the JSON alone."""
+    parts = []
+    if result.decides:
+        parts.append(f"**What would decide:** {result.decides}")
+    unread = [c for c in result.coverage if c.status is not CoverageStatus.read]
+    if unread:
+        read = len(result.coverage) - len(unread)
+        lines = [f"**Inputs not read whole** ({read} of {len(result.coverage)} read whole):"]
+        for entry in unread[:_COVERAGE_SHOWN]:
+            known = f" (formats read: {', '.join(entry.formats_known)})" if entry.formats_known else ""
+            lines.append(f"- `{_cell(entry.input, limit)}`: {entry.status.value.replace('_', ' ')}"
+                         + (f", {_cell(entry.detail, limit)}" if entry.detail else "") + _cell(known, limit))
+        if len(unread) > _COVERAGE_SHOWN:
+            lines.append(f"- and {len(unread) - _COVERAGE_SHOWN} more in `coverage`")
+        parts.append("\n".join(lines))
+    if result.notes:
+        lines = ["**Caveats:**", *(f"- {_cell(note, limit * 2)}" for note in result.notes[:_CAVEATS_SHOWN])]
+        if len(result.notes) > _CAVEATS_SHOWN:
+            lines.append(f"- and {len(result.notes) - _CAVEATS_SHOWN} more in `notes`")
+        parts.append("\n".join(lines))
+    return parts
 
 
 def to_json(result: ToolResult) -> str:

@@ -2,13 +2,14 @@
 
 Flags name the job's artifacts; `--demo` takes the sample artifacts bundled with the package (mcp_server/samples,
 real files with provenance) and adds their folder to the roots. The report goes to stdout (markdown, or JSON with
-`--json`) or to `--out FILE`; a line of progress goes to stderr; the exit code is the worst severity (0 ok, 1 warn,
-2 crit) or 3 when the report could not be made.
+`--json`) or to `--out FILE` (checked before any work); a line of progress goes to stderr; the exit code is the
+worst severity (0 ok, 1 warn, 2 crit, 4 unknown) or 3 when the report could not be made (mcp_server/usage.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,7 @@ from mcp_server.render import render_markdown, to_json
 from mcp_server.settings import add_settings_arguments, settings_from_args
 from mcp_server.shell_paths import absolute_paths
 from mcp_server.terminal import terminal_progress
+from mcp_server.usage import EXIT_CODES_HELP, UsageParser
 from tools.core.errors import BadInput
 
 __all__ = ["SAMPLES", "report_main"]
@@ -31,7 +33,7 @@ REPORT_MAX_BYTES = 32 * 1024  # a report has several tables; the server's per-ca
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu-triage report", description=__doc__.split("\n")[0])
+    parser = UsageParser(prog="gpu-triage report", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     parser.add_argument("--logs", action="append", default=[], metavar="GLOB", help="The job's logs (repeatable).")
     parser.add_argument("--traces", action="append", default=[], metavar="PATH", help="A trace file or folder.")
     parser.add_argument("--baseline", metavar="PATH", help="The run before the fix (a trace or step-time logs): "
@@ -68,8 +70,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_out(out: str) -> None:
+    """Refuse an --out the report could not be written to, before the report is made (minutes of work lost)."""
+    target = Path(out)
+    if target.is_dir():
+        raise BadInput(f"--out {out} is a folder.", "Name a file to write the report to, e.g. --out report.md.")
+    folder = target.parent
+    if not folder.is_dir():
+        raise BadInput(f"--out {out}: the folder {folder} does not exist.", "Create it first, or name a file in an "
+                       "existing folder.")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise BadInput(f"--out {out} is not writable by this user.", "Name a file in a folder you can write to.")
+
+
 def report_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.out:
+        _check_out(args.out)
     arguments: dict[str, Any] = {"logs": args.logs, "traces": args.traces, "stacks": args.stacks,
                                  "health": not args.no_health}
     if args.fr_dir:
@@ -126,8 +143,12 @@ def report_main(argv: list[str]) -> int:
             sys.stderr.write("\r\x1b[2K")
     text = to_json(result) + "\n" if args.json else render_markdown(result, spec.title)
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:  # checked before, but a disk can fill or a folder go meanwhile
+            raise BadInput(f"--out {args.out}: the report could not be written ({exc.strerror}).",
+                           "Name a file in a folder you can write to; the report was not saved.") from exc
         print(f"gpu-triage report: written to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return result.severity.rank
+    return result.severity.exit_code

@@ -182,7 +182,6 @@ class CompareRunsResult(ToolResult):
     inference_verdicts: list[str] = Field(default_factory=list, description="Inference: inference_metrics' verdict "
                                           "before and after.")
     now_dominant: NowDominant | None
-    notes: list[str]
 
     narrow_hint = "compare one rank's traces or logs"
 

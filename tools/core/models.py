@@ -27,6 +27,8 @@ from tools.core.limits import (
 )
 
 __all__ = [
+    "Coverage",
+    "CoverageStatus",
     "Finding",
     "JobInput",
     "NameArg",
@@ -55,9 +57,12 @@ NameArg = Annotated[str, Field(min_length=1, max_length=128)]
 
 
 class Severity(StrEnum):
-    """How bad a finding is; the CLI exit code is 0, 1 or 2 for the worst one."""
+    """How bad a finding is. `unknown`: the inputs were read but do not decide the question (a capture we cannot
+    read, a bandwidth with no figure to judge it by, one rank of four); it ranks above ok, since a problem may be
+    hiding there, and below warn, since none was seen. The CLI exit code is `exit_code` of the worst one."""
 
     ok = "ok"
+    unknown = "unknown"
     warn = "warn"
     crit = "crit"
 
@@ -65,8 +70,14 @@ class Severity(StrEnum):
     def rank(self) -> int:
         return _SEVERITY_RANK[self]
 
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 1 warn, 2 crit, 4 unknown (3 is a call that failed: bad input or a tool error)."""
+        return _EXIT_CODES[self]
 
-_SEVERITY_RANK = {Severity.ok: 0, Severity.warn: 1, Severity.crit: 2}
+
+_SEVERITY_RANK = {Severity.ok: 0, Severity.unknown: 1, Severity.warn: 2, Severity.crit: 3}
+_EXIT_CODES = {Severity.ok: 0, Severity.warn: 1, Severity.crit: 2, Severity.unknown: 4}
 
 
 def worst(severities: Iterable[Severity]) -> Severity:
@@ -172,6 +183,37 @@ class NextStep(BaseModel):
         return cls(branch=branch, action=tool_call(step.tool, merged), why=step.decides, step=step.id)
 
 
+class CoverageStatus(StrEnum):
+    """How much of one input a tool could use."""
+
+    read = "read"  # read whole, and it is evidence of the kind the question needs
+    partial = "partial"  # read in part (cut short, sampled, some lines or ranks only): `detail` says which part
+    not_understood = "not_understood"  # not a format the tool reads, or empty of what it needs
+
+
+class Coverage(BaseModel):
+    """What a tool made of one input (a file, a live source such as NVML or /proc, a URL, a node)."""
+
+    input: str = Field(description="The input: a path, a URL, 'NVML', '/proc', a node or rank name.")
+    status: CoverageStatus
+    detail: str = Field(default="", description="What was read, or why only part of it, or what it looked like.")
+    formats_known: list[str] | None = Field(default=None, description="For an input not understood: the formats "
+                                            "this tool reads.")
+
+    @classmethod
+    def read(cls, input: str, detail: str = "") -> Coverage:
+        return cls(input=input, status=CoverageStatus.read, detail=detail)
+
+    @classmethod
+    def partial(cls, input: str, detail: str) -> Coverage:
+        return cls(input=input, status=CoverageStatus.partial, detail=detail)
+
+    @classmethod
+    def not_understood(cls, input: str, detail: str, formats_known: Iterable[str] | None = None) -> Coverage:
+        return cls(input=input, status=CoverageStatus.not_understood, detail=detail,
+                   formats_known=None if formats_known is None else list(formats_known))
+
+
 class Truncation(BaseModel):
     """Rows cut to keep the response within the byte budget."""
 
@@ -205,11 +247,19 @@ def cell(value: float | None) -> str:
 class ToolResult(BaseModel):
     """Fields every result carries. Subclasses add their data and implement `tables()`."""
 
-    severity: Severity = Field(description="Worst finding: ok, warn or crit.")
+    severity: Severity = Field(description="Worst finding: ok, warn or crit; unknown when the inputs were read but "
+                               "do not decide the question (see `decides`). ok means evidence that would have "
+                               "shown the problem was read, and the problem is not there.")
     conclusion: list[str] = Field(
         max_length=3, description="At most three sentences: the verdict and what to do."
     )
     next_steps: list[NextStep] = Field(default_factory=list)
+    coverage: list[Coverage] = Field(default_factory=list, description="Per input: read, partly read (why) or not "
+                                     "understood (what it looked like, which formats are read).")
+    decides: str | None = Field(default=None, description="When severity is unknown: the evidence that would "
+                                "decide the question.")
+    notes: list[str] = Field(default_factory=list, description="Caveats: what was skipped, assumed or cut; shown "
+                             "in the markdown after the conclusion.")
     truncated: Truncation | None = Field(
         default=None, description="Set when rows were cut to fit the byte budget."
     )

@@ -160,7 +160,6 @@ class GpuActivityResult(ToolResult):
     gpus: list[GpuActivity]
     findings: list[ActivityFinding]
     sources: list[str] = Field(description="What was read: files, the url, or 'NVML GPM'.")
-    notes: list[str] = Field(default_factory=list)
     node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
 
     def tables(self) -> list[Table]:

@@ -131,7 +131,6 @@ class NvidiaSmiQueryResult(ToolResult):
     summary: list[FieldSummary]
     periodic: PeriodicDips | None = Field(default=None, description="The deepest periodic dip in a GPU's "
                                           "utilization.gpu series (every N steps: checkpoint, eval, logging).")
-    notes: list[str] = Field(default_factory=list)
     rows: list[SmiRow]
 
     narrow_hint = "pass fewer fields or gpus, or lower count"

@@ -101,7 +101,6 @@ class AnalyzeFlightRecorderResult(ToolResult):
     suspects: list[FlightSuspect]
     ranks: list[RankDump] = Field(description="One row per dump file; failed files first, then the suspects.")
     version: str | None = Field(description="The dump format version.")
-    notes: list[str]
 
     narrow_hint = "pass one process group (pg)"
 

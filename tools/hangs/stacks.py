@@ -137,7 +137,6 @@ class DumpStacksResult(ToolResult):
     nodes_answered: int | None = Field(default=None, description="Job-level calls: nodes whose collector answered.")
     nodes_failed: int | None = Field(default=None, description="Job-level calls: nodes with no answer (see the "
                                      "node_unreachable rows).")
-    notes: list[str]
 
     narrow_hint = "pass fewer pids or files, or lower max_processes"
 

@@ -146,7 +146,6 @@ class ProfileCpuResult(ToolResult):
     verdict: Verdict
     processes: list[ProcessProfile]
     findings: list[CpuFinding]
-    notes: list[str]
     node: str | None = Field(default=None, description="The node this answer is from (collector mode).")
     nodes: list[NodeVerdict] = Field(default_factory=list, description="A job-level call: each node's verdict.")
 

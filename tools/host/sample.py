@@ -161,7 +161,6 @@ class SampleHostResult(ToolResult):
                                           "an eval, logging, a drained prefetch buffer), from the live series or a "
                                           "dmon capture's SM %.")
     findings: list[HostFinding]
-    notes: list[str]
     node: str | None = Field(default=None, description="The node this answer is from (collector mode).")
     nodes: list[NodeVerdict] = Field(default_factory=list, description="A job-level call: each node's verdict.")
 

@@ -70,7 +70,6 @@ class CheckInterconnectResult(ToolResult):
     transports: list[Transport]
     bandwidth: list[Bandwidth]
     links: list[Link]
-    notes: list[str]
 
     narrow_hint = "pass fewer logs or captures"
 

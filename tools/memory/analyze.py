@@ -115,7 +115,6 @@ class AnalyzeMemoryResult(ToolResult):
     top_sites_at: str = Field(description="The moment top_sites describe: the OOM (replayed), or the snapshot.")
     peak_sites: list[MemorySite] = Field(description="Live bytes by site at the replayed peak.")
     allocator_settings: dict[str, str] = Field(description="The snapshot's allocator settings (2.5+).")
-    notes: list[str]
 
     narrow_hint = "lower top_sites"
 

@@ -142,7 +142,6 @@ class InferenceMetricsResult(ToolResult):
     throughput: Throughput
     findings: list[LatencyFinding]
     engines: list[EngineRow] = Field(description="Per data-parallel engine, when there are several.")
-    notes: list[str]
 
     narrow_hint = "the tables are short; raise the byte budget (--max-bytes) to see every engine"
 

@@ -136,7 +136,6 @@ class FindStragglersResult(ToolResult):
     distribution: list[Distribution] = Field(description="Per-rank medians over all ranks: min, p10, median, p90, "
                                              "max (the summary of the ranks not listed one by one).")
     ranks: list[RankRow] = Field(description="Per rank, most deviating first (cut by the budget for big jobs).")
-    notes: list[str]
 
     narrow_hint = "pass fewer ranks' logs"
 

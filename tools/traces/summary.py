@@ -198,7 +198,6 @@ class SummarizeTraceResult(ToolResult):
                                        "expert-system rules (nsys analyze), with its names and thresholds.")
     nsys_stats: NsysStats | None = Field(default=None, description="nsys stats CSV tables only: the partial view "
                                          "they allow (kernel and CUDA API totals, the synchronising share).")
-    notes: list[str]
 
     narrow_hint = "pass one rank's file instead of the folder"
 
