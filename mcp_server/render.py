@@ -77,9 +77,10 @@ def _caveats_markdown(result: ToolResult, limit: int) -> list[str]:
         read = len(result.coverage) - len(unread)
         lines = [f"**Inputs not read whole** ({read} of {len(result.coverage)} read whole):"]
         for entry in unread[:_COVERAGE_SHOWN]:
-            known = f" (formats read: {', '.join(entry.formats_known)})" if entry.formats_known else ""
+            known = f"(formats read: {', '.join(entry.formats_known)})" if entry.formats_known else ""
             lines.append(f"- `{_cell(entry.input, limit)}`: {entry.status.value.replace('_', ' ')}"
-                         + (f", {_cell(entry.detail, limit)}" if entry.detail else "") + _cell(known, limit))
+                         + (f", {_cell(entry.detail, limit)}" if entry.detail else "")
+                         + (f" {_cell(known, limit)}" if known else ""))
         if len(unread) > _COVERAGE_SHOWN:
             lines.append(f"- and {len(unread) - _COVERAGE_SHOWN} more in `coverage`")
         parts.append("\n".join(lines))

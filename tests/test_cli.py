@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,37 @@ def test_bad_input_exits_3_with_an_actionable_message(capsys) -> None:
     assert "resolves to /etc/passwd, outside the allowed roots" in capsys.readouterr().err
 
 
+def test_usage_errors_exit_3_never_a_severity(tmp_path: Path) -> None:
+    """argparse exits 2 on a usage error, which is the code of a critical finding: a CI gating on it would page
+    someone for a typo. Every usage error exits 3 with argparse's message, before any work."""
+    env = base_env()
+    for argv, message in [(["nvidia-smi-query", "--feilds", "index"], "unrecognized arguments: --feilds"),
+                          (["no-such-tool"], "invalid choice: 'no-such-tool'"), ([], "required: COMMAND"),
+                          (["nvidia-smi-query", "--count", "two"], "argument --count: invalid int value: 'two'"),
+                          (["report", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+                          (["report", "--job", "all"], "argument --job: invalid choice: 'all'")]:
+        done = run_cli(argv, env)
+        assert done.returncode == 3 and message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
+        assert done.stdout == ""
+    help_text = run_cli(["--help"], env).stdout
+    assert "4 unknown" in help_text and "3 the call failed" in help_text
+    assert "4 unknown" in run_cli(["report", "--help"], env).stdout
+
+
+def test_report_out_is_checked_before_any_work(tmp_path: Path) -> None:
+    env = base_env()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    for out, message in [(tmp_path / "missing" / "r.md", f"the folder {tmp_path / 'missing'} does not exist"),
+                         (tmp_path, "is a folder")] + ([] if os.geteuid() == 0 else
+                                                       [(locked / "r.md", "is not writable")]):
+        done = run_cli(["report", "--demo", "--out", str(out)], env, cwd=tmp_path)
+        assert done.returncode == 3 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+        # Refused before the report ran: no progress line, nothing written.
+        assert "gpu-triage report: health" not in done.stderr and not (tmp_path / "missing").exists()
+
+
 def test_exit_code_follows_the_worst_finding() -> None:
     env = with_fake_smi(base_env(), f"capture:{H200}")
     ok = run_cli(["nvidia-smi-query", "--fields", "index,temperature.gpu"], env)
@@ -55,7 +87,7 @@ def test_console_scripts_are_installed_and_run() -> None:
     bindir = Path(sys.executable).parent
     done = subprocess.run([bindir / "gpu-triage", "health-check", "--json", "--sample-s", "0.1", "--top-processes", "0",
                            "--no-include-kernel-log"], capture_output=True, text=True, cwd=REPO, timeout=60)
-    assert done.returncode in (0, 1, 2), done.stderr
+    assert done.returncode in (0, 1, 2, 4), done.stderr
     assert json.loads(done.stdout)["top_processes"] == []
     version = subprocess.run([bindir / "gpu-triage-mcp", "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout.strip() == "gpu-triage-mcp 0.1.0"

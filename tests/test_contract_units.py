@@ -11,7 +11,7 @@ import pytest
 from mcp_server.render import fit_to_budget, render_markdown, to_json
 from sop import branch_ids, branches
 from tools.core.errors import BadInput
-from tools.core.models import NextStep, Severity
+from tools.core.models import Coverage, NextStep, Severity, worst
 from tools.core.paths import confine
 from tools.core.redact import redact_text
 from tools.gpu.smi_query import NvidiaSmiQueryResult, SmiRow
@@ -126,3 +126,57 @@ def test_a_row_wider_than_the_budget_gets_shorter_cells_then_fewer_columns() -> 
         wider = cut.truncated.model_copy(update={"columns_shown": shown + 1})
         assert len(render_markdown(cut.model_copy(update={"truncated": wider}), "t").encode()) > budget
         assert len(cut.rows[0].values) == 200  # the JSON keeps every field
+
+
+def _judged(**fields: object) -> NvidiaSmiQueryResult:
+    from mcp_server.contract import judged
+
+    result = _result(1).model_copy(update=fields)
+    judgement = judged(result)
+    assert isinstance(judgement, NvidiaSmiQueryResult)
+    return judgement
+
+
+def test_ok_needs_something_read_and_nothing_not_understood() -> None:
+    read = Coverage.read("gpus.csv", "2 rows")
+    strange = Coverage.not_understood("mpstat.txt", "a table with columns CPU %usr %sys", ["nvidia-smi --query-gpu CSV"])
+    assert _judged(coverage=[read]).severity is Severity.ok  # read, nothing wrong: ok stands
+    nothing = _judged(coverage=[])
+    assert nothing.severity is Severity.unknown and nothing.conclusion[0].startswith("Cannot judge: no input")
+    assert nothing.decides
+    mixed = _judged(coverage=[read, strange], conclusion=["No GPU problem in the capture."])
+    assert mixed.severity is Severity.unknown
+    assert "1 of 2 inputs were not understood (mpstat.txt: a table with columns CPU %usr %sys)" in mixed.conclusion[0]
+    assert mixed.conclusion[1] == "Of what was read: no GPU problem in the capture."
+    assert mixed.decides == "The same call on inputs in a format it reads: nvidia-smi --query-gpu CSV."
+    # A problem seen stands, whatever else could not be read; an unknown the tool explained keeps its words.
+    assert _judged(coverage=[read, strange], severity=Severity.warn).severity is Severity.warn
+    own = _judged(coverage=[read], severity=Severity.unknown, decides="A capture of 20 samples.")
+    assert own.decides == "A capture of 20 samples." and own.conclusion == ["Fine."]
+    assert _judged(coverage=[Coverage.partial("gpus.csv", "cut at row 10")]).severity is Severity.ok
+
+
+def test_severity_order_and_exit_codes() -> None:
+    assert worst([Severity.ok, Severity.unknown]) is Severity.unknown
+    assert worst([Severity.unknown, Severity.warn]) is Severity.warn
+    assert worst([Severity.crit, Severity.unknown]) is Severity.crit
+    assert [s.exit_code for s in (Severity.ok, Severity.warn, Severity.crit, Severity.unknown)] == [0, 1, 2, 4]
+
+
+def test_markdown_shows_caveats_inputs_not_read_and_what_would_decide() -> None:
+    result = _result(1).model_copy(update={
+        "severity": Severity.unknown, "decides": "Run nvidia-smi on the node.",
+        "notes": [f"note {i}" for i in range(7)],
+        "coverage": [Coverage.read("a.csv"), Coverage.partial("b.csv", "cut at row 10"),
+                     Coverage.not_understood("c.txt", "looks like vmstat", ["nvidia-smi CSV"])]})
+    text = render_markdown(result, "t")
+    assert text.startswith("## t: unknown")
+    assert "**What would decide:** Run nvidia-smi on the node." in text
+    assert "**Inputs not read whole** (1 of 3 read whole):" in text
+    assert "- `b.csv`: partial, cut at row 10" in text
+    assert "- `c.txt`: not understood, looks like vmstat (formats read: nvidia-smi CSV)" in text
+    assert "**Caveats:**\n- note 0\n" in text and "- note 4\n- and 2 more in `notes`" in text
+    assert "note 5" not in text
+    assert text.index("**Conclusion:**") < text.index("**Caveats:**")
+    plain = render_markdown(_result(1).model_copy(update={"coverage": [Coverage.read("a.csv")]}), "t")
+    assert "Caveats" not in plain and "not read whole" not in plain and "would decide" not in plain

@@ -171,6 +171,10 @@ class Collected:
     device: int | None = None  # the GPU this rank's kernels ran on (args.device)
     device_name: str | None = None  # its name in deviceProperties
     events: int = 0
+    skipped: int = 0  # complete ('X') events without a number for ts or dur, or a category: nothing to place
+    # The latest start seen of each kind of event (GPU work, runtime calls, other host events): a file cut short
+    # holds each kind, written in time order, only up to its own latest start (tools/traces/summary.py).
+    last_start: dict[str, float] = field(default_factory=dict)
     float_ts: bool = False  # ns-resolution (float) timestamps: HTA rounds them to whole microseconds
 
 
@@ -221,6 +225,7 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
     kernels, durations = data.kernels, data.kernel_durations
     runtime_corr, runtime_ts = data.runtime_corr.append, data.runtime_ts.append
     cpu_low, cpu_high = math.inf, -math.inf
+    gpu_last = runtime_last = host_last = -math.inf
     for batch in batches:
         for event in batch:
             if event.ph != "X":
@@ -228,7 +233,10 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
             raw_ts, raw_dur, cat = event.ts, event.dur, event.cat
             ts = raw_ts if type(raw_ts) is int or type(raw_ts) is float else _number(raw_ts)
             dur = raw_dur if type(raw_dur) is int or type(raw_dur) is float else _number(raw_dur)
-            if ts is None or dur is None or type(cat) is not str or cat == "Trace":
+            if ts is None or dur is None or type(cat) is not str:
+                data.skipped += 1
+                continue
+            if cat == "Trace":
                 continue
             if type(raw_ts) is float:
                 data.float_ts = True
@@ -247,6 +255,8 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
                 continue
             if stream is not None and stream != -1:
                 assert args is not None
+                if ts > gpu_last:
+                    gpu_last = ts
                 classes = seen_kernels.get(name)
                 if classes is None:  # kernel names repeat and are long: classify each name once
                     kind = hta_kind(name)
@@ -282,7 +292,13 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
                 cpu_low = ts
             if end > cpu_high:
                 cpu_high = end
-            if category in _RUNTIME_CATS:
+            runtime = category in _RUNTIME_CATS
+            if runtime:
+                if ts > runtime_last:
+                    runtime_last = ts
+            elif ts > host_last:
+                host_last = ts
+            if runtime:
                 if args is not None and type(args.correlation) is int:
                     runtime_corr(args.correlation)
                     runtime_ts(ts)
@@ -309,6 +325,8 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
             if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
                 data.long_ops.add(ts, end, None, name)
     data.cpu_span = [cpu_low, cpu_high]
+    data.last_start = {kind: last for kind, last in (("gpu", gpu_last), ("runtime", runtime_last),
+                                                      ("host", host_last)) if last > -math.inf}
     return data
 
 

@@ -99,6 +99,7 @@ class TraceHeader:
     # Where the file ended inside the event list (characters read): a trace still being written, or cut short.
     # The complete events before it are kept.
     ends_early_at: int | None = None
+    skipped: int = 0  # entries of the event list that are not JSON objects (no event to read)
 
 
 class _EndsEarly(UnreadableInput):
@@ -257,7 +258,7 @@ def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
         if nxt == "":
             header.ends_early_at = buffer.consumed + buffer.pos
             return
-        batch = _batch(buffer)
+        batch = _batch(buffer, header)
         if batch is None:  # not a known layout here: one event at a time
             try:
                 one = buffer.value()
@@ -265,11 +266,12 @@ def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
                 header.ends_early_at = buffer.consumed + buffer.pos
                 return
             batch = [_from_dict(one)] if isinstance(one, dict) else []
+            header.skipped += 1 - len(batch)
         header.events += len(batch)
         yield batch
 
 
-def _batch(buffer: _Buffer) -> list[TraceEvent] | None:
+def _batch(buffer: _Buffer, header: TraceHeader) -> list[TraceEvent] | None:
     """Fast path: every whole event up to the last separator in the buffer, decoded in one call. A failed
     attempt is not repeated until more text arrives, so files in other layouts stay linear."""
     text_end = buffer.consumed + len(buffer.text)
@@ -294,6 +296,7 @@ def _batch(buffer: _Buffer) -> list[TraceEvent] | None:
             except json.JSONDecodeError:
                 continue
             events = [_from_dict(e) for e in loose if isinstance(e, dict)]
+            header.skipped += len(loose) - len(events)
         except msgspec.DecodeError:
             continue
         buffer.pos = end  # at the comma before the next event
