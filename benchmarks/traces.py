@@ -466,8 +466,8 @@ def main() -> None:
                 print(f"run {run + 1} {name:5s} {result.wall:7.2f} s  peak RSS {result.rss:7.1f} MiB "
                       f"(wait4 {result.rss_wait4:.1f}, tree {result.rss_tree:.1f})  exit {result.code}", flush=True)
                 document = last_json(result.stdout)
-                # CLI exit codes 0/1/2 are ok/warning/critical verdicts; 3 is bad input or a tool failure.
-                failed = result.code not in ((0, 1, 2) if name == "ours" else (0,)) or document is None
+                # CLI exit codes 0/1/2/4 are ok/warning/critical/unknown verdicts; 3 is bad input or a tool failure.
+                failed = result.code not in ((0, 1, 2, 4) if name == "ours" else (0,)) or document is None
                 if failed:
                     failures += 1
                     print(f"  {name} failed (exit {result.code}); stderr tail:\n{tail(result.stderr)}\n"

@@ -149,6 +149,8 @@ def rules_markdown() -> str:
         "5. Prefer structured output (--json, --format=csv).",
         "6. Answer with one markdown table (symptom | root cause | evidence | fix | verification) and at most "
         "three sentences, citing an official reference per fix.",
+        "7. An unknown result is not a clean bill: say what could not be judged and collect what its `decides` "
+        "names; quote a caveat that changes the verdict (a cut trace, missing ranks).",
     ]) + "\n"
 
 
