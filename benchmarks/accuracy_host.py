@@ -46,6 +46,9 @@ def verdict_of(folder: Path, label: dict[str, Any]) -> str:
         result = anyio.run(sample_host, SampleHostInput(from_files=[label["file"]]), context)
         if label["kind"] == "dmon_periodic":
             return "periodic" if result.periodic is not None else "no_period"
+        # unknown on a labelled fault is a miss; on a capture labelled none (a GPU monitor) it is that verdict.
+        if result.severity.value == "unknown" and label["verdict"] != "none":
+            return "unknown"
         return result.verdict
     except TriageError as exc:
         return f"refused ({exc})"[:80]

@@ -42,7 +42,7 @@ from tools.core.limits import (
     COMPARE_TOP_KERNELS,
     LOG_MAX_PATTERN_CHARS,
 )
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.core.thresholds import (
     COMPARE_CAUSE_ABS_PCT,
     COMPARE_CAUSE_REL,
@@ -63,7 +63,9 @@ from tools.traces import (
 __all__ = ["CompareRunsInput", "CompareRunsResult", "compare_runs", "mann_whitney_binned_p", "mann_whitney_p"]
 
 InputKind = Literal["traces", "logs", "inference"]
-Verdict = Literal["improved", "regressed", "no_significant_change"]
+# cannot_tell: a side has no (or too few) steps to test; not_comparable: the two sides are different kinds of input
+# or measure different things. Neither is "no significant change": nothing was shown either way.
+Verdict = Literal["improved", "regressed", "no_significant_change", "cannot_tell", "not_comparable"]
 Status = Literal["resolved", "reduced", "unchanged", "increased", "new"]
 Side = Literal["before", "after"]
 
@@ -300,6 +302,8 @@ class _Run:
     trace: TraceBreakdown | None = None
     stragglers: FindStragglersResult | None = None
     notes: list[str] = field(default_factory=list)
+    files: int = 0  # input files of this side
+    unread: list[str] = field(default_factory=list)  # of them, those that held nothing this side measures
 
     def median(self) -> float | None:
         return float(np.median(self.series)) if self.series.size else None
@@ -332,14 +336,14 @@ class _Outcome:
 def _significance(before: _Run, after: _Run, unit: str, per: float) -> _Outcome:
     b, a = before.median(), after.median()
     if b is None or a is None or a <= 0:
-        return _Outcome("no_significant_change", None, None, "No step time on one side: nothing to compare.")
+        return _Outcome("cannot_tell", None, None, "No step time on one side: nothing to compare.")
     ratio = b / a
     counts = f"{before.series.size} vs {after.series.size} steady-state steps"
     throughput = f"{_fmt(per / b)} -> {_fmt(per / a)} {unit}"
     if min(before.series.size, after.series.size) < COMPARE_MIN_STEPS:
-        return _Outcome("no_significant_change", ratio, None,
-                        f"No significant change can be shown: {counts} (at least {COMPARE_MIN_STEPS} a side are "
-                        f"needed; median step {b:.1f} -> {a:.1f} ms).")
+        return _Outcome("cannot_tell", ratio, None,
+                        f"Cannot tell whether it changed: {counts} (at least {COMPARE_MIN_STEPS} a side are "
+                        f"needed for a test; median step {b:.1f} -> {a:.1f} ms).")
     p = mann_whitney_p(before.series, after.series)
     change_pct = abs(ratio - 1.0) * 100.0
     if p < COMPARE_P_VALUE and change_pct >= COMPARE_MIN_CHANGE_PCT:
@@ -404,7 +408,7 @@ def _trace_run(files: list[Path], source: str, roots: tuple[Path, ...], warmup: 
     for step in found.steps:
         per_rank.setdefault(step.rank, []).append(step.step_time_ms)
     series, skip = _job_series([np.array(v) for v in per_rank.values()], warmup)
-    return _Run(source, len(found.ranks), series, skip, trace=found)
+    return _Run(source, len(found.ranks), series, skip, trace=found, files=len(files))
 
 
 def _median_of(values: list[float | None]) -> float | None:
@@ -500,19 +504,22 @@ def _log_run(files: list[Path], names: list[str], source: str, step_regex: str |
              deadline: float) -> _Run:
     reader = StepReader(compile_user_format(step_regex) if step_regex else None)
     by_rank: dict[int, RankSteps] = {}
+    unread: list[str] = []
     for path, name in zip(files, names, strict=True):
-        for steps in reader.read(path, name, deadline):
+        found = reader.read(path, name, deadline)
+        if not found:
+            unread.append(name)
+        for steps in found:
             by_rank.setdefault(steps.rank, steps)  # a rank met twice: the first file wins, as in find_stragglers
-    if not by_rank:
-        raise BadInput(f"no step-time line recognised in {source}.",
-                       "Check the format (see find_stragglers' description) or pass step_regex.")
+    if not by_rank:  # read, and no step line in it: this side cannot be measured (the caller says so)
+        return _Run(source, 0, np.empty(0), 0, files=len(files), unread=unread)
     units = {s.unit for s in by_rank.values()}
     if len(units) > 1:
         raise BadInput(f"{source} mixes step-time formats ({', '.join(sorted(units))}).",
                        "Pass the logs of one job, written alike.")
     series, skip = _job_series([s.steps for s in by_rank.values()], warmup)
     return _Run(source, len(by_rank), series, skip, unit=units.pop(),
-                stragglers=stragglers_in_steps(list(by_rank.values()), warmup))
+                stragglers=stragglers_in_steps(list(by_rank.values()), warmup), files=len(files), unread=unread)
 
 
 def _spread(run: Side, result: FindStragglersResult) -> RankSpread:
@@ -563,25 +570,80 @@ async def compare_runs(params: CompareRunsInput, ctx: ToolContext) -> CompareRun
         compile_user_format(params.step_regex)  # a bad regex is the caller's error, before any file is read
     before_in, after_in = _resolve(params.before, ctx), _resolve(params.after, ctx)
     if before_in.kind != after_in.kind:
-        raise BadInput(f"before is {before_in.kind} and after is {after_in.kind}: compare like with like.",
-                       "Pass two traces, or two sets of step-time logs, of the same job.")
+        return _undecided(before_in.kind, "not_comparable", [
+            f"Not comparable: before is {before_in.kind} and after is {after_in.kind}; a change can only be measured "
+            "like with like."], "Two profiler traces, two sets of step-time logs or two /metrics pages of the same "
+            "job, one before and one after the change.",
+            [Coverage.read(params.before, f"before: {_KIND_TEXT[before_in.kind]}, {len(before_in.files)} file(s)"),
+             Coverage.read(params.after, f"after: {_KIND_TEXT[after_in.kind]}, {len(after_in.files)} file(s)")])
     if before_in.kind == "inference":
-        return await _inference_result(params, ctx)
+        result = await _inference_result(params, ctx)
+        result.coverage = [Coverage.read(raw, f"{side}: a /metrics page, {r.steps} requests" if r else
+                                         f"{side}: a /metrics page") for side, raw, r in
+                           (("before", params.before, result.runs[0] if result.runs else None),
+                            ("after", params.after, result.runs[1] if result.runs else None))]
+        return result
     deadline = time.monotonic() + ctx.remaining_s()
     if before_in.kind == "traces":
         before = await anyio.to_thread.run_sync(_trace_run, before_in.files, params.before, ctx.roots,
                                                 params.warmup_steps, deadline, abandon_on_cancel=True)
         after = await anyio.to_thread.run_sync(_trace_run, after_in.files, params.after, ctx.roots,
                                                params.warmup_steps, deadline, abandon_on_cancel=True)
-        return _traces_result(before, after, params)
+        result = _traces_result(before, after, params)
+        result.coverage = [_coverage("before", params.before, before), _coverage("after", params.after, after)]
+        return result
     before = await anyio.to_thread.run_sync(_log_run, before_in.files, before_in.names, params.before,
                                             params.step_regex, params.warmup_steps, deadline, abandon_on_cancel=True)
     after = await anyio.to_thread.run_sync(_log_run, after_in.files, after_in.names, params.after,
                                            params.step_regex, params.warmup_steps, deadline, abandon_on_cancel=True)
+    coverage = [_coverage("before", params.before, before), _coverage("after", params.after, after)]
+    empty = [side for side, run in (("before", before), ("after", after)) if run.ranks == 0]
+    if empty:
+        return _undecided("logs", "cannot_tell", [
+            f"Cannot tell: no step-time line recognised in the {' and the '.join(empty)} logs "
+            f"({', '.join(params.before if side == 'before' else params.after for side in empty)}), so that side "
+            "has no step time to compare."], "Step-time logs on both sides (see find_stragglers' formats), or "
+            "step_regex for a format of your own.", coverage)
     if before.unit != after.unit:
-        raise BadInput(f"before logs {before.unit} and after logs {after.unit}: the two are not comparable.",
-                       "Pass logs that report the same figure (step time, or tokens/s) on both sides.")
-    return _logs_result(before, after)
+        return _undecided("logs", "not_comparable", [
+            f"Not comparable: the before logs give {before.unit} and the after logs {after.unit}."],
+            "Logs that report the same figure (step time, or tokens/s) on both sides.", coverage)
+    result = _logs_result(before, after)
+    result.coverage = coverage
+    return result
+
+
+_KIND_TEXT = {"traces": "profiler traces", "logs": "step-time logs", "inference": "an inference /metrics page"}
+
+
+def _coverage(side: Side, raw: str, run: _Run) -> Coverage:
+    """What one side gave: read whole, partly (some files held no step), or nothing this tool measures."""
+    what = "trace" if run.trace is not None else "log"
+    if run.ranks == 0 or (run.trace is not None and run.series.size == 0):
+        return Coverage.not_understood(raw, f"{side}: no step in its {run.files} {what} file(s)",
+                                       ["torch.profiler traces with ProfilerStep ranges", "step-time logs",
+                                        "inference /metrics pages"])
+    detail = (f"{side}: {run.files} {what} file(s), {run.ranks} rank(s), {run.series.size} steady-state steps "
+              f"(the first {run.warmup} left out)")
+    if run.unread:
+        return Coverage.partial(raw, f"{detail}; no step line in {len(run.unread)} file(s), e.g. {run.unread[0]}")
+    return Coverage.read(raw, detail)
+
+
+def _undecided(kind: InputKind, verdict: Verdict, conclusion: list[str], decides: str, coverage: list[Coverage]
+               ) -> CompareRunsResult:
+    """A comparison that could not be made: unknown, saying why and what would decide."""
+    return CompareRunsResult(
+        severity=Severity.unknown, conclusion=conclusion, decides=decides, coverage=coverage, kind=kind,
+        verdict=verdict, speedup=None, measured_ratio=None, p_value=None,
+        step_time_ms=StepTimes(before=None, after=None, before_p90=None, after_p90=None), runs=[], breakdown=[],
+        causes=[], rank_spread=[], kernels=[], now_dominant=None,
+        next_steps=[NextStep(branch="triage", action="compare_runs with the same kind of input on both sides",
+                             why="A fix is verified only by the same measurement before and after.")])
+
+
+_CANNOT_TELL = (f"At least {COMPARE_MIN_STEPS} steady-state steps on each side (profile or log more steps of each "
+                "run).")
 
 
 def _sides(before: _Run, after: _Run, unit: str, per: float) -> list[RunSide]:
@@ -637,7 +699,9 @@ def _traces_result(before: _Run, after: _Run, params: CompareRunsInput) -> Compa
              "warm-up; per step the median over ranks. The breakdown and causes cover all analysed ProfilerSteps.",
              *before.trace.notes[:3], *after.trace.notes[:3]]
     return CompareRunsResult(
-        severity=Severity.warn if outcome.verdict == "regressed" else Severity.ok, conclusion=text[:3],
+        severity=Severity.warn if outcome.verdict == "regressed" else Severity.unknown
+        if outcome.verdict == "cannot_tell" else Severity.ok, conclusion=text[:3],
+        decides=_CANNOT_TELL if outcome.verdict == "cannot_tell" else None,
         next_steps=next_steps[:3], kind="traces", verdict=outcome.verdict,
         speedup=round(outcome.ratio, 3) if outcome.ratio and outcome.verdict != "no_significant_change" else None,
         measured_ratio=_round(outcome.ratio), p_value=_p(outcome.p_value), step_time_ms=_times(before, after),
@@ -671,9 +735,11 @@ def _logs_result(before: _Run, after: _Run) -> CompareRunsResult:
                                    why="It names what dominates the step now (the next thing to fix)."))
     notes = [f"Step values are {before.unit}; per step the median over ranks, the first {before.warmup} / "
              f"{after.warmup} steps of each rank left out as warm-up."]
-    severity = Severity.warn if outcome.verdict == "regressed" or spreads[1].flagged else Severity.ok
+    severity = (Severity.warn if outcome.verdict == "regressed" or spreads[1].flagged else Severity.unknown
+                if outcome.verdict == "cannot_tell" else Severity.ok)
     return CompareRunsResult(
         severity=severity, conclusion=text[:3], next_steps=next_steps, kind="logs", verdict=outcome.verdict,
+        decides=_CANNOT_TELL if outcome.verdict == "cannot_tell" else None,
         speedup=round(outcome.ratio, 3) if outcome.ratio and outcome.verdict != "no_significant_change" else None,
         measured_ratio=_round(outcome.ratio), p_value=_p(outcome.p_value), step_time_ms=_times(before, after),
         runs=_sides(before, after, unit, per), breakdown=[], causes=[], rank_spread=spreads, kernels=[],
@@ -709,8 +775,8 @@ async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> Compa
     compared: str = next((m for m in ("e2e", "ttft") if m in before.histograms and m in after.histograms), "")
     notes = ["Single pages: each quantile covers the server's whole life up to the scrape; save two pages per run "
              "and compare the intervals for a cleaner comparison."]
-    outcome = _Outcome("no_significant_change", None, None, "Neither page has an end-to-end or TTFT histogram in "
-                       "common: nothing to compare.")
+    outcome = _Outcome("cannot_tell", None, None, "Cannot tell: the two pages have no end-to-end or TTFT "
+                       "histogram in common, nothing to compare.")
     sides: list[RunSide] = []
     if compared:
         hb, ha = before.histograms[compared], after.histograms[compared]
@@ -738,10 +804,12 @@ async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> Compa
             outcome = _Outcome(verdict, ratio, p, f"{verdict.capitalize()}: {median} (x{ratio:.2f} faster; "
                                f"{counts}, Mann-Whitney {_p_text(p)})." if ratio > 1 else
                                f"Regressed: {median} (x{ratio:.2f}; {counts}, Mann-Whitney {_p_text(p)}).")
+        elif p is None:
+            outcome = _Outcome("cannot_tell", ratio, p, f"Cannot tell whether it changed: {median}, but the two "
+                               f"histograms have different buckets, so no test is made ({counts}).")
         else:
-            tested = _p_text(p) if p is not None else "no test"
             outcome = _Outcome("no_significant_change", ratio, p, f"No significant change: {median} is within the "
-                               f"spread of the two histograms ({tested}; {counts}).")
+                               f"spread of the two histograms ({_p_text(p)}; {counts}).")
     first_verdict, second_verdict = verdicts[0].verdict, verdicts[1].verdict
     text = [outcome.change, f"inference_metrics' verdict: {first_verdict} -> {second_verdict}."]
     dominant: NowDominant | None = None
@@ -752,7 +820,10 @@ async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> Compa
         text.append(f"Now dominant: {lead.kind}: {lead.evidence.rstrip('.')}.")
     next_steps = [NextStep.from_sop("inference_latency", done={"compare_runs"}, source=params.after)]
     return CompareRunsResult(
-        severity=Severity.warn if outcome.verdict == "regressed" else Severity.ok, conclusion=text[:3],
+        severity=Severity.warn if outcome.verdict == "regressed" else Severity.unknown
+        if outcome.verdict == "cannot_tell" else Severity.ok, conclusion=text[:3],
+        decides="Two /metrics pages with the same latency histograms (the same server, its buckets unchanged)."
+        if outcome.verdict == "cannot_tell" else None,
         next_steps=next_steps, kind="inference", verdict=outcome.verdict,
         speedup=round(outcome.ratio, 3) if outcome.ratio and outcome.verdict != "no_significant_change" else None,
         measured_ratio=_round(outcome.ratio), p_value=_p(outcome.p_value),

@@ -35,10 +35,29 @@ from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
-from tools.core.files import InputFile, expand_inputs
+from tools.core.files import InputFile
 from tools.core.limits import COMPILE_MAX_FINDINGS, LOG_MAX_FILES
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, worst
-from tools.logs import LineMatcher, ScanStats, display_line, map_files, scan_file
+from tools.core.models import (
+    Coverage,
+    CoverageStatus,
+    InputModel,
+    NextStep,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
+from tools.logs import (
+    LOG_FORMATS,
+    LineMatcher,
+    ScanStats,
+    display_line,
+    expand_log_inputs,
+    log_coverage,
+    map_files,
+    scan_file,
+)
 
 __all__ = ["DiagnoseCompileInput", "DiagnoseCompileResult", "diagnose_compile"]
 
@@ -78,6 +97,12 @@ _LIMIT_FUNCTION = re.compile(r"function: '([^']+)' \((.+:\d+)\)")
 # 2.1+: `last reason: 0/7: <guard>`; 2022 (torchdynamo): `reasons:  ["<guard>"]`.
 _LAST_REASON = re.compile(r"(?:last reason: (?:\S*\d+/\d+(?:_\d+)?: )?|reasons:\s+\[[\"'])(.+?)(?:[\"']\])?$")
 _EXC = re.compile(r"torch\._dynamo\.exc\.(\w+): (.*)$")
+# A line only torch.compile's own logging writes (a torch/_dynamo source, an artifact logger, dynamo's Python
+# logger, a dynamo error, a graph break): without one, the log cannot say that nothing broke, only that nothing was
+# logged.
+_DYNAMO_LINE = re.compile(r"torch[/\\]_dynamo[/\\]|\[__(?:graph_breaks|recompiles)|torch(?:\._)?dynamo[\w.]*: \["
+                          r"|torch\._dynamo\.exc\.|Graph break")
+_TORCH_LOGS = "TORCH_LOGS=graph_breaks,recompiles,dynamo"
 _OLD_BREAK = re.compile(r"Graph break: (.*?)\s*from user code at:?\s*$")
 
 
@@ -205,6 +230,7 @@ class _FileEvents:
     limits: list[tuple[str, str, str, int, str]] = field(default_factory=list)
     errors: list[tuple[str, str, str | None, str]] = field(default_factory=list)
     records: int = 0
+    dynamo_lines: int = 0  # lines torch.compile's logging wrote
     status: str = "scanned"
     stats: ScanStats = field(default_factory=ScanStats)
 
@@ -350,7 +376,9 @@ def _strip_comment(guard: str) -> str:
 def _scan_one(file: InputFile, deadline: float) -> _FileEvents:
     events = _FileEvents()
     try:
-        records = _records(_lines(file, deadline, events.stats))
+        lines = _lines(file, deadline, events.stats)
+        events.dynamo_lines = sum(1 for _, text in lines if _DYNAMO_LINE.search(text))
+        records = _records(lines)
     except TriageError as exc:
         if "ran out of time" in exc.message:
             raise
@@ -515,6 +543,17 @@ def _functions(graph_breaks: list[GraphBreak], recompiles: list[Recompile],
     return sorted(rows, key=lambda r: (not r.limit_hit, -(r.recompiles + r.graph_breaks)))
 
 
+def _coverage(file: InputFile, events: _FileEvents) -> Coverage:
+    """A log read whole with torch.compile lines is read; one without any is not understood: it cannot show a break."""
+    row = log_coverage(file.name, events.status, events.stats.lines, events.stats.bytes,
+                       f"{events.dynamo_lines} torch.compile log line(s)")
+    if row.status is CoverageStatus.read and not events.dynamo_lines:
+        return Coverage.not_understood(file.name, f"{events.stats.lines} line(s), none from torch.compile's logging "
+                                       f"({_TORCH_LOGS} was not set, or nothing was compiled)",
+                                       [f"stderr of a job run with {_TORCH_LOGS}"])
+    return row
+
+
 def _conclusion(findings: list[CompileFinding], graph_breaks: list[GraphBreak], recompiles: list[Recompile],
                 files: int) -> list[str]:
     total_breaks = sum(b.count for b in graph_breaks)
@@ -523,7 +562,7 @@ def _conclusion(findings: list[CompileFinding], graph_breaks: list[GraphBreak], 
               f"in {files} log(s)")
     if not findings:
         return [f"No graph break, recompile or limit hit in {files} log(s).",
-                "If compiles still look slow, check the logs were written with TORCH_LOGS=graph_breaks,recompiles."]
+                f"If compiles still look slow, check the logs were written with {_TORCH_LOGS}."]
     first = findings[0]
     return [f"{counts}; worst: {first.evidence}.", f"Fix: {first.fix}"]
 
@@ -536,7 +575,7 @@ async def diagnose_compile(params: DiagnoseCompileInput, ctx: ToolContext) -> Di
     each with the fix (print/logging, .item() and data-dependent branches, unsupported calls, shape changes ->
     mark_dynamic / dynamic=True, dtype switches, the limit). Reads torch 2.1-2.13 formats, many ranks' logs, .gz.
     """
-    files = expand_inputs(params.paths, ctx.roots, max_files=LOG_MAX_FILES)
+    files, unmatched = expand_log_inputs(params.paths, ctx.roots, max_files=LOG_MAX_FILES)
     deadline = time.monotonic() + ctx.remaining_s()
     per_file = await anyio.to_thread.run_sync(lambda: map_files(lambda f: _scan_one(f, deadline), files),
                                               abandon_on_cancel=True)
@@ -544,9 +583,24 @@ async def diagnose_compile(params: DiagnoseCompileInput, ctx: ToolContext) -> Di
     findings = _findings(graph_breaks, recompiles, limit_hits, errors)
     scans = [FileScan(file=f.name, lines=e.stats.lines, records=e.records, status=e.status)
              for f, e in zip(files, per_file, strict=True)]
+    coverage = [_coverage(f, e) for f, e in zip(files, per_file, strict=True)]
+    coverage += [Coverage.not_understood(p, "no file matches this glob", LOG_FORMATS) for p in unmatched]
+    severity = worst(f.severity for f in findings)
+    conclusion = _conclusion(findings, graph_breaks, recompiles, len(files))
+    decides = None
+    if severity is Severity.ok and not any(c.status is not CoverageStatus.not_understood for c in coverage):
+        # No log shows torch.compile's logging: "no graph break" would only mean that none was logged.
+        first = coverage[0]
+        severity, decides = Severity.unknown, (
+            f"The job's stderr written with {_TORCH_LOGS} (the dynamo lines show that compile logging was on; "
+            "graph_breaks and recompiles log each break and recompile).")
+        conclusion = [f"Cannot tell whether torch.compile broke graphs or recompiled: {first.input} "
+                      f"({first.detail}) holds no torch.compile log line.", f"Rerun with {_TORCH_LOGS}."]
     return DiagnoseCompileResult(
-        severity=worst(f.severity for f in findings),
-        conclusion=_conclusion(findings, graph_breaks, recompiles, len(files)),
+        severity=severity,
+        conclusion=conclusion,
+        coverage=coverage,
+        decides=decides,
         next_steps=[NextStep.from_sop(_BRANCH, done={"diagnose_compile"})],
         verdict=findings[0].kind if findings else "none", findings=findings, graph_breaks=graph_breaks,
         recompiles=recompiles, limit_hits=limit_hits, fullgraph_errors=errors,

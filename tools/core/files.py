@@ -93,9 +93,13 @@ def size_text(size: float) -> str:
     return f"{size:.0f} B"
 
 
-def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES) -> list[InputFile]:
-    """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order."""
+def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES,
+                  unmatched: list[str] | None = None) -> list[InputFile]:
+    """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order. A glob that matches
+    nothing is refused, or, given `unmatched`, appended to it when another pattern matched (a gap in the evidence the
+    caller reports, e.g. `node*/stderr*` on a job without node folders); when none matched, refused all the same."""
     found: dict[Path, None] = {}
+    missed: list[str] = []
     for pattern in patterns:
         if not any(ch in _GLOB_CHARS for ch in pattern):
             path = confine(pattern, roots)
@@ -124,8 +128,12 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
                         raise LimitExceeded(f"the inputs match more than {max_files} files.",
                                             "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
         if matched == 0:
-            raise BadInput(f"no file under the allowed roots matches {pattern!r}.",
-                           "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
+            missed.append(pattern)
+    if missed and (unmatched is None or not found):
+        raise BadInput(f"no file under the allowed roots matches {missed[0]!r}.",
+                       "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))
+    if unmatched is not None:
+        unmatched.extend(missed)
     files = sorted(found, key=natural_key)
     if len(files) > max_files:
         raise LimitExceeded(f"{len(files)} files given; the limit is {max_files}.", "Pass fewer files.")

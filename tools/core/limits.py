@@ -91,6 +91,10 @@ STACK_MAX_FILES: Final = 1024
 STACK_MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 STACK_MAX_MATCH_CHARS: Final = 256
 STACK_FRAMES_SHOWN: Final = 12
+# Per-rank inputs read whole that get a coverage entry of their own (dump_stacks, analyze_flight_recorder); past it
+# they are counted in one entry, so that 1024 ranks' files do not add 100 KB of "read" to the answer. Inputs not
+# read whole are always listed one by one.
+HANG_COVERAGE_READ_LISTED: Final = 64
 
 # Multi-node fan-out (tools/cluster/nodes.py): one collector per node through Slurm or SSH.
 NODES_MAX: Final = 1024
@@ -131,6 +135,8 @@ STRAGGLER_MAX_TRACE_PATHS: Final = 64
 STRAGGLER_MAX_LOG_FILES: Final = 4096  # one log per rank of a large job
 STRAGGLER_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # above this much log text, worker processes read it
 STRAGGLER_MAX_WORKERS: Final = 4
+# Of each log, this much of its start and of its end is read for the job's identity (world size, the time span).
+STRAGGLER_IDENTITY_BYTES: Final = 16 * 1024
 
 # compare_runs: before/after.
 COMPARE_MIN_STEPS: Final = 3  # fewer steady-state steps on a side: no test is made

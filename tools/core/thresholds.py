@@ -34,6 +34,8 @@ INFER_TTFT_TARGET_S = 2.0
 INFER_ITL_TARGET_S = 0.1
 # A p90 this many times its target is critical, not a warning.
 INFER_CRIT_FACTOR = 3.0
+# Fewer finished requests than this in the window and a p90 is the slowest one or two: no latency verdict.
+INFER_MIN_REQUESTS = 10
 # KV cache this full leaves no room for the next long request: vLLM preempts, SGLang retracts.
 KV_CACHE_WARN_PCT = 90.0
 # Queue time at least this share of TTFT: the wait is queueing, not prefill compute.
@@ -53,6 +55,12 @@ STRAGGLER_CRIT_PCT = 15.0
 # this many steps.
 STRAGGLER_SIGNIFICANCE = 3.0
 STRAGGLER_MIN_STEPS = 3
+# Logs and traces of the same job (find_stragglers joins them per rank, triage_report tells them one story): a trace
+# recorded more than this many hours outside the logs' time span is another run (log times are local and carry no
+# zone: +-14 h of zone offset fit well inside it); the same rank's median step from its log and from its trace
+# differing by more than this factor is another workload (profiler overhead on the traced steps stays well below 2x).
+JOB_TIME_GAP_H = 48.0
+JOB_STEP_RATIO = 4.0
 
 # summarize_trace: kernels shorter than this with gaps under SMALL_GAP_US between them are launch-bound (HTA's
 # consecutive_kernel_delay is the gap); a cause below MIN_CAUSE_PCT of the step is noise, left out.
@@ -140,6 +148,10 @@ GIL_THREAD_BUSY_SHARE = 0.5
 # A main thread "busy" by its leaf (Python code that called into C++) whose process used less than this many cores
 # over a live recording is waiting in native code (a collective, a device sync, I/O), not computing in Python.
 MAIN_LOOP_MIN_CORES = 0.3
+# profile_cpu: a trainer main thread with fewer samples than this is not judged (unknown): the shares the verdicts
+# compare (INPUT_WAIT_SHARE, MAIN_LOOP_BUSY_SHARE...) carry a sampling error of about +-14 % at 50 samples (2 sigma of
+# a 50 % share), as wide as the gaps between those thresholds.
+PROFILE_MIN_SAMPLES = 50
 GIL_CORES_RATIO = 0.7
 GIL_MAX_CORES = 1.3
 

@@ -34,7 +34,18 @@ from tools.core.limits import (
     INFER_MAX_ALLOWED_HOSTS,
     MAX_PATH_CHARS,
 )
-from tools.core.models import NameArg, NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import (
+    Coverage,
+    CoverageStatus,
+    NameArg,
+    NextStep,
+    NodesInput,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
 from tools.core.thresholds import (
     ACTIVITY_BUSY_UTIL_PCT,
     DRAM_BOUND,
@@ -65,6 +76,14 @@ METRICS: tuple[str, ...] = (
 _CORE = ("utilization_gpu_pct", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "fp16_active",
          "fp32_active", "fp64_active", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s",
          "nvlink_rx_bytes_per_s")
+# What gpu_activity reads, for an input it did not understand.
+FORMATS_KNOWN = ("dcgm-exporter /metrics page with DCGM_FI_PROF_* (or DCGM_FI_DEV_GPU_UTIL) samples",
+                 "dcgmi dmon -e 203,1002,1003,1004,1005 capture", "nvidia-smi dmon --gpm-metrics capture",
+                 "live NVML GPM (Hopper or newer)")
+_COLLECTOR = ("the node's collector answer (gpu-triage gpu-activity --local --json)",)
+_DECIDES = ("SM activity of the job's GPUs: DCGM field 1002 (DCGM_FI_PROF_SM_ACTIVE) from dcgm-exporter or "
+            "`dcgmi dmon -e 203,1002,1003,1004,1005`, `nvidia-smi dmon --gpm-metrics 2,3,5,10`, or live GPM on "
+            "Hopper or newer.")
 _NO_GPM = ("NVML GPM is not supported on this GPU: it needs Hopper or newer (and not every MIG or vGPU setup "
            "has it); use dcgm-exporter or dcgmi dmon there.")
 
@@ -342,17 +361,43 @@ def live_activity(interval_s: float, samples: int, deadline: float) -> list[GpuA
     return records
 
 
-def _read_files(params: GpuActivityInput, ctx: ToolContext) -> tuple[list[GpuActivity], list[str], list[str]]:
+def _counts(into: dict[tuple[str, ...], ActivitySeries]) -> dict[tuple[tuple[str, ...], str], int]:
+    return {(key, name): len(values) for key, series in into.items() for name, values in series.values.items()}
+
+
+def _source_coverage(name: str, before: dict[tuple[tuple[str, ...], str], int],
+                     into: dict[tuple[str, ...], ActivitySeries]) -> Coverage:
+    """What one input added: the GPUs and metrics it gave values of. SM activity is what the verdicts rest on;
+    an input without it is read in part, one without any activity value is not understood."""
+    added = {(key, metric) for (key, metric), count in _counts(into).items() if count > before.get((key, metric), 0)}
+    gpus = {key for key, _ in added}
+    metrics = {metric for _, metric in added}
+    if not added:
+        return Coverage.not_understood(name, "no activity value of any GPU (DCGM_FI_PROF_* / DCGM_FI_DEV_GPU_UTIL, "
+                                       "dcgmi SMACT / TENSO / DRAMA, dmon gract / smutil)", FORMATS_KNOWN)
+    detail = f"{len(gpus)} GPU(s) or instance(s), {len(metrics)} metric(s)"
+    if "sm_active" not in metrics:
+        return Coverage.partial(name, f"{detail}, but no SM activity ({', '.join(sorted(metrics)[:5])}): busy "
+                                "cannot be told from busy doing little")
+    return Coverage.read(name, detail)
+
+
+def _read_files(params: GpuActivityInput, ctx: ToolContext
+                ) -> tuple[list[GpuActivity], list[str], list[str], list[Coverage]]:
     into: dict[tuple[str, ...], ActivitySeries] = {}
     notes: list[str] = []
+    coverage: list[Coverage] = []
     files = expand_inputs(params.files, ctx.roots, max_files=ACTIVITY_MAX_FILES)
     for file in files:
         text = read_whole_text(file, ACTIVITY_MAX_FILE_BYTES, "Pass a saved dcgm-exporter page or dmon capture.")
+        before = _counts(into)
         notes += read_activity(text, into, file.name)
-    return [summarise(s) for s in into.values()], [f.name for f in files], notes
+        coverage.append(_source_coverage(file.name, before, into))
+    return [summarise(s) for s in into.values()], [f.name for f in files], notes, coverage
 
 
-async def _scrape(params: GpuActivityInput, ctx: ToolContext, url: str) -> tuple[list[GpuActivity], list[str]]:
+async def _scrape(params: GpuActivityInput, ctx: ToolContext, url: str
+                  ) -> tuple[list[GpuActivity], list[str], Coverage]:
     from tools.serving import fetch_exposition
 
     into: dict[tuple[str, ...], ActivitySeries] = {}
@@ -362,23 +407,61 @@ async def _scrape(params: GpuActivityInput, ctx: ToolContext, url: str) -> tuple
             await anyio.sleep(params.interval_s)
         notes += read_activity(await fetch_exposition(url, ctx, params.allow_host), into, url)
         ctx.progress.update(taken + 1, params.samples, f"scraped {taken + 1} of {params.samples}")
-    return [summarise(s) for s in into.values()], sorted(set(notes))
+    coverage = _source_coverage(url, {}, into)
+    if coverage.status is not CoverageStatus.not_understood:
+        coverage = coverage.model_copy(update={"detail": f"{params.samples} scrape(s): {coverage.detail}"})
+    return [summarise(s) for s in into.values()], sorted(set(notes)), coverage
+
+
+def _live_coverage(records: list[GpuActivity]) -> Coverage:
+    """NVML GPM: read where every GPU has the counters; partial naming the GPUs without; not understood if none."""
+    without = [r.gpu for r in records if r.support]
+    if not records:
+        return Coverage.not_understood("NVML GPM", "NVML lists no GPU here", FORMATS_KNOWN)
+    if len(without) == len(records):
+        return Coverage.not_understood("NVML GPM", _NO_GPM, FORMATS_KNOWN)
+    samples = max((r.sm_active.samples for r in records if r.sm_active), default=0)
+    if without:
+        return Coverage.partial("NVML GPM", f"{len(records) - len(without)} of {len(records)} GPUs, {samples} "
+                                f"sample(s); no GPM on GPU {', '.join(without)}")
+    return Coverage.read("NVML GPM", f"{len(records)} GPU(s), {samples} sample(s)")
+
+
+def _judged(records: list[GpuActivity], findings: list[ActivityFinding], coverage: list[Coverage]
+            ) -> tuple[Severity, str | None]:
+    """ok only where SM activity was read: without it, no finding means nothing was asked, not nothing wrong."""
+    severity = worst(f.severity for f in findings)
+    if severity is Severity.ok and (not any(r.sm_active is not None for r in records)
+                                    or any(c.status is CoverageStatus.not_understood for c in coverage)):
+        return Severity.unknown, _DECIDES
+    return severity, None
 
 
 def _merge_nodes(label: str, answers: dict[str, GpuActivityResult | str]) -> GpuActivityResult:
     """Every node's GPUs, named by their node, and the verdicts over all of them (gpu_below_node within a node)."""
     records: list[GpuActivity] = []
     notes: list[str] = []
+    coverage: list[Coverage] = []
     for node, answer in answers.items():
         if isinstance(answer, str):
             notes.append(f"{node}: no answer ({answer}).")
+            coverage.append(Coverage.not_understood(node, f"no answer: {answer}", _COLLECTOR))
             continue
         records += [g.model_copy(update={"host": g.host or node}) for g in answer.gpus]
         notes += [f"{node}: {n}" for n in answer.notes]
+        missed = [c for c in answer.coverage if c.status is not CoverageStatus.read]
+        coverage.append(Coverage.partial(node, "; ".join(f"{c.input}: {c.detail}" for c in missed)) if missed
+                        else Coverage.read(node, "; ".join(c.detail for c in answer.coverage)))
     findings = activity_findings(records)
     answered = sum(1 for a in answers.values() if not isinstance(a, str))
+    severity, decides = _judged(records, findings, coverage)
     conclusion = [f"{label}: {answered} of {len(answers)} nodes answered.", *_conclusion(records, findings)][:3]
-    return GpuActivityResult(severity=worst(f.severity for f in findings), conclusion=conclusion,
+    if severity is Severity.unknown and answered < len(answers) and records:
+        silent = [c.input for c in coverage if c.status is CoverageStatus.not_understood]
+        conclusion = [conclusion[0], f"No activity finding on the nodes that answered, but {', '.join(silent[:4])} "
+                      "gave no answer: a GPU there may be the one that is not working."]
+        decides = f"gpu_activity on {', '.join(silent[:4])} (or the job again once they answer)."
+    return GpuActivityResult(severity=severity, conclusion=conclusion, decides=decides, coverage=coverage,
                              next_steps=_next_steps(findings), gpus=records, findings=findings,
                              sources=[f"{label}: NVML GPM on every node"], notes=notes)
 
@@ -463,19 +546,28 @@ async def gpu_activity(params: GpuActivityInput, ctx: ToolContext) -> GpuActivit
         raise BadInput(f"samples x interval_s = {wanted:g} s does not fit the call's {ctx.timeout_s:g} s.",
                        "Take fewer samples or a shorter interval, or raise --timeout.")
     if params.url:
-        records, notes = await _scrape(params, ctx, params.url)
-        sources = [params.url]
+        records, notes, one = await _scrape(params, ctx, params.url)
+        sources, coverage = [params.url], [one]
     elif params.files:
-        records, sources, notes = await anyio.to_thread.run_sync(_read_files, params, ctx, abandon_on_cancel=True)
+        records, sources, notes, coverage = await anyio.to_thread.run_sync(_read_files, params, ctx,
+                                                                           abandon_on_cancel=True)
     else:
         ctx.progress.update(0, wanted, f"sampling GPM for {wanted:g} s")
         records = await anyio.to_thread.run_sync(live_activity, params.interval_s, params.samples, deadline,
                                                  abandon_on_cancel=True)
-        sources = ["NVML GPM"]
+        sources, coverage = ["NVML GPM"], [_live_coverage(records)]
     if any((r.median("sm_active") or 0.0) > 1.0 for r in records):
         notes.append("An SM activity above 1.0 is DCGM's known overcount on MIG (NVIDIA/DCGM#152), not real.")
     findings = activity_findings(records)
+    severity, decides = _judged(records, findings, coverage)
+    conclusion = _conclusion(records, findings)
+    not_read = [c.input for c in coverage if c.status is CoverageStatus.not_understood]
+    if severity is Severity.unknown and not_read and any(r.sm_active is not None for r in records):
+        conclusion = [f"Cannot judge every input: {', '.join(not_read[:3])} held no activity value.",
+                      f"Of what was read: {conclusion[0][:1].lower()}{conclusion[0][1:]}"]
+        decides = (f"{not_read[0]} as one of: {'; '.join(FORMATS_KNOWN[:3])} (or the call without it, for the "
+                   "GPUs the other inputs cover).")
     return GpuActivityResult(
-        severity=worst(f.severity for f in findings), conclusion=_conclusion(records, findings),
+        severity=severity, conclusion=conclusion, decides=decides, coverage=coverage,
         next_steps=_next_steps(findings), gpus=records, findings=findings, sources=sources, notes=notes,
         node=node_name() if params.local else None)

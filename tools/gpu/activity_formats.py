@@ -130,7 +130,11 @@ def _read_exporter(text: str, into: dict[tuple[str, ...], ActivitySeries]) -> li
     kept = [line for line in lines if not line.strip() or line.lstrip().startswith("#") or _SAMPLE_LINE.match(line)]
     notes = ([f"{len(lines) - len(kept)} line(s) that are no Prometheus sample were left out."]
              if len(kept) < len(lines) else [])
-    for name, labels, raw in parse_samples("\n".join(kept) + "\n"):
+    samples = parse_samples("\n".join(kept) + "\n")
+    if not samples:
+        raise UnreadableInput("the dcgm-exporter page holds no sample (only comments or HELP/TYPE lines).",
+                              "Save the page while the exporter serves values: curl -s HOST:9400/metrics > page.prom.")
+    for name, labels, raw in samples:
         known = _EXPORTER.get(name)
         if known is None:
             continue

@@ -57,7 +57,8 @@ class GpuValues:
     retired_pages_pending: bool | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
-    foreign_processes: list[str] = field(default_factory=list)
+    # None: the GPU's processes were not looked at (an nvidia-smi query of other fields), so no row is given.
+    foreign_processes: list[str] | None = None
 
 
 @dataclass
@@ -205,12 +206,13 @@ def gpu_findings(gpus: Sequence[GpuValues]) -> list[Finding]:
                 "gpu_hardware",
             )
         # Other processes on this GPU.
-        record(
-            "other processes", "a process not in the job", "only the job's processes", gpu,
-            ", ".join(gpu.foreign_processes) or "none",
-            Severity.warn if gpu.foreign_processes else Severity.ok,
-            "another process shares this GPU: it takes SMs and memory from the job", "gpu_utilization_low",
-        )
+        if gpu.foreign_processes is not None:
+            record(
+                "other processes", "a process not in the job", "only the job's processes", gpu,
+                ", ".join(gpu.foreign_processes) or "none",
+                Severity.warn if gpu.foreign_processes else Severity.ok,
+                "another process shares this GPU: it takes SMs and memory from the job", "gpu_utilization_low",
+            )
 
     findings: list[Finding] = []
     for check in checks.values():

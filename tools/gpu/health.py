@@ -33,7 +33,17 @@ from tools.core.limits import (
     HEALTH_MIN_SAMPLE_S,
     STACK_MAX_PROCESSES,
 )
-from tools.core.models import Finding, NextStep, NodesInput, Severity, Table, ToolResult, worst
+from tools.core.models import (
+    Coverage,
+    CoverageStatus,
+    Finding,
+    NextStep,
+    NodesInput,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
 from tools.core.proc import run_program
 from tools.core.thresholds import CORE_SATURATED_PCT
 from tools.core.xid import xid_meaning
@@ -59,6 +69,10 @@ MIB = 1024 * 1024
 _NVML_TIMEOUT_S = 2.5
 _DMESG_TIMEOUT_S = 1.5
 
+# What health_check reads, named on a source it could not use.
+_SOURCES = ("NVML (libnvidia-ml from the NVIDIA driver)", "the kernel log (dmesg) for NVRM: Xid lines",
+            "/proc through psutil")
+_COLLECTOR = ("the node's collector answer (gpu-triage health-check --local --json)",)
 _XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<code>\d+)")
 
 
@@ -482,7 +496,8 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
 
     Use first, for any symptom: it names a hot, throttled, power-capped, PCIe-degraded or ECC-failing
     GPU, a foreign process on a GPU, and host CPU/memory/swap/iowait pressure. Without an NVIDIA
-    driver the GPU part is one 'NVML unavailable' row and the host part still runs. Read-only.
+    driver the GPU part is one 'NVML unavailable' row (unknown: GPU health is not judged) and the host
+    part still runs; an unreadable kernel log leaves past Xid errors unjudged. Read-only.
     """
     backend = job_backend(params, ctx)
     if backend is not None:
@@ -540,9 +555,16 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
 
     findings: list[Finding] = []
     if nvml_snapshot.status != "ok":
+        hung = "did not answer" in nvml_snapshot.status
+        # Without NVML nothing was read that would show a GPU fault: the GPU part is unknown, not healthy.
         findings.append(Finding(check="NVML", value=f"NVML {nvml_snapshot.status}", threshold="driver present",
-                                severity=Severity.warn if "did not answer" in nvml_snapshot.status else Severity.ok,
-                                meaning="no NVIDIA driver visible here, so no GPU checks; host checks still ran"))
+                                severity=Severity.warn if hung else Severity.unknown,
+                                meaning="NVML hangs: a GPU may be lost; host checks still ran" if hung else
+                                "no NVIDIA driver visible here, so GPU health cannot be judged; host checks still ran"))
+    elif not gpus:
+        findings.append(Finding(check="NVML", value="0 GPUs", threshold=">= 1 GPU", severity=Severity.unknown,
+                                meaning="NVML lists no GPU here (a container without GPU access?), so GPU health "
+                                "cannot be judged; host checks still ran"))
     findings += gpu_findings([gpu_values(g, foreign_by_gpu.get(g.index, [])) for g in gpus])
     busy = sum(1 for pct in host.host.cpu_per_core_pct if pct >= CORE_SATURATED_PCT)
     findings += host_findings(HostValues(
@@ -555,14 +577,21 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
     kernel_status, events = kernel
     findings += kernel_findings(events)
     if kernel_status != "scanned" and params.include_kernel_log:
-        findings.append(Finding(check="kernel log", value=kernel_status, threshold="readable", severity=Severity.ok,
-                                meaning="Xid lines not checked; run as root or read /var/log/kern.log"))
+        # NVML shows a GPU's state now; an Xid the driver logged (a GPU that fell off the bus and came back, a
+        # GSP timeout, an NVLink error) is in the kernel log only.
+        findings.append(Finding(check="kernel log", value=kernel_status, threshold="readable",
+                                severity=Severity.unknown, meaning="Xid lines not checked; run as root (or with "
+                                "`sudo dmesg`) or read /var/log/kern.log", sop_branch="gpu_hardware"))
     findings = by_severity(findings)
     severity = worst(f.severity for f in findings)
+    coverage = _coverage(nvml_snapshot, len(gpus), host, window_s, kernel_status if params.include_kernel_log
+                         else None, len(events))
     return HealthCheckResult(
         severity=severity,
         conclusion=_conclude(findings, nvml_snapshot, len(gpus)),
         next_steps=_next_steps(findings),
+        coverage=coverage,
+        decides=_decides(coverage) if severity is Severity.unknown else None,
         sampled_at=sampled_at,
         nvml=nvml_snapshot.status,
         driver_version=nvml_snapshot.driver,
@@ -579,6 +608,38 @@ async def health_check(params: HealthCheckInput, ctx: ToolContext) -> HealthChec
         activity=[a for a in activity if a.support is None],
         activity_note=next((a.support for a in activity if a.support), None),
     )
+
+
+def _coverage(nvml: _NvmlSnapshot, gpu_count: int, host: _HostSample, window_s: float, kernel: str | None,
+              kernel_lines: int) -> list[Coverage]:
+    """One entry per source health_check reads: NVML (the GPUs), /proc (the host) and the kernel log."""
+    entries: list[Coverage] = []
+    if nvml.status != "ok":
+        entries.append(Coverage.not_understood("NVML", f"{nvml.status}: no GPU was read, so GPU health cannot be "
+                                               "judged", _SOURCES))
+    elif not gpu_count:
+        entries.append(Coverage.not_understood("NVML", "NVML answered but lists no GPU", _SOURCES))
+    else:
+        entries.append(Coverage.read("NVML", f"{gpu_count} GPU(s), driver {nvml.driver or 'unknown'}"))
+    if host.host is not None:
+        entries.append(Coverage.read("/proc", f"CPU, memory, swap and disk over {window_s:.1f} s; "
+                                     f"{len(host.top)} busiest process(es) listed"))
+    if kernel is not None:
+        entries.append(Coverage.read("kernel log (dmesg)", f"{kernel_lines} NVRM/Xid line(s)") if kernel == "scanned"
+                       else Coverage.not_understood("kernel log (dmesg)", f"{kernel}; Xid lines not checked",
+                                                    _SOURCES))
+    return entries
+
+
+def _decides(coverage: list[Coverage]) -> str:
+    missing = {c.input for c in coverage if c.status is CoverageStatus.not_understood}
+    wanted = []
+    if "NVML" in missing:
+        wanted.append("health_check on a node where NVML sees the job's GPUs (the NVIDIA driver loaded, the GPUs "
+                      "visible to this container)")
+    if "kernel log (dmesg)" in missing:
+        wanted.append("the kernel log's NVRM: Xid lines (`sudo dmesg -T | grep -E 'NVRM|Xid'` or /var/log/kern.log)")
+    return ("; ".join(wanted) or "health_check on the job's node") + "."
 
 
 def _activity_row(finding: ActivityFinding) -> Finding:
@@ -599,10 +660,13 @@ def _merge_nodes(label: str, answers: dict[str, HealthCheckResult | str]) -> Hea
     """One health result for a job from each node's collector answer (or the reason there is none)."""
     per_node: dict[str, tuple[list[Finding], dict[str, float], int | None] | str] = {}
     drivers: set[str] = set()
+    coverage: list[Coverage] = []
     for node, result in answers.items():
         if isinstance(result, str):
             per_node[node] = result
+            coverage.append(Coverage.not_understood(node, f"no answer: {result}", _COLLECTOR))
             continue
+        coverage.append(_node_coverage(node, result))
         if result.driver_version:
             drivers.add(result.driver_version)
         gpus = [g.model_dump() for g in result.gpus]
@@ -621,7 +685,7 @@ def _merge_nodes(label: str, answers: dict[str, HealthCheckResult | str]) -> Hea
         findings = by_severity(findings)
     answered = sum(1 for v in per_node.values() if not isinstance(v, str))
     severity = worst(f.severity for f in findings)
-    odd = [r for r in rows if r.status in ("crit", "warn", "stands_out", "no_answer")]
+    odd = [r for r in rows if r.status in ("crit", "warn", "stands_out", "no_answer", "unknown")]
     conclusion = [f"{label}: {answered} of {len(per_node)} nodes answered."]
     if odd:
         lead = odd[0]
@@ -630,13 +694,26 @@ def _merge_nodes(label: str, answers: dict[str, HealthCheckResult | str]) -> Hea
         conclusion.append(f"It means: {crit[0].meaning}.")
     else:
         conclusion.append("Every node passes every check and none stands out from the others.")
+    unjudged = [c.input for c in coverage if c.status is not CoverageStatus.read]
     return HealthCheckResult(
-        severity=severity, conclusion=conclusion[:3], next_steps=_next_steps(findings),
+        severity=severity, conclusion=conclusion[:3], next_steps=_next_steps(findings), coverage=coverage,
+        decides=(f"health_check on {', '.join(unjudged[:4])}{' ...' if len(unjudged) > 4 else ''} once NVML, the "
+                 "kernel log and the collector answer there." if severity is Severity.unknown else None),
         sampled_at=datetime.now(UTC).isoformat(timespec="seconds"), nvml=f"per node ({label})",
         driver_version=next(iter(drivers)) if len(drivers) == 1 else None, findings=findings, gpus=[],
         gpu_processes=[], kernel_log="per node", kernel_events=[], host=None, top_processes=[], nodes=rows,
         node_spread=spread,
     )
+
+
+def _node_coverage(node: str, result: HealthCheckResult) -> Coverage:
+    """A node that answered: read when its collector read every source, partial (naming what it could not) else."""
+    missed = [c for c in result.coverage if c.status is not CoverageStatus.read]
+    if not result.coverage:
+        return Coverage.partial(node, "its collector said nothing of what it read")
+    if missed:
+        return Coverage.partial(node, "; ".join(f"{c.input}: {c.detail}" for c in missed))
+    return Coverage.read(node, "; ".join(f"{c.input}: {c.detail}" for c in result.coverage))
 
 
 def gpu_values(g: GpuHealth, foreign: list[str]) -> GpuValues:
@@ -653,9 +730,16 @@ def gpu_values(g: GpuHealth, foreign: list[str]) -> GpuValues:
 
 
 def _conclude(findings: list[Finding], nvml: _NvmlSnapshot, gpu_count: int) -> list[str]:
-    problems = [f for f in findings if f.severity is not Severity.ok]
-    gpu_part = (f"{gpu_count} GPU(s) read through NVML." if nvml.status == "ok"
-                else f"NVML {nvml.status}, so only the host was checked.")
+    problems = [f for f in findings if f.severity.rank > Severity.unknown.rank]
+    unknown = [f for f in findings if f.severity is Severity.unknown]
+    gpu_part = (f"{gpu_count} GPU(s) read through NVML." if nvml.status == "ok" and gpu_count
+                else "NVML lists no GPU here, so GPU health cannot be judged; only the host was checked."
+                if nvml.status == "ok"
+                else f"NVML {nvml.status}: GPU health cannot be judged here; only the host was checked.")
+    if not problems and unknown:
+        rest = "the host checks pass" if nvml.status != "ok" or not gpu_count else "every check read passes"
+        return [gpu_part, f"Not judged: {', '.join(f.check for f in unknown)}; {rest}.",
+                f"It means: {unknown[0].meaning}."]
     if not problems:
         return [gpu_part, "No problem found: every check is within its threshold.",
                 "A healthy snapshot does not explain a slow step: profile a few steps next."]
@@ -682,7 +766,8 @@ def _next_steps(findings: list[Finding]) -> list[NextStep]:
     steps: list[NextStep] = []
     for finding in findings:
         branch = finding.sop_branch
-        if finding.severity is Severity.ok or branch is None or any(s.branch == branch for s in steps):
+        if (finding.severity.rank <= Severity.unknown.rank or branch is None
+                or any(s.branch == branch for s in steps)):
             continue
         if branch in _BRANCH_ACTIONS:
             action, why = _BRANCH_ACTIONS[branch]
@@ -691,8 +776,11 @@ def _next_steps(findings: list[Finding]) -> list[NextStep]:
         else:
             steps.append(NextStep.from_sop(branch, done={"health_check"}))
     if not steps:
+        unjudged = any(f.severity is Severity.unknown for f in findings)
         steps.append(NextStep(branch="triage", step="plan", action="triage_plan(symptom=<the user's words>)",
-                              why="A healthy node points at the job itself: data, launch overhead, sync, comms."))
+                              why="Part of this node was not judged (see decides); the plan says what else to read."
+                              if unjudged else "A healthy node points at the job itself: data, launch overhead, "
+                              "sync, comms."))
     return steps[:3]
 
 

@@ -24,7 +24,8 @@ __all__ = ["NodeHealthRow", "NodeSpreadRow", "node_measures", "merge_health_find
 
 class NodeHealthRow(BaseModel):
     node: str
-    status: str = Field(description="'ok', 'warn', 'crit' (its worst finding), 'stands_out' or 'no_answer'.")
+    status: str = Field(description="'ok', 'unknown', 'warn', 'crit' (its worst finding), 'stands_out' or "
+                        "'no_answer'.")
     gpus: int | None = None
     why: str = Field(description="Its worst finding, how it differs from the other nodes, or why it gave no answer.")
 
@@ -144,7 +145,7 @@ def merge_health_findings(
         elif bad:
             lead = by_severity(bad)[0]
             rows.append(NodeHealthRow(node=node, status=status, gpus=gpu_count, why=f"{lead.check} = {lead.value}"))
-    order = {"crit": 0, "no_answer": 1, "stands_out": 2, "warn": 3, "ok": 4}
+    order = {"crit": 0, "no_answer": 1, "stands_out": 2, "warn": 3, "unknown": 4, "ok": 5}
     rows.sort(key=lambda r: (order.get(r.status, 5), r.node))
     healthy = len(answered) - sum(1 for r in rows if r.status != "no_answer")
     if healthy:

@@ -37,7 +37,19 @@ from tools.core.limits import (
     SMI_MAX_SAMPLING_S,
     SMI_MIN_INTERVAL_S,
 )
-from tools.core.models import Finding, InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import (
+    Coverage,
+    CoverageStatus,
+    Finding,
+    InputModel,
+    NameArg,
+    NextStep,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
 from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_across, dips_evidence
 from tools.core.proc import run_program
 from tools.core.thresholds import UTIL_LOW_PCT, UTIL_MIN_SAMPLES
@@ -58,6 +70,9 @@ Value = int | float | str | None
 QueryKind = Literal["gpu", "compute_apps"]
 
 _ONE_RUN_TIMEOUT_S = 15.0
+# What nvidia_smi_query reads, named on an input that gave it nothing to judge.
+_FORMATS = ("nvidia-smi --query-gpu=... --format=csv (header or not, units or not; -l series)",
+            "nvidia-smi --query-compute-apps=... --format=csv", "live nvidia-smi, or NVML without it")
 _STATIC_MARKERS = (".max", "total", "limit", "count")
 _MISSING = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU is lost|"
                       r"Requested functionality has been deprecated)\]?$", re.IGNORECASE)
@@ -434,8 +449,9 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
     """Query nvidia-smi for allow-listed fields, sampled `count` times `interval_s` apart (bounded: the
     safe replacement for `watch nvidia-smi` / `-l`), parsed into typed rows with per-GPU min/median/max
     and threshold findings (temperature, throttle reasons, clocks, power cap, PCIe link, ECC, sustained
-    low utilisation). query='compute_apps' lists the processes on the GPUs. csv_path parses a saved
-    capture instead. Falls back to NVML when nvidia-smi is not installed. Read-only.
+    low utilisation; fewer than 5 samples cannot show it, so utilisation alone read once is unknown).
+    query='compute_apps' lists the processes on the GPUs. csv_path parses a saved capture instead.
+    Falls back to NVML when nvidia-smi is not installed. Read-only.
     """
     default = DEFAULT_GPU_FIELDS if params.query == "gpu" else DEFAULT_APP_FIELDS
     fields = list(params.fields or default)
@@ -450,6 +466,10 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
                            "Trim the capture to the samples of interest.")
         text = read_regular(path, SMI_MAX_CSV_BYTES + 1, params.csv_path).decode("utf-8", errors="replace")
         fields, rows = parse_smi_csv(text, list(params.fields) or None, params.query)
+        if not rows:
+            raise UnreadableInput(f"{params.csv_path} holds no rows of nvidia-smi output"
+                                  + (" (only its header line)." if text.strip() else " (it is empty)."),
+                                  "Pass the capture the job's node wrote: nvidia-smi --query-gpu=... --format=csv.")
         samples, source = _number_samples(rows), "file"
         interval = _capture_interval(rows) or params.interval_s
     else:
@@ -486,11 +506,29 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
                         Finding(check=f"{periodic.series} periodic dips", value=dips_evidence(periodic),
                                 threshold=">= 3 cycles above the noise", severity=Severity.warn,
                                 meaning=DIPS_FIX.lower(), sop_branch="gpu_utilization_low"))
+    coverage = _coverage(params, fields, rows, samples, source)
     severity = worst(f.severity for f in findings)
+    one_reading = _one_reading_of_utilisation(params, fields, samples)
+    conclusion = _conclude(findings, rows, samples, source, one_reading)
+    decides: str | None = None
+    if coverage.status is CoverageStatus.not_understood and severity is Severity.ok:
+        severity = Severity.unknown
+        conclusion = [f"{len(rows)} row(s) from {source}, but {_sentence(coverage.detail)}: nothing to judge.",
+                      "Ask for fields this GPU and driver report (N/A means they do not expose them)."]
+        decides = "The same query on fields that have values here, e.g. utilization.gpu, temperature.gpu, clocks.sm."
+    elif one_reading is not None and severity is Severity.ok and not findings:
+        # Utilisation is all that could be judged here, and one reading cannot show it low for long.
+        severity = Severity.unknown
+        conclusion = [f"{len(rows)} row(s) from {source} over {samples} sample(s): {one_reading}.",
+                      f"Sample with count>={UTIL_MIN_SAMPLES} (or a -l capture) for a utilisation verdict."]
+        decides = (f"nvidia_smi_query count={2 * UTIL_MIN_SAMPLES} interval_s=0.5 "
+                   "fields=index,utilization.gpu,clocks.sm: a sustained series.")
     return NvidiaSmiQueryResult(
         severity=severity,
-        conclusion=_conclude(findings, rows, samples, source),
+        conclusion=conclusion,
         next_steps=_next_steps(findings, samples, source),
+        coverage=[coverage],
+        decides=decides,
         source=source,
         query=params.query,
         fields=fields,
@@ -502,6 +540,40 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
         notes=notes,
         rows=rows,
     )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].lower() + text[1:].rstrip(".")
+
+
+def _coverage(params: NvidiaSmiQueryInput, fields: list[str], rows: list[SmiRow], samples: int,
+              source: str) -> Coverage:
+    """What the query read: every asked field with a value somewhere (read), some fields N/A in every row
+    (partial: named), or no value at all (not understood: nothing to judge)."""
+    where = (params.csv_path if params.csv_path is not None else "NVML" if source.startswith("nvml")
+             else "nvidia-smi")
+    if not rows:
+        return Coverage.not_understood(where, f"{source} returned no rows (no GPU matched)", _FORMATS)
+    empty = [f for f in fields if all(row.values.get(f) is None for row in rows)]
+    read = f"{len(rows)} row(s), {samples} sample(s) of {len(fields)} field(s)"
+    if len(empty) == len(fields):
+        reasons = sorted({r for row in rows for r in row.missing.values()})
+        return Coverage.not_understood(where, f"no field has a value in any row ({', '.join(reasons[:3])})",
+                                       _FORMATS)
+    if empty:
+        shown = ", ".join(empty[:6]) + (f" and {len(empty) - 6} more" if len(empty) > 6 else "")
+        return Coverage.partial(where, f"{read}; no value in any row for {len(empty)} field(s): {shown}")
+    return Coverage.read(where, read)
+
+
+def _one_reading_of_utilisation(params: NvidiaSmiQueryInput, fields: list[str], samples: int) -> str | None:
+    """Why utilisation cannot be judged: it was asked for, but too few samples show no more than a moment."""
+    if params.query != "gpu" or samples >= UTIL_MIN_SAMPLES:
+        return None
+    if not any(canonical(f, "gpu") == "utilization.gpu" for f in fields):
+        return None
+    return (f"{samples} reading(s) of utilization.gpu show a moment, not a sustained low utilisation "
+            f"(needs >= {UTIL_MIN_SAMPLES} samples)")
 
 
 def _number_samples(rows: list[SmiRow]) -> int:
@@ -578,14 +650,14 @@ def _periodic_dips(rows: list[SmiRow], samples: int, interval: float, params: Nv
     return (found[0] if found else None), notes
 
 
-def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source: str) -> list[str]:
+def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source: str,
+              one_reading: str | None) -> list[str]:
     problems = [f for f in findings if f.severity is not Severity.ok]
     first = f"{len(rows)} row(s) from {source} over {samples} sample(s)."
     if not problems:
         tail = "No threshold crossed." if findings else "No GPU thresholds apply to these fields."
-        if samples < UTIL_MIN_SAMPLES and source != "file":
-            tail += (f" {samples} sample(s) say little about utilisation: sample with count>={UTIL_MIN_SAMPLES} "
-                     "for a verdict.")
+        if one_reading is not None and findings:
+            tail += f" But {one_reading}: sample with count>={UTIL_MIN_SAMPLES} for that verdict."
         return [first, tail]
     lead = problems[0]
     return [first, f"{len(problems)} problem(s); worst: {lead.check} = {lead.value} ({lead.severity.value}).",

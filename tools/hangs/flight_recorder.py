@@ -41,10 +41,11 @@ from tools.core.limits import (
     FR_PARALLEL_BYTES,
     FR_STACK_FRAMES,
 )
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.core.ranks import compact_ranges
 from tools.core.unpickle import UnsafePickle, load_plain_pickle
 from tools.core.workers import run_in_shares, worker_count
+from tools.hangs.stack_formats import compact_coverage
 
 __all__ = ["AnalyzeFlightRecorderInput", "AnalyzeFlightRecorderResult", "analyze_flight_recorder"]
 
@@ -53,6 +54,11 @@ Reason = Literal["missing", "mismatched_op", "mismatched_sizes", "mismatched_dty
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.json|\.pkl|\.pickle)?$")
 _STARTED = frozenset({"started", "completed"})
 UNKNOWN = "?"  # sizes / dtypes not read (a finished entry)
+FR_FORMATS = ("flight-recorder pickle (TORCH_FR_DUMP_TEMP_FILE / _dump_fr_trace)",
+              "flight-recorder JSON (_dump_fr_trace_json)")
+# Disagreements judged against the majority of the ranks seen: with member ranks missing, that majority must be
+# one of the whole group, or the missing ranks decide who is odd.
+_BY_MAJORITY = frozenset({"mismatched_op", "mismatched_sizes", "mismatched_dtypes"})
 
 
 class AnalyzeFlightRecorderInput(InputModel):
@@ -72,6 +78,10 @@ class ProcessGroupReport(BaseModel):
     first_mismatch_seq: int | None = Field(description="The first sequence number where the ranks disagree.")
     expected_op: str | None = Field(default=None, description="What the majority runs at first_mismatch_seq.")
     in_flight: str = Field(default="", description="What the ranks were doing when dumped.")
+    dumps_seen: int = Field(default=0, description="Member ranks whose dump was read.")
+    undecided: str = Field(default="", description="Set when the dumps read do not decide this group: what was "
+                           "seen, and which member ranks' dumps are missing.")
+    missing_ranks: list[int] = Field(default_factory=list, description="Member ranks with no readable dump.")
 
 
 class FlightSuspect(BaseModel):
@@ -407,8 +417,11 @@ def _read_all(path: Path, deadline: float) -> tuple[list[_Dump], list[str]]:
         raise BadInput(f"{path.name} is neither a regular file nor a folder.",
                        "Pass the folder of flight-recorder dumps, or one dump file.")
     if not files:
-        raise BadInput(f"no flight-recorder dump in {path.name}: expected files named <prefix><rank>.",
-                       "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")
+        held = sum(1 for p in path.iterdir() if p.is_file()) if path.is_dir() else 0
+        raise UnreadableInput(f"no flight-recorder dump in {path.name}: it holds {held} file(s), none named "
+                              "<prefix><rank> (e.g. rank_0).",
+                              "Dumps are written by TORCH_NCCL_DUMP_ON_TIMEOUT=1 with "
+                              "TORCH_FR_DUMP_TEMP_FILE=/dir/rank_ .")
     total = sum(file.stat().st_size for file, _, _ in files)
     workers = worker_count(len(files), total, FR_PARALLEL_BYTES, FR_MAX_WORKERS)
     # Unpickling is CPU-bound: large jobs are read by worker processes (tools/core/workers.py).
@@ -436,7 +449,9 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
                 ) -> tuple[ProcessGroupReport, list[FlightSuspect]]:
     desc = next((r.desc for r in holders.values() if r.desc), "")
     config = next((r.config_ranks for r in holders.values() if r.config_ranks), None)
-    members = sorted(set(config) if config else set(holders) | (set(world) if name == "0" else set()))
+    # Without a usable pg_config the default group is every rank numbered up to the highest seen.
+    job = set(range(max(world) + 1)) if world else set()
+    members = sorted(set(config) if config else set(holders) | (job if name == "0" else set()))
     completed = [c for c in (h.last_completed for h in holders.values()) if c is not None]
     last_common = min(completed) if len(completed) == len(holders) and completed else None
     # The ring buffer forgets old entries: compare only what every rank still holds.
@@ -486,6 +501,17 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
                         found.append(_suspect(rank, name, seq, "not_started", entry,
                                               f"still {entry.state} while ranks {compact_ranges(started)} started it: "
                                               "this rank's previous work (compute) has not finished"))
+        if found and no_dump and all(f.reason in _BY_MAJORITY for f in found):
+            backing = sum(1 for e in present.values() if e.op == expected_op)
+            if 2 * backing <= len(members):
+                # The ranks named differ from a majority of the ranks seen only: the missing ranks decide.
+                odd = compact_ranges(sorted(f.rank for f in found))
+                report.first_mismatch_seq, report.expected_op = seq, expected_op
+                report.undecided = (f"at seq {seq} rank {odd} differs ({found[0].reason.replace('_', ' ')}: "
+                                    f"{found[0].op}) from {backing} rank(s) running {expected_op}, no majority of "
+                                    f"the {len(members)} members")
+                found = []
+                break
         if found:
             report.first_mismatch_seq = seq
             report.expected_op = expected_op
@@ -501,6 +527,10 @@ def _analyse_pg(name: str, holders: dict[int, _PgRecord], world: list[int], note
         report.in_flight = "; ".join(f"{op} on {n} rank{'s' if n > 1 else ''}" for op, n in by_op.most_common(3))
     elif holders:
         report.in_flight = "nothing (every recorded collective completed)"
+    report.dumps_seen = len([r for r in members if r in holders])
+    report.missing_ranks = no_dump
+    if no_dump and not report.undecided and not suspects:
+        report.undecided = "the ranks seen agree on every collective they hold"
     for rank in no_dump:
         suspects.append(FlightSuspect(rank=rank, pg=name, seq=None, reason="no_dump",
                                       detail="no dump from this member rank: it may have crashed or hung before "
@@ -546,10 +576,30 @@ def _analyse(dumps: list[_Dump], pg_filter: str | None, notes: list[str]) -> Ana
                           last_enqueued=_first(d, "last_enqueued"), last_completed=_first(d, "last_completed"),
                           in_flight_op=_in_flight(d), error=d.error)
                  for d in sorted(dumps, key=lambda d: (d.error is None, d.rank not in suspect_ranks, d.rank))]
-    severity = Severity.crit if any(s.reason != "no_dump" for s in suspects) else (
-        Severity.warn if suspects or failed else Severity.ok)
+    open_groups = [r for r in reports if r.undecided and r.missing_ranks]
+    decides = None
+    conclusion = _conclude(reports, suspects, failed, len(dumps))
+    if any(s.reason != "no_dump" for s in suspects):
+        severity = Severity.crit
+    elif open_groups:
+        severity = Severity.unknown
+        group = open_groups[0]
+        lacking = compact_ranges(group.missing_ranks)
+        decides = f"the flight-recorder dumps of ranks {lacking} (process group {group.pg})"
+        members = group.dumps_seen + len(group.missing_ranks)
+        conclusion = [f"Process group {group.pg}: dumps of {group.dumps_seen} of {members} member ranks were read; "
+                      f"{group.undecided}.",
+                      f"Ranks {lacking} have no readable dump, and the disagreeing collective may be on them: "
+                      f"unknown until {decides} are read (or their logs: diagnose_logs)."]
+        if failed:
+            conclusion.append(f"{len(failed)} of {len(dumps)} dumps could not be read (see notes).")
+    else:
+        severity = Severity.warn if suspects or failed else Severity.ok
+    coverage = [Coverage.read(d.file, f"rank {d.rank}, {d.format}, {d.entries} collective entries")
+                if d.error is None else Coverage.not_understood(d.file, d.error, FR_FORMATS)
+                for d in sorted(dumps, key=lambda d: d.rank)]
     return AnalyzeFlightRecorderResult(
-        severity=severity, conclusion=_conclude(reports, suspects, failed, len(dumps)),
+        severity=severity, conclusion=conclusion, decides=decides, coverage=compact_coverage(coverage, "dumps"),
         next_steps=_next_steps(suspects), process_groups=reports, suspects=suspects[:FR_MAX_SUSPECTS],
         ranks=rank_rows, version=next((d.version for d in good if d.version), None), notes=notes[:20])
 

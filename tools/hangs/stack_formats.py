@@ -18,10 +18,15 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tools.core.frames import Frame, is_library
+from tools.core.limits import HANG_COVERAGE_READ_LISTED
+from tools.core.models import Coverage, CoverageStatus
 
 __all__ = [
+    "Activity",
+    "ActivityKind",
     "ProcessDump",
     "ThreadStack",
     "Whereabouts",
@@ -29,6 +34,7 @@ __all__ = [
     "main_thread",
     "parse_dump",
     "collective_family",
+    "compact_coverage",
     "parse_pyspy_json",
     "signature",
 ]
@@ -66,6 +72,16 @@ _BUNDLE_HEADER = re.compile(r"^=== Rank (\d+)(?:: .*)? ===\s*$", re.MULTILINE)
 _TORCHRUN_PREFIX = re.compile(r"^\[(?:default)?\d+\]:|^\[rank\d+\]:")
 
 
+_C_SOURCE = re.compile(r"\.(?:c|cc|cpp|cxx|h|hpp|cu|cuh)$|\.so(?:\.[\d.]+)?$")
+
+
+def _is_native(file: str, has_line: bool) -> bool:
+    """py-spy --native frames: a library without a line, or a C source with one (`selectmodule.c:655`)."""
+    if file.endswith(".py"):
+        return False
+    return not has_line or bool(_C_SOURCE.search(file))
+
+
 def parse_dump(text: str) -> list[ProcessDump]:
     """Every process in `text` (one, or several for bundles and `py-spy dump --subprocesses`)."""
     stripped = text.lstrip()
@@ -99,7 +115,7 @@ def parse_pyspy_json(data: object) -> ProcessDump:
         for f in item["frames"]:
             line = f.get("line")
             filename = str(f.get("short_filename") or f.get("filename") or "?")
-            native = not str(f.get("filename") or "").endswith(".py") and not line
+            native = _is_native(str(f.get("filename") or ""), bool(line))
             frames.append(Frame(str(f.get("name", "?")), filename, line if isinstance(line, int) and line > 0
                                 else None, native))
         pid = pid or item.get("pid")
@@ -164,7 +180,7 @@ def _parse_text(text: str) -> list[ProcessDump]:
         if (m := _PYSPY_FRAME.match(line)) is not None:
             file = m.group(2)
             number = m.group(3)
-            native = number is None and not file.endswith(".py")
+            native = _is_native(file, number is not None)
             thread.frames.append(Frame(m.group(1), file, int(number) if number else None, native))
             continue
     return [d for d in dumps if d.threads]
@@ -213,24 +229,37 @@ _WAITS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"TCPStore|c10d::Store::wait|rendezvous|_store_based_barrier|init_process_group"),
      "rendezvous / store wait"),
     (re.compile(r"ncclCommInit|ncclGroupEnd"), "NCCL communicator init"),
-    (re.compile(r"cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize"),
-     "CUDA synchronize"),
 )
 _FSDP_FILE = re.compile(r"torch/distributed/(?:fsdp|_composable/fsdp)/")
 _FSDP_FUNCS = re.compile(r"unshard|_all_gather|foreach_all_gather|reduce_grad|foreach_reduce|post_backward|"
                          r"pre_forward|pre_backward|reshard")
 _DDP_FILE = re.compile(r"torch/nn/parallel/distributed\.py")
-_DATALOADER_FILE = re.compile(r"torch/utils/data/dataloader\.py")
 _BACKWARD = frozenset({"_engine_run_backward", "run_backward", "backward"})
+
+
+ActivityKind = Literal["collective", "input", "checkpoint", "sleeping", "computing", "blocked"]
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a thread is doing, by the mechanism of its innermost meaningful frames: `kind` is the class (a
+    collective, waiting for input, saving, sleeping, computing, or blocked in a call the frames do not show),
+    `label` the mechanism that told (e.g. 'DataLoader.__next__', 'torch.save', 'time.sleep')."""
+
+    kind: ActivityKind
+    label: str
+    frame: Frame | None = None
 
 
 @dataclass(frozen=True)
 class Whereabouts:
-    """Where a stack stands: the collective or wait it sits in, and the user's frame that led there."""
+    """Where a stack stands: the collective or wait it sits in, what it is doing, and the user's frame that led
+    there."""
 
     collective: str | None
     user_frame: Frame | None
     innermost: Frame | None
+    activity: Activity = Activity("blocked", "unknown")
 
     @property
     def location(self) -> str:
@@ -264,24 +293,137 @@ def _collective(frames: Sequence[Frame], distributed_job: bool) -> str | None:
             return native_wait or f"DDP {frame.function}"
         if frame.function == "init_process_group" or "rendezvous" in frame.function:
             return "rendezvous / store wait"
-        if _DATALOADER_FILE.search(frame.file):
-            return "DataLoader next (waiting for data)"
     if native_wait:
         return native_wait
     if any(f.function in _BACKWARD for f in python) and distributed_job:
         # Without native frames the C++ side is invisible; in a DDP job a backward that does not return is
         # the gradient all-reduce (py-spy --native shows c10d::Reducer to confirm).
         return "all_reduce (DDP backward, from the Python frames)"
-    for frame in library_prefix:
-        if frame.function in ("sleep", "time.sleep", "clock_nanosleep", "nanosleep"):
-            return "sleep"
     return None
 
 
-def locate(frames: Sequence[Frame], *, distributed_job: bool = True) -> Whereabouts:
+# ---- what a rank does when it is not in a collective: families of modules and functions, by mechanism.
+# Each rule: (file pattern or None, function pattern or None, kind, label); a frame matches when both given
+# patterns match. Checked innermost frame first; the first frame that matches a *library* rule decides.
+_Rule = tuple[re.Pattern[str] | None, re.Pattern[str] | None, ActivityKind, str]
+_LIBRARY_RULES: tuple[_Rule, ...] = (
+    # Saving: torch.save, torch.distributed.checkpoint (dcp.save / async_save, also when it sits in one of its
+    # own collectives), safetensors, numpy, the frameworks' checkpoint writers.
+    (re.compile(r"torch/distributed/checkpoint/"), re.compile(r"load", re.IGNORECASE), "input",
+     "torch.distributed.checkpoint load (reading a checkpoint)"),
+    (re.compile(r"torch/distributed/checkpoint/"), None, "checkpoint", "torch.distributed.checkpoint save"),
+    (re.compile(r"torch/serialization\.py"), re.compile(r"load|unpickl|_read|mmap", re.IGNORECASE), "input",
+     "torch.load (reading a file)"),
+    (re.compile(r"torch/serialization\.py"), None, "checkpoint", "torch.save"),
+    (re.compile(r"(?:^|/)safetensors/"), re.compile(r"save|serialize", re.IGNORECASE), "checkpoint",
+     "safetensors save_file"),
+    (re.compile(r"(?:^|/)safetensors/"), None, "input", "safetensors load (reading a file)"),
+    (re.compile(r"numpy/lib/(?:_npyio_impl|npyio|format|_format_impl)\.py"), re.compile(r"save|write"),
+     "checkpoint", "numpy save"),
+    (re.compile(r"numpy/lib/(?:_npyio_impl|npyio|format|_format_impl)\.py"), None, "input",
+     "numpy load (reading a file)"),
+    (re.compile(r"(?:^|/)pickle\.py"), re.compile(r"dump"), "checkpoint", "pickle.dump"),
+    (re.compile(r"(?:^|/)pickle\.py"), re.compile(r"load"), "input", "pickle.load"),
+    (re.compile(r"checkpoint_io|checkpoint_connector|/checkpointing/|deepspeed/runtime/checkpoint_engine"),
+     re.compile(r"save|write", re.IGNORECASE), "checkpoint", "framework checkpoint save"),
+    (re.compile(r"(?:^|/)(?:transformers|accelerate|lightning|pytorch_lightning|deepspeed)/"),
+     re.compile(r"save_(?:checkpoint|pretrained|state|model)|_save_checkpoint"), "checkpoint",
+     "framework checkpoint save"),
+    # Waiting for input: the DataLoader and what datasets read through.
+    (re.compile(r"torch/utils/data/"), None, "input", "DataLoader"),
+    (re.compile(r"(?:^|/)(?:fsspec|s3fs|gcsfs|adlfs|boto3|botocore|s3transfer|aiobotocore|huggingface_hub|"
+                r"datasets|webdataset|streaming|pyarrow|petastorm|tensorflow_datasets|h5py|zarr|lance|decord|"
+                r"soundfile|torchvision/io|torchvision/datasets|torchaudio/_backend|torchdata)/"), None, "input",
+     "a storage / dataset read"),
+    (re.compile(r"(?:^|/)PIL/"), None, "input", "PIL image open / decode"),
+    # Sleeping.
+    (re.compile(r"(?:^|/)asyncio/"), re.compile(r"^sleep$"), "sleeping", "asyncio.sleep"),
+    # Computing: the model's forward / backward / optimizer step.
+    (re.compile(r"torch/nn/modules/|torch/nn/functional\.py|torch/_dynamo/|torch/_inductor/|torch/_functorch/|"
+                r"torch/fx/"), None, "computing", "the model's forward"),
+    (re.compile(r"torch/optim/"), None, "computing", "the optimizer step"),
+    (re.compile(r"torch/autograd/|torch/_tensor\.py"), re.compile(r"backward"), "computing", "the backward pass"),
+)
+# Waits whose meaning comes from the frames around them: they decide only when no library rule matched.
+_GENERIC_RULES: tuple[_Rule, ...] = (
+    (None, re.compile(r"^(?:__)?(?:clock_)?nanosleep$|^time_sleep$|^usleep$|^__GI___clock_nanosleep$"),
+     "sleeping", "time.sleep"),
+    (None, re.compile(r"^(?:__libc_|__GI___libc_)?(?:f?sync|fdatasync|write|pwrite64|writev|msync)$"),
+     "checkpoint", "a file write / fsync"),
+    (None, re.compile(r"^(?:__libc_|__GI___libc_)?(?:read|pread64|readv)$"), "input", "a file read"),
+    (re.compile(r"(?:^|/)queue\.py|multiprocessing/(?:queues|connection)\.py"), None, "input",
+     "a queue / pipe get (a producer such as the data pipeline)"),
+    (re.compile(r"(?:^|/)threading\.py"), re.compile(r"wait|acquire"), "sleeping",
+     "a threading Event / Condition wait"),
+    (re.compile(r"(?:^|/)time\.py$"), re.compile(r"sleep"), "sleeping", "time.sleep"),
+)
+_CUDA_SYNC = re.compile(r"cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize|"
+                        r"cuCtxSynchronize|cudaMemcpy(?!Async)|_local_scalar_dense|item$")
+# The user's own functions, by name (weaker than any library frame): a save / a read of their own.
+_USER_SAVE = re.compile(r"(?:^|_)(?:save|checkpoint|ckpt|persist)(?:_|$)|save_checkpoint|checkpoint", re.IGNORECASE)
+_USER_READ = re.compile(r"(?:^|_)(?:load|read|fetch|download|prefetch)(?:_|$)", re.IGNORECASE)
+_ACTIVATION_CHECKPOINT = re.compile(r"torch/utils/checkpoint\.py")
+
+
+def _match(rules: Sequence[_Rule], frame: Frame) -> tuple[ActivityKind, str] | None:
+    for file_re, function_re, kind, label in rules:
+        if file_re is not None and not file_re.search(frame.file.replace("\\", "/")):
+            continue
+        if function_re is not None and not function_re.search(frame.function.rsplit(".", 1)[-1]):
+            continue
+        return kind, label
+    return None
+
+
+def _activity(frames: Sequence[Frame], collective: str | None, idle: bool | None) -> Activity:
+    """What the stack is doing. A checkpoint library around a collective (dcp.save gathers its plan) is a save;
+    compute inside the DataLoader (a transform in the main process) is the data path; otherwise the innermost
+    library frame of a known family decides, then the user's own function names, then generic waits."""
+    library = [f for f in frames if is_library(f) and not _ACTIVATION_CHECKPOINT.search(f.file)]
+    found: list[tuple[ActivityKind, str, Frame]] = []
+    for frame in library:
+        hit = _match(_LIBRARY_RULES, frame)
+        if hit is not None:
+            found.append((*hit, frame))
+    saves = [f for f in found if f[0] == "checkpoint"]
+    if collective is not None:
+        if saves:
+            return Activity("checkpoint", f"{saves[0][1]} (in its own {collective_family(collective)})", saves[0][2])
+        return Activity("collective", collective)
+    if found:
+        kind, label, frame = found[0]
+        if kind == "computing" and any(k == "input" and text == "DataLoader" for k, text, _ in found):
+            return Activity("input", "DataLoader (computing a batch in the data pipeline)", frame)
+        # The outermost frame of the same family is the call the user made (DataLoader __next__, torch.save).
+        entry = [f for k, text, f in found if (k, text) == (kind, label)][-1]
+        return Activity(kind, f"{label}: {entry.function}", frame)
+    for frame in frames:
+        if is_library(frame):
+            continue
+        name = frame.function.rsplit(".", 1)[-1]
+        if _USER_SAVE.search(name):
+            return Activity("checkpoint", f"{name} (a save, by its name)", frame)
+        if _USER_READ.search(name):
+            return Activity("input", f"{name} (a read, by its name)", frame)
+    for frame in frames:
+        if frame.native and _CUDA_SYNC.search(frame.function):
+            return Activity("computing", "CUDA synchronize (its GPU still runs this rank's kernels)", frame)
+        hit = _match(_GENERIC_RULES, frame)
+        if hit is not None:
+            return Activity(*hit, frame)
+    innermost = next((f for f in frames if not f.native), None)
+    if idle is False:  # py-spy saw it run: plain Python (or a C call of it that computes)
+        return Activity("computing", "Python code" if innermost is None or not is_library(innermost)
+                        else innermost.function, innermost)
+    # Idle, or a dump that does not say (faulthandler): in a C call its Python frames do not show.
+    return Activity("blocked", "a call the Python frames do not show (a sleep, I/O or a lock)", innermost)
+
+
+def locate(frames: Sequence[Frame], *, distributed_job: bool = True, idle: bool | None = None) -> Whereabouts:
     user = next((f for f in frames if not is_library(f)), None)
     innermost = next((f for f in frames if not f.native), frames[0] if frames else None)
-    return Whereabouts(_collective(frames, distributed_job), user, innermost)
+    collective = _collective(frames, distributed_job)
+    return Whereabouts(collective, user, innermost, _activity(frames, collective, idle))
 
 
 def collective_family(label: str) -> str:
@@ -297,6 +439,20 @@ def signature(frames: Iterable[Frame], where: Whereabouts) -> str:
     user = [f"{f.function}@{f.file.rsplit('/', 1)[-1]}:{f.line}" for f in frames if not is_library(f)]
     if where.collective:
         kind = collective_family(where.collective)
+    elif where.activity.frame is not None and where.activity.kind != "computing":
+        kind = f"{where.activity.kind}: {where.activity.frame.function}"
     else:
         kind = where.innermost.function if where.innermost else "?"
     return f"[{kind}] " + " < ".join(user)
+
+
+def compact_coverage(entries: list[Coverage], what: str) -> list[Coverage]:
+    """Every input not read whole, and the first HANG_COVERAGE_READ_LISTED read whole; the rest of those counted
+    in one entry (`what`: 'stack files', 'dumps')."""
+    read = [c for c in entries if c.status is CoverageStatus.read]
+    if len(read) <= HANG_COVERAGE_READ_LISTED:
+        return entries
+    rest = read[HANG_COVERAGE_READ_LISTED:]
+    kept = {id(c) for c in rest}
+    shown = [c for c in entries if id(c) not in kept]
+    return [*shown, Coverage.read(f"{len(rest)} more {what}", f"read whole, {rest[0].input} to {rest[-1].input}")]

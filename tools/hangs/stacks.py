@@ -45,14 +45,16 @@ from tools.core.limits import (
     STACK_MIN_TIMEOUT_S,
     STACK_PARALLEL_DUMPS,
 )
-from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import Coverage, NextStep, NodesInput, PathArg, Severity, Table, ToolResult, cell
 from tools.core.proc import find_program, run_program
 from tools.core.ranks import compact_ranges, rank_of_path
 from tools.hangs.stack_formats import (
+    Activity,
     ProcessDump,
     ThreadStack,
     Whereabouts,
     collective_family,
+    compact_coverage,
     locate,
     main_thread,
     parse_dump,
@@ -63,6 +65,13 @@ __all__ = ["DumpStacksInput", "DumpStacksResult", "dump_stacks", "merge_nodes", 
 
 RankStatus = Literal["ok", "gone", "not_python", "unsupported_python", "permission_denied", "timeout", "no_stack",
                      "error", "node_unreachable"]
+
+SuspectKind = Literal["other_collective", "input", "checkpoint", "sleeping", "computing", "blocked", "exited",
+                      "waiting_for_others"]
+
+# The formats a stack file is read in (a file in none of them is not understood).
+STACK_FORMATS = ("py-spy dump text", "py-spy dump --json", "py-spy dump --native", "faulthandler",
+                 "Python traceback", "torch debug-server bundle (=== Rank N ===)")
 
 _PTRACE_FIX = ("py-spy needs ptrace rights on the process: run this server as the job's user or root; in a "
                "container add --cap-add SYS_PTRACE; or set kernel.yama.ptrace_scope=0 "
@@ -87,6 +96,10 @@ class DumpStacksInput(NodesInput):
                                description="At most this many processes are dumped.")
     per_process_timeout_s: float = Field(default=STACK_DEFAULT_TIMEOUT_S, ge=STACK_MIN_TIMEOUT_S,
                                          le=STACK_MAX_TIMEOUT_S, description="Limit for one py-spy dump.")
+    world_size: int | None = Field(default=None, ge=1, le=1 << 20,
+                                   description="The job's number of ranks, when the stacks do not say it (files): "
+                                   "with fewer stacks than ranks, the missing ranks are named and no rank is called "
+                                   "the odd one unless the ranks seen are a majority of the job.")
 
 
 class WireFrame(BaseModel):
@@ -103,6 +116,8 @@ class RankStack(BaseModel):
     status: RankStatus
     innermost_user_frame: str | None = Field(description="`file:line function` of the user's innermost frame.")
     collective: str | None = Field(description="The collective or wait the main thread sits in, if any.")
+    activity: str | None = Field(default=None, description="What the main thread does, as `kind: mechanism` (kind: "
+                                 "collective, input, checkpoint, sleeping, computing or blocked).")
     group: int | None = Field(default=None, description="Index into `groups`.")
     state: str | None = Field(default=None, description="idle (blocked) or active, as py-spy saw the thread.")
     source: str = Field(description="`pid N` or the file it was read from.")
@@ -126,6 +141,12 @@ class Suspect(BaseModel):
     function: str
     location: str
     reason: str
+    kind: SuspectKind = Field(description="Why it is not where the others are, by where it is: other_collective "
+                              "(a different collective or call site: rank-conditional or out of order), input "
+                              "(waiting for the DataLoader / storage), checkpoint (in a save or file write), "
+                              "sleeping, computing (a straggler), blocked (in a call the Python frames do not show), "
+                              "exited, waiting_for_others (it waits in a collective the others have not reached).")
+    fix: str = Field(default="", description="What to do about it, following the kind.")
 
 
 class DumpStacksResult(ToolResult):
@@ -142,14 +163,15 @@ class DumpStacksResult(ToolResult):
 
     def tables(self) -> list[Table]:
         return [
-            Table("Suspects", ["rank", "node", "function", "location", "reason"],
-                  [[str(s.rank), s.node or "-", s.function, s.location, s.reason] for s in self.suspects],
-                  "suspects"),
+            Table("Suspects", ["rank", "node", "kind", "function", "location", "reason", "fix"],
+                  [[str(s.rank), s.node or "-", s.kind, s.function, s.location, s.reason, s.fix]
+                   for s in self.suspects], "suspects"),
             Table("Groups of ranks at the same place", ["group", "ranks", "collective / wait", "user frame"],
                   [[str(g.group), compact_ranges(g.ranks), g.collective or "-", g.location] for g in self.groups],
                   "groups"),
             Table("Ranks", ["rank", "node", "pid", "status", "group", "collective / wait", "user frame", "detail"],
-                  [[cell(r.rank), r.node or "-", cell(r.pid), r.status, cell(r.group), r.collective or "-",
+                  [[cell(r.rank), r.node or "-", cell(r.pid), r.status, cell(r.group),
+                    r.collective or r.activity or "-",
                     r.innermost_user_frame or "-", r.detail or r.state or ""] for r in self.ranks], "ranks"),
         ]
 
@@ -167,6 +189,8 @@ class _Collected:
     detail: str = ""
     world_size: int | None = None
     node: str | None = None
+    input: str = ""  # the file, pid or node the row came from: one coverage entry each (a bundle has many rows)
+    cut: str = ""  # why only part of that input could be read (cut at the size limit, ends mid-line)
 
 
 def _pyspy_failure(stderr: str) -> tuple[RankStatus, str]:
@@ -290,22 +314,29 @@ def _read_files(inputs: Sequence[str], ctx: ToolContext) -> tuple[list[_Collecte
         try:
             data = read_regular(path, STACK_MAX_FILE_BYTES + 1, name)
         except TriageError as exc:  # not a regular file (a FIFO, a socket), or unreadable: a row, the rest read
-            rows.append(_Collected(None, None, name, status="error", detail=exc.message))
+            rows.append(_Collected(None, None, name, status="error", detail=exc.message, input=name))
             continue
+        cut = ""
         if len(data) > STACK_MAX_FILE_BYTES:
-            notes.append(f"{name}: only the first {STACK_MAX_FILE_BYTES // 1024 // 1024} MiB were read.")
+            cut = f"only the first {STACK_MAX_FILE_BYTES // 1024 // 1024} MiB were read"
+            notes.append(f"{name}: {cut}.")
             data = data[:STACK_MAX_FILE_BYTES]
-        dumps = parse_dump(data.decode("utf-8", "replace"))
+        text = data.decode("utf-8", "replace")
+        dumps = parse_dump(text)
         file_rank = rank_of_path(name)
         if not dumps:
-            rows.append(_Collected(file_rank, None, name, status="no_stack",
-                                   detail="no stack found: expected py-spy dump (text or --json), faulthandler or "
-                                   "a Python traceback."))
+            looks_json = text.lstrip().startswith(("[", "{"))
+            detail = ("looks like py-spy JSON but does not parse (cut short?)" if looks_json else
+                      "no stack found: expected py-spy dump (text or --json), faulthandler or a Python traceback")
+            rows.append(_Collected(file_rank, None, name, status="no_stack", detail=detail + ".", input=name))
             continue
+        if not cut and text.strip() and not text.endswith("\n") and not any(d.format == "py-spy json"
+                                                                            for d in dumps):
+            cut = "it ends mid-line: the file was cut short, the last stack may lack its outer frames"
         for index, dump in enumerate(dumps):
             rank = dump.rank if dump.rank is not None else (file_rank if len(dumps) == 1 else None)
             source = name if len(dumps) == 1 else f"{name} #{index + 1}"
-            rows.append(_Collected(rank, dump.pid, source, dump))
+            rows.append(_Collected(rank, dump.pid, source, dump, input=name, cut=cut))
     _number_unranked(rows, notes)
     return rows, notes
 
@@ -340,13 +371,15 @@ def _place(rows: list[_Collected]) -> list[_Placed]:
     for row in rows:
         item = _Placed(row)
         thread = main_thread(row.dump) if row.dump else None
-        if thread is not None:
+        if thread is not None and thread.frames:
             item.frames = thread.frames
-            item.where = locate(thread.frames)
+            item.where = locate(thread.frames, idle=thread.idle)
             item.signature = signature(thread.frames, item.where)
             item.state = None if thread.idle is None else ("idle" if thread.idle else "active")
         elif row.status == "ok":
-            row.status, row.detail = "no_stack", "no main thread in the dump."
+            row.status = "no_stack"
+            row.detail = ("the main thread has no frames (the dump was cut short?)." if thread is not None
+                          else "no main thread in the dump.")
         placed.append(item)
     return placed
 
@@ -360,29 +393,121 @@ def _function(item: _Placed) -> str:
     return where.innermost.function if where.innermost else "-"
 
 
-def _suspect_reason(odd: _Placed, majority: _Placed, majority_ranks: list[int]) -> str:
+@dataclass(frozen=True)
+class _Why:
+    kind: SuspectKind
+    reason: str
+    fix: str
+
+
+def _by_activity(activity: Activity, odd: _Placed, others: str, there: str) -> _Why:
+    """A rank that is not in the collective the others wait in, classified by where it is instead."""
+    assert odd.where is not None
+    at = odd.where.location
+    label = activity.label
+    if activity.kind == "input":
+        return _Why("input", f"waiting for input ({label}) while {others} wait in {there}: its data pipeline or "
+                    "storage has stalled and the others wait for it.",
+                    "sample_host and profile_cpu on its node: are the DataLoader workers alive or in D state, which "
+                    "storage reads do they wait on (a stalled file system, a slow object store)?")
+    if activity.kind == "checkpoint":
+        return _Why("checkpoint", f"in a save ({label}) while {others} wait in {there}: a blocking save on one rank "
+                    "holds the collective.",
+                    "make the save non-blocking (torch.distributed.checkpoint.async_save, or a background writer) "
+                    "or have every rank take part in it; check the storage it writes to (sample_host).")
+    if activity.kind == "sleeping":
+        return _Why("sleeping", f"sleeping ({label}) at {at} while {others} wait in {there}: a code path that "
+                    "sleeps, e.g. a retry/backoff loop or a wait for a file or a service.",
+                    f"read the loop around {at}: what it waits for, why that never comes, and bound it.")
+    if activity.kind == "computing":
+        return _Why("computing", f"computing ({label}) while {others} wait in {there}: a straggler, still in work "
+                    "the others have finished (or its GPU is slow).",
+                    "find_stragglers on the step logs and health_check on its GPU (clocks, throttling, errors); "
+                    "look for extra work on this rank only (an evaluation, logging, a larger batch).")
+    return _Why("blocked", f"not in any collective while {others} wait in {there}: blocked at {at} in a call the "
+                "Python frames do not show (a sleep, a read or a lock).",
+                "dump_stacks(native=True) on this rank (py-spy dump --native): the C frames show which call it is.")
+
+
+def _suspect_reason(odd: _Placed, majority: _Placed, majority_ranks: list[int]) -> _Why:
     """Why the odd group is the suspect, in terms of the majority (the odd group's own place is in its row)."""
     assert odd.where is not None and majority.where is not None
     others = f"ranks {compact_ranges(majority_ranks)}"
     c_odd, c_maj = odd.where.collective, majority.where.collective
+    activity = odd.where.activity
     there = f"{c_maj} at {majority.where.location}" if c_maj else ""
+    if c_maj and activity.kind != "collective":
+        return _by_activity(activity, odd, others, there)
     if c_odd and c_maj and collective_family(c_odd) != collective_family(c_maj):
-        return (f"in {c_odd} while {others} wait in {there}: a collective only some ranks call (rank-conditional, "
-                "e.g. under `if rank == 0:`) — make every rank call it or move it out of the `if`.")
+        return _Why("other_collective", f"in {c_odd} while {others} wait in {there}: a collective only some ranks "
+                    "call (rank-conditional, e.g. under `if rank == 0:`).",
+                    "make every rank call it or move it out of the `if`; analyze_flight_recorder shows the sequence "
+                    "number where the ranks part.")
     if c_odd and c_maj:
-        return (f"in {c_odd} from another call site than {others} ({there}): the ranks disagree on the order of "
-                "collectives.")
-    if c_maj:
-        return (f"not in any collective while {others} wait in {there}: this rank has not reached it — slow or "
-                "stuck compute, data loading, I/O or a loop here.")
+        return _Why("other_collective", f"in {c_odd} from another call site than {others} ({there}): the ranks "
+                    "disagree on the order of collectives.",
+                    "make every rank issue the same collectives in the same order; analyze_flight_recorder names "
+                    "the first sequence number where they differ.")
+    maj_activity = majority.where.activity
     if c_odd:
-        return (f"waits in {c_odd} while {others} are elsewhere ({majority.where.location}): "
-                "they have not reached it yet; dump again to see whether they move.")
-    return (f"at another place than {others} ({majority.where.location}); neither is in a collective, so this may be "
-            "a slow job rather than a hang: dump again and compare.")
+        return _Why("waiting_for_others", f"waits in {c_odd} while {others} are elsewhere ({maj_activity.kind}: "
+                    f"{maj_activity.label}, at {majority.where.location}): they have not reached it yet.",
+                    "dump again: if the others move on, this is a slow job (look at what they do), not a hang.")
+    kind: SuspectKind = activity.kind if activity.kind != "collective" else "other_collective"
+    return _Why(kind, f"at another place than {others} ({majority.where.location}); neither is in a collective, so "
+                "this may be a slow job rather than a hang.", "dump again and compare which ranks move.")
 
 
-def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = False) -> DumpStacksResult:
+def _world(rows: list[_Collected], given: int | None) -> tuple[int | None, bool]:
+    """The job's size, and whether it is only a lower bound (ranks 0..N seen with gaps, nobody said the size)."""
+    if given:
+        return given, False
+    said = next((r.world_size for r in rows if r.world_size), None)
+    if said:
+        return said, False
+    ranks = {r.rank for r in rows if r.rank is not None}
+    if ranks and max(ranks) + 1 > len(ranks):
+        return max(ranks) + 1, True
+    return None, False
+
+
+def _coverage(placed: list[_Placed]) -> list[Coverage]:
+    """One entry per input (file, pid or node): read, partial (cut, no Python frames) or not understood."""
+    by_input: dict[str, list[_Placed]] = {}
+    for item in placed:
+        by_input.setdefault(item.row.input or item.row.source, []).append(item)
+    entries: list[Coverage] = []
+    for name, items in by_input.items():
+        rows = [i.row for i in items]
+        ranks = sorted(r.rank for r in rows if r.rank is not None)
+        who = f"rank {compact_ranges(ranks)}" if ranks else "no rank"
+        stacked = [i for i in items if i.where is not None]
+        cut = next((r.cut for r in rows if r.cut), "")
+        if not stacked:
+            first = rows[0]
+            if first.status == "no_stack" and first.pid is None and first.node is None or first.status == "error":
+                entries.append(Coverage.not_understood(name, first.detail, STACK_FORMATS if first.status ==
+                                                       "no_stack" else None))
+            else:
+                entries.append(Coverage.not_understood(name, f"{first.status}: {first.detail}"))
+            continue
+        fmt = next((i.row.dump.format for i in stacked if i.row.dump is not None and i.row.dump.format), "stack")
+        python_less = [i for i in stacked if all(f.native for f in i.frames)]
+        if cut:
+            entries.append(Coverage.partial(name, f"{fmt}, {who}: {cut}."))
+        elif python_less:
+            entries.append(Coverage.partial(name, f"{fmt}, {who}: the main thread has no Python frames (native "
+                                            "only), so the user's code and the collective call are not seen."))
+        elif len(stacked) < len(items):
+            entries.append(Coverage.partial(name, f"{fmt}, {who}: {len(items) - len(stacked)} of {len(items)} "
+                                            "stacks in it could not be read."))
+        else:
+            entries.append(Coverage.read(name, f"{fmt}, {who}: main thread read."))
+    return entries
+
+
+def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = False,
+             world_size: int | None = None) -> DumpStacksResult:
     placed = _place(rows)
     by_signature: dict[str, list[_Placed]] = {}
     for item in placed:
@@ -397,21 +522,34 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
         groups.append(StackGroup(group=index, ranks=sorted(m.row.rank for m in members if m.row.rank is not None),
                                  signature=first.signature, collective=first.where.collective,
                                  location=first.where.location, stack=shown))
+    world, world_is_bound = _world(rows, world_size)
+    stacked_ranks = {m.row.rank for members in ordered for m in members if m.row.rank is not None}
+    seen = {r.rank for r in rows if r.rank is not None}
+    missing = sorted(set(range(world)) - seen) if world else []
+    # Ranks of the job whose stack this answer lacks (not found, or found without a stack; an exited rank is
+    # evidence of its own): the odd rank may be among them.
+    gone_ranks = {r.rank for r in rows if r.status == "gone" and r.rank is not None}
+    absent = sorted(set(range(world)) - stacked_ranks - gone_ranks) if world and not with_frames else []
     suspects: list[Suspect] = []
     # Odd ones out exist only against a real majority: in a job that is merely busy, ranks stand at many places
-    # and none of them is a suspect.
+    # and none of them is a suspect. With ranks missing, the majority must be one of the whole job.
     placed_total = sum(len(members) for members in ordered)
-    has_majority = len(ordered) > 1 and 2 * len(ordered[0]) > placed_total
+    electorate = max(placed_total, len(stacked_ranks) + len(absent))
+    has_majority = len(ordered) > 1 and 2 * len(ordered[0]) > electorate
+    undecided = bool(absent) and (len(ordered) > 1 and not has_majority
+                                  or len(ordered) == 1 and ordered[0][0].where is not None)
+    majority_in_collective = bool(ordered and ordered[0][0].where and ordered[0][0].where.collective)
     if has_majority:
         majority = ordered[0]
         majority_ranks = groups[0].ranks
         for members in ordered[1:]:
-            reason = _suspect_reason(members[0], majority[0], majority_ranks)
+            why = _suspect_reason(members[0], majority[0], majority_ranks)
             for member in members:
                 if member.row.rank is not None and member.where is not None:
                     suspects.append(Suspect(rank=member.row.rank, node=member.row.node, function=_function(member),
-                                            location=member.where.location, reason=reason))
-    elif len(ordered) > 1 and not with_frames:  # a collector's part of a job: the job-level merge judges
+                                            location=member.where.location, reason=why.reason, kind=why.kind,
+                                            fix=why.fix))
+    elif len(ordered) > 1 and not with_frames and not undecided:  # a collector's part: the job-level merge judges
         notes.insert(0, f"no majority: the largest group (ranks {compact_ranges(groups[0].ranks)}) holds "
                      f"{len(ordered[0])} of {placed_total} ranks, so no rank is named the odd one; compare the groups' "
                      "stacks, or dump again to see which ranks move.")
@@ -421,30 +559,52 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
             assert item.row.rank is not None
             suspects.append(Suspect(rank=item.row.rank, node=item.row.node, function="-", location="-",
                                     reason="the process has exited while the others wait: the collective can never "
-                                    "complete; read its log for the error (diagnose_logs)."))
-    world = next((r.world_size for r in rows if r.world_size), None)
-    seen = {r.rank for r in rows if r.rank is not None}
+                                    "complete.", kind="exited",
+                                    fix="read its log for the error (diagnose_logs)."))
     unreachable = sorted({r.node for r in rows if r.status == "node_unreachable" and r.node})
-    missing = sorted(set(range(world)) - seen) if world else []
     if missing and not with_frames:
-        where = (f"on the nodes that answered: they run on {', '.join(unreachable)} (no answer) or have exited"
-                 if unreachable else "here: they run on other nodes (dump them there) or have exited")
-        notes.append(f"WORLD_SIZE is {world} but ranks {compact_ranges(missing)} were not found {where}.")
+        if world_is_bound and world is not None:
+            where = (f"(nobody said WORLD_SIZE; ranks up to {world - 1} were seen, so the job has at least {world}: "
+                     "pass world_size for the true count)")
+        elif unreachable:
+            where = f"on the nodes that answered: they run on {', '.join(unreachable)} (no answer) or have exited"
+        else:
+            where = "here: they run on other nodes (dump them there) or have exited"
+        notes.append(f"ranks {compact_ranges(missing)} were not found {where}.")
+    elif world is None and not with_frames and stacked_ranks:
+        notes.append(f"the job's size is not known (no WORLD_SIZE, no gap in the ranks): the verdict covers the "
+                     f"{len(stacked_ranks)} ranks seen; pass world_size if the job has more.")
     group_of = {id(m): g.group for g, members in zip(groups, ordered, strict=True) for m in members}
     suspect_ranks = {s.rank for s in suspects}
     rank_rows = [RankStack(node=i.row.node, rank=i.row.rank, pid=i.row.pid, status=i.row.status,
                            innermost_user_frame=i.where.user_frame.display() if i.where and i.where.user_frame
                            else None,
-                           collective=i.where.collective if i.where else None, group=group_of.get(id(i)),
+                           collective=i.where.collective if i.where else None,
+                           activity=f"{i.where.activity.kind}: {i.where.activity.label}" if i.where else None,
+                           group=group_of.get(id(i)),
                            state=i.state, source=i.row.source, detail=i.row.detail,
                            frames=[WireFrame(function=f.function, file=f.file, line=f.line, native=f.native)
                                    for f in i.frames] if with_frames else None)
                  for i in placed]
     rank_rows.sort(key=lambda r: (r.status == "ok" and r.rank not in suspect_ranks, r.rank if r.rank is not None
                                   else -1))
-    severity = Severity.crit if suspects else (Severity.warn if len(groups) > 1 or any(
-        r.status != "ok" for r in rank_rows) else Severity.ok)
+    holding = [s for s in suspects if s.kind not in ("waiting_for_others",)]
+    if any(s.kind == "exited" for s in suspects) or holding and majority_in_collective:
+        severity = Severity.crit
+    elif suspects or len(groups) > 1 or any(r.status != "ok" for r in rank_rows):
+        severity = Severity.warn
+    else:
+        severity = Severity.ok
     conclusion = _conclude(groups, suspects, [r for r in rank_rows if r.status != "node_unreachable"], placed)
+    decides = None
+    if undecided and not any(s.kind == "exited" for s in suspects):
+        unread = sum(1 for r in rank_rows if r.status not in ("ok", "node_unreachable"))
+        conclusion, decides = _undecided(groups, absent, world, world_is_bound, unread)
+        severity = Severity.unknown
+    elif absent and suspects:
+        lacking = (f"Stacks of {len(stacked_ranks)} of {world} ranks were read (ranks {compact_ranges(absent)} "
+                   "missing); the majority is still one of the whole job.")
+        conclusion = [*conclusion[:2], lacking]
     if unreachable:
         silent = [r for r in rank_rows if r.status == "node_unreachable"]
         lost = f": ranks {compact_ranges(missing)} are not in this verdict" if missing else ""
@@ -457,8 +617,30 @@ def _analyse(rows: list[_Collected], notes: list[str], *, with_frames: bool = Fa
             conclusion = [head, *conclusion][:3]
         severity = max(severity, Severity.warn, key=lambda s: s.rank)
     return DumpStacksResult(severity=severity, conclusion=conclusion,
-                            next_steps=_next_steps(suspects, groups, placed), ranks=rank_rows, groups=groups,
-                            suspects=suspects, world_size=world, notes=notes)
+                            next_steps=_next_steps(suspects, groups, placed, absent if undecided else []),
+                            ranks=rank_rows, groups=groups, suspects=suspects, world_size=world, notes=notes,
+                            coverage=compact_coverage(_coverage(placed), "stacks"), decides=decides)
+
+
+def _undecided(groups: list[StackGroup], absent: list[int], world: int | None, world_is_bound: bool,
+               unread: int) -> tuple[list[str], str]:
+    """The stacks seen do not decide: the rank that is not where the others are may be one not seen."""
+    seen = sum(len(g.ranks) for g in groups)
+    of = f"at least {world}" if world_is_bound else str(world)
+    lacking = f"rank {absent[0]}" if len(absent) == 1 else f"ranks {compact_ranges(absent)}"
+    are = "is" if len(absent) == 1 else "are"
+    if len(groups) == 1:
+        g = groups[0]
+        where = f"in {g.collective} at {g.location}" if g.collective else f"at {g.location}"
+        head = (f"Stacks of {seen} of {of} ranks were read and all stand {where}; {lacking} {are} missing, and "
+                "the rank that is not there, if any, is among them.")
+    else:
+        largest = compact_ranges(groups[0].ranks)
+        head = (f"Stacks of {seen} of {of} ranks were read: the largest group (ranks {largest}) "
+                f"is no majority of the job, and {lacking} {are} missing, so no rank is named the odd one.")
+    decides = f"the stacks of {lacking} (dump them on their nodes, or pass their files)"
+    why = f" ({unread} of them gave no stack: see their rows)" if unread else ""
+    return [head, f"Unknown until {decides}{why}."], decides
 
 
 def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[RankStack],
@@ -475,7 +657,8 @@ def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[Rank
         nodes = sorted({s.node for s in suspects if s.reason == first.reason and s.node})
         on = f" on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}" if nodes else ""
         head = f"Rank {compact_ranges(odd)}{on} is at {first.location}, {first.reason}"
-        return [head, failed_text] if failed_text else [head]
+        fix = f"Fix: {first.fix[:1].upper()}{first.fix[1:]}" if first.fix else ""
+        return [t for t in (head, fix, failed_text) if t]
     if len(groups) == 1:
         g = groups[0]
         active = sum(1 for i in placed if i.state == "active")
@@ -494,11 +677,43 @@ def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[Rank
     return text + ([failed_text] if failed_text else [])
 
 
-def _next_steps(suspects: list[Suspect], groups: list[StackGroup], placed: list[_Placed]) -> list[NextStep]:
+_STEPS_BY_KIND: dict[str, tuple[str, str | None, str, str]] = {
+    # kind -> (branch, step, action, why)
+    "input": ("gpu_utilization_low", "host_sample", "sample_host on the suspect rank's node",
+              "Shows whether the DataLoader workers run, wait on disk or network (iowait, D state) or are gone."),
+    "checkpoint": ("gpu_utilization_low", "host_sample", "sample_host on the suspect rank's node",
+                   "Shows the write throughput and iowait of the storage the save goes to."),
+    "computing": ("straggler", "find", "find_stragglers on the job's step logs",
+                  "Confirms the rank is slow step after step (a straggler) and whether its GPU is the cause."),
+    "sleeping": ("nccl_hang_or_slow", "logs", "diagnose_logs on the suspect rank's log",
+                 "A retry/backoff loop usually logs what it retries (a connection, a file, a lock)."),
+    "blocked": ("nccl_hang_or_slow", "stacks", "dump_stacks(native=True) on the suspect rank",
+                "The C frames show which call it is blocked in: a sleep, a read, a lock."),
+}
+
+
+def _next_steps(suspects: list[Suspect], groups: list[StackGroup], placed: list[_Placed],
+                absent: list[int]) -> list[NextStep]:
     steps = []
-    if suspects:
+    if absent:
+        steps.append(NextStep(branch="nccl_hang_or_slow", step="stacks",
+                              action=f"dump_stacks on rank{'s' if len(absent) > 1 else ''} "
+                              f"{compact_ranges(absent)} (their nodes, or their files)",
+                              why="The rank that is not where the others are may be one of those not seen."))
+    first = suspects[0] if suspects else None
+    if first is not None and first.kind in _STEPS_BY_KIND:
+        branch, step, action, why = _STEPS_BY_KIND[first.kind]
+        steps.append(NextStep(branch=branch, step=step, action=action.replace("the suspect rank",
+                                                                          f"rank {first.rank}"), why=why))
+        if first.kind == "input":
+            steps.append(NextStep(branch="gpu_utilization_low", step="host",
+                                  action=f"profile_cpu on rank {first.rank}'s process and its DataLoader workers",
+                                  why="Names the functions the data path spends its time in (decode, read, "
+                                  "augmentation)."))
+    elif first is not None:
         steps.append(NextStep.from_sop("nccl_hang_or_slow", done={"dump_stacks"}))
-    if groups and not any(f.native for item in placed for f in item.frames):
+    if groups and not any(f.native for item in placed for f in item.frames) and not (
+            first is not None and first.kind == "blocked"):
         steps.append(NextStep(branch="nccl_hang_or_slow", step="stacks", action="dump_stacks(native=True)",
                               why="The C++ frames show the exact c10d/NCCL wait each rank is blocked in."))
     steps.append(NextStep(branch="nccl_hang_or_slow", step="logs",
@@ -545,7 +760,7 @@ async def dump_stacks(params: DumpStacksInput, ctx: ToolContext) -> DumpStacksRe
     node = node_name() if params.local else None
     for row in rows:
         row.node = node
-    result = _analyse(rows, notes, with_frames=params.local)
+    result = _analyse(rows, notes, with_frames=params.local, world_size=params.world_size)
     result.node = node
     return result
 
@@ -559,13 +774,14 @@ def merge_nodes(per_node: dict[str, DumpStacksResult | str]) -> DumpStacksResult
         if isinstance(result, str):
             rows.append(_Collected(None, None, f"node {node}", status="node_unreachable", detail=result, node=node))
             continue
+        cut = {c.input: c.detail for c in result.coverage if c.status == "partial"}
         for row in result.ranks:
             dump = None
             if row.frames is not None:
                 frames = [Frame(f.function, f.file, f.line, f.native) for f in row.frames]
                 dump = ProcessDump([ThreadStack("MainThread", "", frames, idle=row.state == "idle")], pid=row.pid)
             rows.append(_Collected(row.rank, row.pid, f"{node}: {row.source}", dump, row.status, row.detail,
-                                   result.world_size, node))
+                                   result.world_size, node, cut=cut.get(row.source.split(" #", 1)[0], "")))
         notes += [f"{node}: {note}" for note in result.notes]
     unreachable = [r.node for r in rows if r.status == "node_unreachable"]
     if unreachable:

@@ -1,8 +1,10 @@
 """The readers of saved host-metric captures: `iostat -x` (sysstat 10-12 text layouts and `-o JSON`), `vmstat`
-(procps-ng, with or without the `gu` column) and `nvidia-smi dmon` / `pmon` (any `-s` column set, `-o DT`, the
-`--format csv` form). Both are read by their headers, never by column position: the column
+(procps-ng, with or without the `gu` column), `mpstat` (`-P ALL`, any locale's time stamps, `Average:` blocks, `-o
+JSON`; `sar -u` prints the same table) and `nvidia-smi dmon` / `pmon` (any `-s` column set, `-o DT`, the
+`--format csv` form). All are read by their headers, never by column position: the column
 sets change with versions and flags (notes host_evidence.md §3). A capture with several reports keeps the later ones:
-the first report of iostat and the first row of vmstat are averages since boot.
+the first report of iostat and the first row of vmstat are averages since boot; mpstat with an interval prints only
+intervals (without one, a single report whose rows carry the header's own time stamp: since boot).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiskSample", "GpuSeries", "HostCapture", "is_iostat", "is_smi_monitor", "is_vmstat", "read_iostat",
-           "read_smi_monitor", "read_vmstat"]
+__all__ = ["DiskSample", "GpuSeries", "HostCapture", "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor",
+           "is_vmstat", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat"]
 
 _NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
 
@@ -63,6 +65,14 @@ class HostCapture:
     reports: int = 0
     since_boot: bool = False  # only the first report (or row) is there: averages since boot, no interval
     gpus: list[GpuSeries] = field(default_factory=list)  # dmon / pmon
+    cores: int | None = None  # mpstat / sar: the banner's "(N CPU)", else the per-CPU rows
+    core_idle: dict[str, list[float]] = field(default_factory=dict)  # mpstat -P: each CPU's %idle per report
+    core_iowait: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def host_evidence(self) -> bool:
+        """Whether it holds anything about the host's disks, CPUs or memory (a dmon capture holds none)."""
+        return bool(self.disks or self.idle_pct or self.iowait_pct or self.run_queue or self.swap_in)
 
 
 def _number(text: str) -> float | None:
@@ -184,6 +194,110 @@ def read_vmstat(text: str) -> HostCapture:
             value = row.get(key)
             if value is not None:
                 column.append(value)
+    return capture
+
+
+# ---------------------------------------------------------------- mpstat / sar -u
+
+# The column header: "CPU" then percentages, %idle among them (mpstat's %usr..%gnice, sar -u's %user..%idle); pidstat's
+# header ends "%CPU   CPU  Command" and iostat's says "avg-cpu:", so neither matches.
+_CPU_TABLE = re.compile(r"(?:^|[ \t])CPU[ \t]+%(?:usr|user)[ \t][^\n]*%idle", re.M)
+_PIDSTAT = re.compile(r"[ \t]PID[ \t]+%usr[ \t]+%system[^\n]*%CPU", re.M)
+_CLOCK = re.compile(r"\d{1,2}(?::|时)\d{2}")  # a time stamp in any locale: 07:38:50, 10时58分18秒
+_BANNER_CPUS = re.compile(r"\((\d+) CPU\)")
+
+
+def is_mpstat(text: str) -> bool:
+    head = text[:65536]
+    return _CPU_TABLE.search(head) is not None or ('"cpu-load"' in head and '"sysstat"' in head)
+
+
+def is_pidstat(text: str) -> bool:
+    return _PIDSTAT.search(text[:65536]) is not None
+
+
+def read_mpstat(text: str) -> HostCapture:
+    """mpstat / sar -u text: every header line starts a report; a row is its CPU label (`all` or a number) and one
+    number per header column, after the time stamp (12 h with AM/PM, 24 h, or a locale's own words). Rows whose
+    prefix holds no time stamp (`Average:`, `平均时间:`) are the averages of the intervals: used only when the capture
+    has no interval rows (one that kept only the averages)."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return _mpstat_json(json.loads(stripped))
+    header: list[str] | None = None
+    header_time: list[str] = []
+    intervals: list[dict[str, dict[str, float]]] = []  # per report: CPU label -> column -> value
+    averages: dict[str, dict[str, float]] = {}
+    single_time: list[str] | None = None
+    sar = False
+    for line in text.splitlines():
+        tokens = line.split()
+        if "CPU" in tokens:
+            at = tokens.index("CPU")
+            columns = tokens[at + 1:]
+            if columns and all(c.startswith("%") for c in columns) and "%idle" in columns:
+                header, header_time = [c.lstrip("%") for c in columns], tokens[:at]
+                sar = sar or "user" in header
+                if any(_CLOCK.search(t) for t in header_time):
+                    intervals.append({})
+                continue
+        if header is None or len(tokens) < len(header) + 1:
+            continue
+        label, cells = tokens[-len(header) - 1], [_number(t) for t in tokens[-len(header):]]
+        if not (label == "all" or label.isdigit()) or any(c is None for c in cells):
+            continue
+        prefix = tokens[:-len(header) - 1]
+        values = dict(zip(header, (c or 0.0 for c in cells), strict=True))
+        if prefix and not any(_CLOCK.search(t) for t in prefix):
+            averages[label] = values
+            continue
+        if not intervals or label in intervals[-1]:  # `mpstat 1` prints one header, then a row per interval
+            intervals.append({})
+        intervals[-1][label] = values
+        single_time = prefix if single_time is None else single_time
+    kept = [report for report in intervals if report] or ([averages] if averages else [])
+    capture = HostCapture("sar" if sar else "mpstat")
+    capture.reports = len(kept)
+    # No interval: one report whose rows carry the header's own time stamp (mpstat prints no Average then).
+    capture.since_boot = len(kept) == 1 and not averages and bool(header_time) and single_time == header_time
+    for report in kept:
+        _cpu_row(capture, report)
+    banner = _BANNER_CPUS.search(text[:4096])
+    capture.cores = int(banner.group(1)) if banner else (len(capture.core_idle) or None)
+    return capture
+
+
+def _cpu_row(capture: HostCapture, report: Mapping[str, Mapping[str, float]]) -> None:
+    """One report's `all` row into the series (user = usr + nice, system = sys + irq + soft, as /proc/stat is read
+    live), and each CPU's idle and iowait."""
+    for label, values in report.items():
+        if label != "all":
+            capture.core_idle.setdefault(label, []).append(values.get("idle", 0.0))
+            capture.core_iowait.setdefault(label, []).append(values.get("iowait", 0.0))
+    row = report.get("all")
+    if row is None:
+        return
+    capture.user_pct.append(round(row.get("usr", row.get("user", 0.0)) + row.get("nice", 0.0), 2))
+    capture.system_pct.append(round(row.get("sys", row.get("system", 0.0)) + row.get("irq", 0.0)
+                                    + row.get("soft", 0.0), 2))
+    capture.iowait_pct.append(row.get("iowait", 0.0))
+    capture.steal_pct.append(row.get("steal", 0.0))
+    capture.idle_pct.append(row.get("idle", 0.0))
+
+
+def _mpstat_json(document: Any) -> HostCapture:
+    """mpstat -o JSON: sysstat.hosts[].statistics[] each with a `cpu-load` list of {cpu, usr, nice, sys, ...}."""
+    hosts = document.get("sysstat", {}).get("hosts", []) if isinstance(document, dict) else []
+    capture = HostCapture("mpstat")
+    for host in (h for h in hosts if isinstance(h, dict)):
+        if isinstance(host.get("number-of-cpus"), int):
+            capture.cores = host["number-of-cpus"]
+        for report in (s for s in host.get("statistics", []) if isinstance(s, dict)):
+            rows = {str(r.get("cpu")): {str(k): float(v) for k, v in r.items() if isinstance(v, int | float)}
+                    for r in report.get("cpu-load", []) or [] if isinstance(r, dict)}
+            if rows:
+                capture.reports += 1
+                _cpu_row(capture, rows)
     return capture
 
 

@@ -18,7 +18,7 @@ from tools.cluster import discover_job, slurm_pids_on_this_node
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput
 from tools.core.limits import NODES_FANOUT_MARGIN_S
-from tools.core.models import Severity
+from tools.core.models import Coverage, Severity
 
 __all__ = ["JobAnswers", "NodeVerdict", "gather_nodes", "job_pids_here", "label_rows", "node_timeout_for"]
 
@@ -88,6 +88,12 @@ class JobAnswers(Generic[ResultT]):
     nodes: list[NodeVerdict]
     notes: list[str] = field(default_factory=list)
     lead: NodeVerdict | None = None
+    coverage: list[Coverage] = field(default_factory=list)  # per node: answered, or why not
+
+    @property
+    def undecided(self) -> list[str]:
+        """The nodes whose evidence is missing from the job's answer: silent, or unable to judge themselves."""
+        return [n.node for n in self.nodes if n.verdict == "no_answer" or n.severity is Severity.unknown]
 
     def conclusion(self, label: str, opening: str, fix: str, nothing: str) -> list[str]:
         first = f"{label}: {len(self.answered)} of {len(self.nodes)} node(s) answered{opening}."
@@ -106,8 +112,12 @@ def gather_nodes(answers: dict[str, ResultT | str], missing: str) -> JobAnswers[
     for node, answer in answers.items():
         if isinstance(answer, str):
             job.nodes.append(NodeVerdict(node=node, verdict="no_answer", evidence=answer))
+            job.coverage.append(Coverage.not_understood(node, f"no answer: {answer}"))
             continue
         job.answered[node] = answer
+        job.coverage.append(Coverage.partial(node, "answered, but could not judge its own inputs")
+                            if answer.severity is Severity.unknown else
+                            Coverage.read(node, f"answered: {answer.verdict}"))
         job.notes += [f"{node}: {note}" for note in answer.notes]
         job.nodes.append(NodeVerdict(node=node, verdict=answer.verdict, severity=answer.severity,
                                      evidence=answer.findings[0].evidence if answer.findings else

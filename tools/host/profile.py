@@ -46,7 +46,7 @@ from tools.core.limits import (
     CPU_TOP_FUNCTIONS,
     STACK_MAX_MATCH_CHARS,
 )
-from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import Coverage, NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
 from tools.core.proc import find_program
 from tools.core.thresholds import (
     GIL_CORES_RATIO,
@@ -56,6 +56,7 @@ from tools.core.thresholds import (
     IO_READ_SHARE,
     MAIN_LOOP_BUSY_SHARE,
     MAIN_LOOP_MIN_CORES,
+    PROFILE_MIN_SAMPLES,
     SYNC_WAIT_SHARE,
     WORKER_BUSY_SHARE,
 )
@@ -332,8 +333,8 @@ class _Role:
         return self.user_count.most_common(1)[0][0] if self.user_count else None
 
 
-def _analyse(threads: list[ThreadSamples], notes: list[str], cores: dict[int, float] | None = None
-             ) -> ProfileCpuResult:
+def _analyse(threads: list[ThreadSamples], notes: list[str], cores: dict[int, float] | None = None,
+             coverage: list[Coverage] | None = None) -> ProfileCpuResult:
     """`cores`: per pid, the cores its process used while it was recorded (live only)."""
     workers = {t.pid for t in threads if _runs_worker_loop(t)}
     by_process: dict[tuple[int | None, Role], _Role] = defaultdict(_Role)
@@ -356,13 +357,32 @@ def _analyse(threads: list[ThreadSamples], notes: list[str], cores: dict[int, fl
                      "computes; dump_stacks says on what, summarize_trace says for how long.")
     if not any(m.samples for m in by_process.values()):
         notes.append("No sample was recorded: the processes may have exited, or py-spy saw no Python thread.")
+    trainer_samples = sum(m.samples for (_, role), m in by_process.items() if role == "trainer")
+    if trainer_samples < PROFILE_MIN_SAMPLES:
+        # Too few of the trainer's samples for its shares to mean anything: no verdict either way.
+        findings = []
     verdict: Verdict = findings[0].kind if findings else "none"
-    return ProfileCpuResult(
+    result = ProfileCpuResult(
         severity=worst(f.severity for f in findings), verdict=verdict, processes=rows, findings=findings,
-        notes=notes[:10], conclusion=_conclude(verdict, findings, rows),
+        notes=notes[:10], conclusion=_conclude(verdict, findings, rows), coverage=coverage or [],
         next_steps=[NextStep(branch=_BRANCH, step="trace", action="Fix it, then profile again (profile_cpu, and "
                              "summarize_trace on a torch.profiler trace) and compare_runs before/after",
                              why="The share of the input pipeline or the main loop should fall.")])
+    unsampled = [c for c in result.coverage if c.status.value == "not_understood"]
+    if trainer_samples < PROFILE_MIN_SAMPLES:
+        result.severity = Severity.unknown
+        result.decides = (f"A recording with at least {PROFILE_MIN_SAMPLES} samples of the trainer's main thread "
+                          "(a longer duration_s, or py-spy record --idle of the trainer's pid)")
+        result.conclusion = [result.conclusion[0], f"Cannot judge: the trainer's main thread has {trainer_samples} "
+                             f"sample(s), under the {PROFILE_MIN_SAMPLES} its shares need"
+                             + (" (no trainer thread in the profile)." if not trainer_samples else "."),
+                             f"Record again: {result.decides}."]
+    elif unsampled and not findings:
+        result.severity = Severity.unknown
+        result.decides = "py-spy record of the pid(s) that could not be sampled (as the job's user or root)"
+        result.conclusion[1:] = [f"No bottleneck in what was sampled, but {len(unsampled)} process(es) could not be "
+                                 f"({unsampled[0].input}: {unsampled[0].detail}).", f"Record {result.decides}."]
+    return result
 
 
 def _where(frame: Frame | None) -> str:
@@ -530,15 +550,19 @@ def _merge_nodes(label: str, answers: dict[str, ProfileCpuResult | str]) -> Prof
 async def _this_node(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuResult:
     notes: list[str] = []
     threads: list[ThreadSamples] = []
+    coverage: list[Coverage] = []
     if params.from_files:
         for file in expand_inputs(params.from_files, ctx.roots):
             saved = read_whole_text(file, CPU_MAX_FILE_BYTES, "Record fewer seconds or processes.")
             try:
-                threads += parse_record(saved, CPU_MAX_STACKS)
+                read = parse_record(saved, CPU_MAX_STACKS)
             except ValueError as exc:
                 raise UnreadableInput(f"{file.name}: {exc}.",
                                       "Pass py-spy record -f raw or -f speedscope output.") from exc
-        return _analyse(threads, notes)
+            threads += read
+            coverage.append(Coverage.read(file.name, f"py-spy record: {len(read)} thread(s), "
+                                          f"{sum(t.samples for t in read)} samples"))
+        return _analyse(threads, notes, coverage=coverage)
     if params.match is not None:
         processes, _, match_notes = processes_by_match(params.match, CPU_MAX_PROCESSES)
         notes += match_notes
@@ -576,12 +600,18 @@ async def _this_node(params: ProfileCpuInput, ctx: ToolContext) -> ProfileCpuRes
             if said:
                 notes.append(f"pid {pid}: {said}")
             if text is not None:
-                threads += parse_record(text, CPU_MAX_STACKS)
+                read = parse_record(text, CPU_MAX_STACKS)
+                threads += read
+                coverage.append(Coverage.read(f"pid {pid}", f"py-spy record: {sum(t.samples for t in read)} samples"
+                                              + (f" ({said})" if said else "")))
+            else:
+                coverage.append(Coverage.not_understood(f"pid {pid}", f"could not be sampled: {said}"))
     if not threads and all(texts[p][0] is None for p in roots):
         raise UnreadableInput("py-spy recorded nothing: " + "; ".join(texts[p][1] for p in roots)[:400],
                               "Check the pids (ps -p PID), and that py-spy may attach (root or CAP_SYS_PTRACE).")
     after, span = _cpu_seconds(roots), max(time.monotonic() - started, 1e-3)
-    return _analyse(threads, notes, {pid: (after[pid] - before[pid]) / span for pid in before if pid in after})
+    return _analyse(threads, notes, {pid: (after[pid] - before[pid]) / span for pid in before if pid in after},
+                    coverage)
 
 
 def _cpu_seconds(roots: list[int]) -> dict[int, float]:

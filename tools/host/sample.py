@@ -35,7 +35,17 @@ from tools.core.limits import (
     HOST_SAMPLE_INTERVAL_S,
     STACK_MAX_MATCH_CHARS,
 )
-from tools.core.models import NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import (
+    Coverage,
+    CoverageStatus,
+    NextStep,
+    NodesInput,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
 from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_across, dips_evidence
 from tools.core.thresholds import (
     CPU_IDLE_PCT,
@@ -52,9 +62,12 @@ from tools.host.host_formats import (
     GpuSeries,
     HostCapture,
     is_iostat,
+    is_mpstat,
+    is_pidstat,
     is_smi_monitor,
     is_vmstat,
     read_iostat,
+    read_mpstat,
     read_smi_monitor,
     read_vmstat,
 )
@@ -327,6 +340,13 @@ async def _live(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
     trainers = [pid for pid in pids if roles[pid] == "trainer"]
     result = _judge(_disks_between(first, second), _cpu_between(first, second), processes,
                     round(100 * memory.available / memory.total, 1), swapping, f"live {params.duration_s:g} s", [])
+    result.coverage.append(Coverage.read("/proc", f"diskstats, stat, vmstat and meminfo read {len(readings)} times "
+                                         f"over {span:.1f} s"))
+    for pid in pids:
+        if pid not in first.process_cpu or pid not in second.process_cpu:
+            # A process gone mid-window (or not readable): its share of the host is not in the figures.
+            result.coverage.append(Coverage.partial(f"pid {pid}", "not read for the whole window (it exited, or "
+                                                    "its /proc entry could not be read)"))
     # The step logs are read after the window, so that they hold the steps it saw.
     steps = await anyio.to_thread.run_sync(_step_time, params, ctx, result)
     _periodic(result, readings, trainers, steps)
@@ -379,25 +399,57 @@ def _add_dips(result: SampleHostResult, candidates: list[tuple[list[float], floa
 # ---------------------------------------------------------------- captures
 
 
+_FORMATS_KNOWN = ["iostat -x (text or -o JSON)", "vmstat", "mpstat -P ALL (or sar -u)", "mpstat -o JSON",
+                  "nvidia-smi dmon", "nvidia-smi pmon"]
+
+
+def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
+    """One saved capture by its content, and what was made of it."""
+    try:
+        if is_mpstat(text):  # before iostat: mpstat's JSON is a "sysstat" document too
+            capture = read_mpstat(text)
+        elif is_iostat(text):
+            capture = read_iostat(text)
+        elif is_vmstat(text):
+            capture = read_vmstat(text)
+        elif is_smi_monitor(text):
+            capture = read_smi_monitor(text)
+        else:
+            return None, Coverage.not_understood(name, _looks_like(text), _FORMATS_KNOWN)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        said = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+        raise UnreadableInput(f"{name}: sysstat JSON that does not parse ({said}).",
+                              "Pass the -o JSON output as written, or the text form.") from exc
+    if not capture.reports or not (capture.host_evidence or capture.gpus):
+        return None, Coverage.not_understood(name, f"{capture.kind} header(s) but no row of values under them",
+                                             _FORMATS_KNOWN)
+    what = f"{capture.kind}: {capture.reports} report(s)" + (
+        f", {len(capture.core_idle)} CPU(s) each" if capture.core_idle else "")
+    if capture.since_boot:
+        return capture, Coverage.partial(name, f"{what}: only the averages since boot, no interval")
+    return capture, Coverage.read(name, what)
+
+
+def _looks_like(text: str) -> str:
+    """What an unread capture looked like: its kind when known, else its first line with content."""
+    if is_pidstat(text):
+        return ("pidstat -u (per-process CPU %): not read, since a process's share says nothing of the host's "
+                "cores; pass mpstat -P ALL or vmstat of the same window, or profile_cpu on the process")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"not a format this tool reads; it starts {first[:80]!r}" if first else "no text in it"
+
+
 def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
     captures: list[HostCapture] = []
+    coverage: list[Coverage] = []
     notes: list[str] = []
     for file in expand_inputs(params.from_files, ctx.roots):
-        text = read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat -x, vmstat or "
+        text = read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat -x, vmstat, mpstat or "
                                "nvidia-smi dmon / pmon.")
-        if is_iostat(text):
-            try:
-                captures.append(read_iostat(text))
-            except (json.JSONDecodeError, RecursionError) as exc:
-                said = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
-                raise UnreadableInput(f"{file.name}: iostat JSON that does not parse ({said}).",
-                                      "Pass iostat -x -o JSON output as written, or the text form.") from exc
-        elif is_vmstat(text):
-            captures.append(read_vmstat(text))
-        elif is_smi_monitor(text):
-            captures.append(read_smi_monitor(text))
-        else:
-            notes.append(f"{file.name}: not iostat -x, vmstat, nvidia-smi dmon or pmon output.")
+        capture, covered = _read_capture(file.name, text)
+        coverage.append(covered)
+        if capture is not None:
+            captures.append(capture)
     disks_by_name: dict[str, list[DiskSample]] = {}
     for capture in captures:
         for disk in capture.disks:
@@ -416,18 +468,68 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
 
     cpu = Cpu(user_pct=median("user_pct"), system_pct=median("system_pct"), iowait_pct=median("iowait_pct"),
               steal_pct=median("steal_pct"), idle_pct=median("idle_pct"), run_queue=median("run_queue"),
-              blocked=median("blocked"), cores=None)
+              blocked=median("blocked"), cores=next((c.cores for c in captures if c.cores), None))
     # Swap traffic counts only from intervals: a since-boot line's si/so is the average of the machine's life.
     swap = [v for c in captures if not c.since_boot for v in (*c.swap_in, *c.swap_out)]
     if any(c.since_boot for c in captures):
         notes.append("A capture holds only its first report, the averages since boot: rerun with an interval and "
-                     "a count (iostat -x 1 10, vmstat 1 10) for the present.")
+                     "a count (iostat -x 1 10, vmstat 1 10, mpstat -P ALL 1 10) for the present.")
+    notes += _core_notes(captures)
     swapping = sum(1 for v in swap if v > 0) * 2 >= max(len(swap), 1) and any(v > 0 for v in swap)
     names = ", ".join(c.kind for c in captures) or "nothing readable"
     result = _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
                     notes)
+    result.coverage = coverage
     _gpus_of(result, captures, params.capture_interval_s, _step_time(params, ctx, result))
+    _undecided(result, captures)
     return result
+
+
+def _core_notes(captures: list[HostCapture]) -> list[str]:
+    """mpstat -P: the cores that are saturated, or that wait on I/O, while the average does not say so; one hot core
+    is the sign of a single-threaded loop (the trainer's main thread, or a num_workers=0 loader)."""
+    notes = []
+    for capture in captures:
+        if not capture.core_idle:
+            continue
+        medians = {cpu: sorted(v)[len(v) // 2] for cpu, v in capture.core_idle.items() if v}
+        hot = sorted((cpu for cpu, idle in medians.items() if idle <= CPU_IDLE_PCT), key=int)
+        waiting = sorted((cpu for cpu, v in capture.core_iowait.items() if v and sorted(v)[len(v) // 2] >= 50),
+                         key=int)
+        if hot:
+            notes.append(f"{capture.kind}: {len(hot)} of {len(medians)} CPU(s) listed at <= {CPU_IDLE_PCT:g} % idle "
+                         f"(CPU {', '.join(hot[:8])}): where they are few, a single-threaded loop is saturated "
+                         "(profile_cpu names it).")
+        if waiting:
+            notes.append(f"{capture.kind}: CPU {', '.join(waiting[:8])} wait on I/O over half the time.")
+    return notes
+
+
+def _undecided(result: SampleHostResult, captures: list[HostCapture]) -> None:
+    """A verdict of none that the captures cannot back: nothing about the host was read, or only a since-boot
+    average. Then the answer is unknown, and says what decides it."""
+    if result.findings:
+        return
+    host = [c for c in captures if c.host_evidence]
+    unread = [c for c in result.coverage if c.status is CoverageStatus.not_understood]
+    if host and not all(c.since_boot for c in host) and not unread:
+        return
+    result.severity = Severity.unknown
+    result.decides = ("iostat -x 1 10, vmstat 1 10 or mpstat -P ALL 1 10 captured on the node while the job ran "
+                      "(or sample_host live there)")
+    if not host:
+        said = (f"{unread[0].input} was not read ({unread[0].detail})" if unread else
+                "the captures hold no host evidence (GPU monitors only)")
+        result.conclusion = [f"{result.source}: cannot tell whether the host starves the GPU: {said}.",
+                             "No disk, CPU or memory figure was read, so none can be ruled out.",
+                             f"Capture {result.decides}."]
+    elif unread:
+        result.conclusion[1:] = [f"No bottleneck in what was read, but {len(unread)} capture(s) were not read "
+                                 f"({unread[0].input}: {unread[0].detail}).",
+                                 "Pass them in a format this tool reads to rule the host out."]
+    else:
+        result.conclusion[1:] = ["No bottleneck in the since-boot averages, which say nothing of the job's window.",
+                                 f"Capture {result.decides}."]
 
 
 def _gpus_of(result: SampleHostResult, captures: list[HostCapture], interval_s: float | None,
@@ -581,8 +683,14 @@ def _merge_nodes(label: str, answers: dict[str, SampleHostResult | str]) -> Samp
     findings.sort(key=lambda f: (-f.severity.rank, f.node != (lead.node if lead else None)))
     conclusion = job.conclusion(label, "", findings[0].fix if findings else "",
                                 "No disk, CPU or memory bottleneck on any node's host.")
+    undecided = job.undecided if answered and not findings else []
+    if undecided:
+        conclusion[1:] = [f"No bottleneck on the nodes that were judged, but {len(undecided)} node(s) were not "
+                          f"({', '.join(undecided[:4])}): the host of any of them may be the one."]
     return SampleHostResult(
-        severity=worst(f.severity for f in findings) if answered else Severity.warn,
+        coverage=job.coverage, decides="sample_host on the node(s) named, live there, once they answer"
+        if undecided else None,
+        severity=Severity.unknown if undecided else worst(f.severity for f in findings) if answered else Severity.warn,
         verdict=first.verdict if first and lead else "none", source=label,
         disks=[d.model_copy(update={"node": node}) for node, answer in answered.items() for d in answer.disks][:64],
         cpu=first.cpu if first else Cpu(user_pct=None, system_pct=None, iowait_pct=None, steal_pct=None,

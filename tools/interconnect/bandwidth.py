@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from tools.core.files import InputFile
-from tools.core.models import Severity
+from tools.core.models import Coverage, Severity
 from tools.core.thresholds import (
     BUSBW_CRIT_RATIO,
     BUSBW_LOW_RATIO,
@@ -49,6 +49,12 @@ def judge_tests(files: Sequence[InputFile], expected_arg: float | None, found: E
         read = read_nccl_tests(text, file.name)
         if not read:
             found.notes.append(f"{file.name}: no nccl-tests table in it.")
+            found.coverage.append(Coverage.not_understood(file.name, "no nccl-tests table in it", [
+                "nccl-tests text (all_reduce_perf ...)", "nccl-tests -J JSON"]))
+        elif not any(run.rows for run in read):
+            found.coverage.append(Coverage.partial(file.name, "nccl-tests header(s) but no row of results"))
+        else:
+            found.coverage.append(Coverage.read(file.name, f"nccl-tests: {len(read)} run(s)"))
         runs.extend(read)
     nic_rates = found.nic_rates()
     for run in runs:

@@ -26,7 +26,17 @@ from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded
 from tools.core.files import expand_inputs
 from tools.core.limits import NET_LIVE_TIMEOUT_S, NET_MAX_FILES, NET_MAX_FINDINGS
-from tools.core.models import NameArg, NextStep, NodesInput, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import (
+    Coverage,
+    NameArg,
+    NextStep,
+    NodesInput,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
 from tools.interconnect.bandwidth import Bandwidth, judge_tests
 from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
 from tools.interconnect.live import LiveCapture, capture_this_node
@@ -64,7 +74,8 @@ class CheckInterconnectInput(NodesInput):
 
 
 class CheckInterconnectResult(ToolResult):
-    verdict: str = Field(description="The kind of the worst finding ('healthy' when none).")
+    verdict: str = Field(description="The kind of the worst finding ('healthy' when none; 'unknown' when the "
+                         "evidence read does not decide, see `decides`).")
     node: str | None = Field(default=None, description="Collector mode: the node this answer is from.")
     findings: list[NetFinding]
     transports: list[Transport]
@@ -108,6 +119,9 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
     judge_captures(captures, found)
     for capture in live:
         judge_capture(capture.text, capture.name, node_name(), found)
+    if (params.live or params.local) and not live and not nodes:
+        found.coverage.append(Coverage.not_understood("this node (live)", "none of nvidia-smi topo -m / nvlink, "
+                                                      "ibstat or ethtool gave output here (see the notes)"))
     for node, answer in nodes.items():
         _merge_node(node, answer, found)
     judge_across_nodes(found)
@@ -115,17 +129,45 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
     if time.monotonic() > deadline:
         raise LimitExceeded("the check ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
     bandwidth = judge_tests(tests, params.expected_busbw_gbs, found) if tests else []
-    order = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
+    order = {Severity.crit: 0, Severity.warn: 1, Severity.unknown: 2, Severity.ok: 3}
     findings = sorted(found.findings, key=lambda f: order[f.severity])
     if len(findings) > NET_MAX_FINDINGS:
         found.notes.append(f"{len(findings) - NET_MAX_FINDINGS} more finding(s) not listed (the worst come first).")
         findings = findings[:NET_MAX_FINDINGS]
     missing = [name for name, given in (("nccl_logs", logs), ("nccl_tests", tests),
                                         ("captures", captures or live or nodes)) if not given]
-    return CheckInterconnectResult(
+    result = CheckInterconnectResult(
         severity=worst(f.severity for f in findings), verdict=findings[0].kind if findings else "healthy",
         conclusion=_conclude(findings, bandwidth, transports, missing), next_steps=_next(findings, missing),
-        findings=findings, transports=transports, bandwidth=bandwidth, links=found.links, notes=found.notes[:10])
+        findings=findings, transports=transports, bandwidth=bandwidth, links=found.links, notes=found.notes[:10],
+        coverage=found.coverage)
+    if not findings:
+        _undecided(result)
+    return result
+
+
+def _undecided(result: CheckInterconnectResult) -> None:
+    """No finding, yet the evidence does not clear the fabric: a busbw with no figure to judge it by is no more
+    healthy than it is low (15 GB/s is fine on one 100G NIC and a third of what 400G RoCE gives)."""
+    unjudged = [b for b in result.bandwidth if b.ratio is None and b.peak_busbw_gbs is not None]
+    if not unjudged:
+        return
+    first = unjudged[0]
+    result.severity = Severity.unknown
+    result.verdict = "unknown"
+    result.decides = ("The fabric's figure: ibstat or ibv_devinfo of the nodes (the NICs' rate) as captures, "
+                      "nvidia-smi topo -m / nvlink -s for a run within one node, or expected_busbw_gbs (what this "
+                      "fabric gives at large messages)")
+    where = f" across {first.nodes}" if first.nodes != "-" else ""
+    result.conclusion = [
+        f"Cannot tell whether the bandwidth is low: {first.file} peaks at {first.peak_busbw_gbs:g} GB/s busbw"
+        f"{where}, and nothing given says what this fabric should give"
+        + (f" ({len(unjudged) - 1} more run(s) alike)." if len(unjudged) > 1 else "."),
+        "Pass the nodes' ibstat (or ibv_devinfo) as captures, or expected_busbw_gbs, and call again.",
+    ]
+    result.next_steps = [NextStep(branch=BRANCH, step="network", action="check_interconnect with captures=[ibstat "
+                                  "of each node] or expected_busbw_gbs=<the fabric's busbw>", why="The NICs' rate "
+                                  "sets the figure the busbw is judged by.")]
 
 
 def _conclude(findings: list[NetFinding], bandwidth: list[Bandwidth], transports: list[Transport],
@@ -170,7 +212,11 @@ def _merge_node(node: str, answer: CheckInterconnectResult | str, found: Evidenc
     """One node's collector answer into the job's evidence: its findings and links under its name."""
     if isinstance(answer, str):
         found.notes.append(f"{node}: no answer ({answer}).")
+        found.coverage.append(Coverage.not_understood(node, f"no answer: {answer}"))
         return
+    found.coverage.append(Coverage.partial(node, "answered, but could not judge its own captures")
+                          if answer.severity is Severity.unknown else
+                          Coverage.read(node, f"answered: {answer.verdict}"))
     for finding in answer.findings:
         found.findings.append(finding.model_copy(update={"node": finding.node or node}))
     found.links.extend(link.model_copy(update={"node": node}) for link in answer.links)

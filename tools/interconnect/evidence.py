@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.files import InputFile, read_whole_text
 from tools.core.limits import NET_MAX_CAPTURE_BYTES
-from tools.core.models import Severity
+from tools.core.models import Coverage, Severity
 
 __all__ = ["BRANCH", "Evidence", "FindingKind", "Link", "NCCL_DOC", "NetFinding", "node_of", "read_capture"]
 
@@ -65,6 +65,7 @@ class Evidence:
         self.findings: list[NetFinding] = []
         self.links: list[Link] = []
         self.notes: list[str] = []
+        self.coverage: list[Coverage] = []  # per input file or live command: what was made of it
 
     def nic_rates(self) -> dict[str, list[float]]:
         """Per node the rates (Gb/s) of its active rail ports, from the link rows (saved, live or collected)."""

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from tools.core.files import InputFile
-from tools.core.models import Severity
+from tools.core.models import Coverage, Severity
 from tools.interconnect.captures import (
     CaptureKind,
     EthLink,
@@ -23,7 +23,10 @@ from tools.interconnect.captures import (
 )
 from tools.interconnect.evidence import Evidence, Link, node_of, read_capture
 
-__all__ = ["judge_across_nodes", "judge_capture", "judge_captures"]
+__all__ = ["CAPTURE_FORMATS", "judge_across_nodes", "judge_capture", "judge_captures"]
+
+CAPTURE_FORMATS = ["nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi nvlink -e", "ibstat", "ibstatus",
+                   "ibv_devinfo", "ibdev2netdev", "ethtool IFACE"]
 
 
 def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
@@ -34,6 +37,9 @@ def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
 def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
     """One capture's findings and link rows; `name` is the file (or the command) it came from."""
     kind = kind_of(text)
+    links = len(found.links)
+    if kind not in ("nccl_log", "nccl_tests", "unknown"):
+        found.coverage.append(Coverage.read(name, kind))
     if kind == "topo":
         _topo(text, node, name, found)
     elif kind == "nvlink_status":
@@ -46,9 +52,18 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
         _eth(read_ethtool(text), node, found)
     elif kind in ("nccl_log", "nccl_tests"):
         found.notes.append(f"{name} is {kind.replace('_', '-')} output: pass it as {kind}.")
+        found.coverage.append(Coverage.not_understood(name, f"{kind.replace('_', '-')} output given as a capture: "
+                                                      f"pass it as {kind}", CAPTURE_FORMATS))
     else:
         found.notes.append(f"{name}: not a capture this tool reads (topo -m, nvlink -s/-e, ibstat, ibstatus, "
                            "ibv_devinfo, ibdev2netdev, ethtool).")
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        found.coverage.append(Coverage.not_understood(name, f"not a capture this tool reads; it starts {first[:80]!r}"
+                                                      if first else "no text in it", CAPTURE_FORMATS))
+        return
+    if kind == "topo" and len(found.links) == links and not any(f.node == node for f in found.findings):
+        # Recognised, yet no GPU pair came out of it (a matrix cut before its rows).
+        found.coverage[-1] = Coverage.not_understood(name, "topo -m header with no GPU row under it", CAPTURE_FORMATS)
 
 
 def judge_across_nodes(found: Evidence) -> None:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from tools.core.files import InputFile
 from tools.core.limits import NET_MAX_WARN_KINDS
-from tools.core.models import Severity
+from tools.core.models import Coverage, Severity
 from tools.core.ranks import compact_ranges
 from tools.interconnect.evidence import NCCL_DOC, Evidence
 from tools.interconnect.nccl_log import NcclProcess, read_nccl_log
@@ -47,9 +47,14 @@ def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence) -> 
     processes: list[NcclProcess] = []
     for file in files:
         stats = ScanStats()
-        processes.extend(read_nccl_log(file, deadline, stats))
+        read = read_nccl_log(file, deadline, stats)
+        processes.extend(read)
         if stats.binary:
             found.notes.append(f"{file.name} is binary (NUL bytes at its start): not read as a log.")
+        found.coverage.append(Coverage.read(file.name, f"NCCL lines of {len(read)} process(es)") if read else
+                              Coverage.not_understood(file.name, "binary (NUL bytes at its start)" if stats.binary
+                                                      else "no NCCL INFO/WARN line in it",
+                                                      ["job logs with NCCL_DEBUG=INFO lines"]))
     if not processes:
         found.notes.append("No NCCL lines in the logs: run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET.")
         return []

@@ -5,9 +5,20 @@ These names are the package's public surface: another domain imports them from h
 
 from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs, extract_facts, load_rules
 from tools.logs.grep import GrepLogsInput, GrepLogsResult, grep_logs
-from tools.logs.reader import LineMatcher, ScanStats, compile_pattern, display_line, map_files, scan_file
+from tools.logs.reader import (
+    LOG_FORMATS,
+    LineMatcher,
+    ScanStats,
+    compile_pattern,
+    display_line,
+    expand_log_inputs,
+    log_coverage,
+    map_files,
+    scan_file,
+)
 
 __all__ = [
+    "LOG_FORMATS",
     "DiagnoseLogsInput",
     "DiagnoseLogsResult",
     "GrepLogsInput",
@@ -17,9 +28,11 @@ __all__ = [
     "compile_pattern",
     "diagnose_logs",
     "display_line",
+    "expand_log_inputs",
     "extract_facts",
     "grep_logs",
     "load_rules",
+    "log_coverage",
     "map_files",
     "scan_file",
 ]

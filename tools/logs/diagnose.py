@@ -20,18 +20,21 @@ import anyio.to_thread
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError
-from tools.core.files import InputFile, expand_inputs, size_text
+from tools.core.errors import TriageError, UnreadableInput
+from tools.core.files import InputFile, size_text
 from tools.core.limits import LOG_MAX_PATTERNS
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.xid import xid_meaning
 from tools.logs.grep import FileTotal
 from tools.logs.reader import (
+    LOG_FORMATS,
     LineMatcher,
     ScanStats,
     display_line,
+    expand_log_inputs,
+    log_coverage,
     map_files,
     scan_file,
 )
@@ -387,15 +390,50 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     return _FileHits(hits, total)
 
 
-def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], list[FileTotal], set[int]]:
-    """Group every file's hits by rule (and group_by facts), in file order, and note the ranks seen."""
+@dataclass(frozen=True)
+class _RanksRead:
+    """Whose logs were read, against how many ranks the job has: claims about who is behind or silent hold only for
+    the ranks whose logs were read."""
+
+    seen: frozenset[int]
+    printed_world: int | None  # the most any line says the job has (WORLD_SIZE, rank i/N, NCCL's nranks)
+    files: int
+
+    def total(self, at_least: int = 0) -> int:
+        """How many ranks the job has at least: what the logs print, or one more than the highest rank seen."""
+        return max(self.printed_world or 0, max(self.seen, default=-1) + 1, at_least)
+
+    def exact(self) -> bool:
+        return self.printed_world is not None and self.printed_world >= self.total()
+
+    def missing(self, at_least: int = 0) -> bool:
+        return len(self.seen) < self.total(at_least)
+
+    def phrase(self, at_least: int = 0) -> str:
+        """How many ranks' logs were read, e.g. 'logs of 3 of 8 ranks read'."""
+        total, read = self.total(at_least), len(self.seen)
+        if read >= total:
+            return (f"logs of all {total} ranks read" if self.exact()
+                    else f"logs of {read} rank(s) read; the job's size is not in them")
+        return f"logs of {read} of {total if self.exact() else f'at least {total}'} ranks read"
+
+
+def _scan(files: list[InputFile], deadline: float
+          ) -> tuple[dict[str, _Group], list[FileTotal], set[int], int | None]:
+    """Group every file's hits by rule (and group_by facts), in file order, and note the ranks seen and the largest
+    world size a line prints."""
     groups: dict[str, _Group] = {}
     seen_ranks: set[int] = {f.rank for f in files if f.rank is not None}
+    printed_world: int | None = None
     per_file = map_files(lambda f: _scan_one(f, deadline), files)
     for file_hits in per_file:
         for rule, hit in file_hits.hits:
             if hit.rank is not None:
                 seen_ranks.add(hit.rank)
+            for key in ("world_size", "nranks"):  # a communicator's nranks: the job has at least as many
+                size = hit.facts.get(key)
+                if isinstance(size, int) and not isinstance(size, bool) and size > (printed_world or 0):
+                    printed_world = size
             group = groups.setdefault(_group_key(rule, hit.facts), _Group(rule))
             group.hits += 1
             group.first = group.first or hit
@@ -421,7 +459,7 @@ def _scan(files: list[InputFile], deadline: float) -> tuple[dict[str, _Group], l
             if hit.rank is not None:
                 group.by_rank.setdefault(hit.rank, hit)
                 group.last_by_rank[hit.rank] = hit
-    return groups, [f.total for f in per_file], seen_ranks
+    return groups, [f.total for f in per_file], seen_ranks, printed_world
 
 
 # ---------------------------------------------------------------- reasoning
@@ -515,7 +553,8 @@ def _spans_nodes(groups: dict[str, _Group]) -> bool:
     return len(hosts) > 1
 
 
-def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFinding:
+def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _RanksRead | None = None
+             ) -> LogFinding:
     rule = group.rule
     assert group.first is not None and group.last is not None
     facts = dict(group.latest)
@@ -534,6 +573,9 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     if rule.cross_rank:
         progress = next((g for g in groups.values() if g.rule.id == "nccl_last_work"), None)
         facts.update(_hang_facts(group, progress, world))
+        facts["ranks_logged"] = len(world)  # what the cross-rank facts rest on
+        if ranks is not None and ranks.printed_world is not None:
+            facts["world_size"] = ranks.printed_world
     exitcode = facts.get("exitcode")
     if rule.id == "child_failed" and isinstance(exitcode, int):
         level = "crit" if exitcode == -9 else "info" if exitcode == -15 else "warn"
@@ -566,8 +608,35 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int]) -> LogFi
     )
 
 
-def _culprit(findings: list[LogFinding]) -> str | None:
-    """The sentence naming the rank to look at, from whichever finding can name it."""
+_TIMEOUT_RULES = ("nccl_watchdog_timeout", "gloo_timeout")
+_DUMP = "dump every rank's stack (dump_stacks) or read the flight recorder (analyze_flight_recorder)"
+
+
+def _alike(ranks: _RanksRead) -> str:
+    """The sentence for timeouts that name no culprit, saying whose logs they are: one rank's, a merged log's, or
+    every rank's."""
+    read = sorted(ranks.seen)
+    if not read:
+        where = "the one log" if ranks.files == 1 else f"the {ranks.files} logs"
+        return f"No rank is named in {where}, so the timeout's peer cannot be told from it: {_DUMP}."
+    if ranks.missing(at_least=2):  # a collective that timed out had a peer
+        if len(read) == 1:
+            return (f"Only rank {read[0]}'s log was read ({ranks.phrase(2)}): it shows the timeout, not whom it "
+                    f"waited for; read the other ranks' logs, or {_DUMP}.")
+        return (f"Ranks {_ranks(read)} all timed out ({ranks.phrase(2)}): the ranks without logs may be the ones "
+                f"they wait for; read their logs, or {_DUMP}.")
+    if ranks.files == 1:
+        return (f"One merged log of ranks {_ranks(read)} ({ranks.phrase()}): all timed out alike, so it cannot name "
+                f"the culprit: {_DUMP}.")
+    if ranks.exact():
+        return f"Every rank (all {len(read)}) timed out alike, so the logs cannot name the culprit: {_DUMP}."
+    return (f"All {len(read)} ranks whose logs were read timed out alike (the job's size is not in the logs), so the "
+            f"logs cannot name the culprit: {_DUMP}.")
+
+
+def _culprit(findings: list[LogFinding], ranks: _RanksRead) -> str | None:
+    """The sentence naming the rank to look at, from whichever finding can name it; a claim drawn from comparing
+    ranks says how many ranks' logs it compared."""
     for finding in findings:
         facts = finding.facts
         missing = facts.get("missing_ranks")
@@ -577,32 +646,39 @@ def _culprit(findings: list[LogFinding]) -> str | None:
             return f"Rank {facts['missing_rank']} never reached the rendezvous (store key): look there first."
         if "behind_ranks" in facts:
             return (f"Rank(s) {facts['behind_ranks']} stopped at {facts['seq_of_behind']}, "
-                    f"{facts['behind_by_collectives']} collective(s) behind the others: look there first.")
+                    f"{facts['behind_by_collectives']} collective(s) behind the others: look there first "
+                    f"({ranks.phrase(2)}).")
         if "ops_at_same_seq" in facts:
-            return f"Ranks sit in different collectives ({facts['ops_at_same_seq']}) at the same sequence number."
+            return (f"Ranks sit in different collectives ({facts['ops_at_same_seq']}) at the same sequence number "
+                    f"({ranks.phrase(2)}).")
         if "silent_ranks" in facts:
             return (f"Rank(s) {facts['silent_ranks']} report no timeout: they are the likely ones the others "
-                    "wait for.")
+                    f"wait for ({ranks.phrase(2)}).")
     killed = [f for f in findings if f.rule == "child_failed" and f.facts.get("exitcode") == -9]
     if killed:
         return (f"Rank(s) {_ranks(killed[0].ranks)} were killed (SIGKILL, exit -9; often the host OOM killer): "
                 "the other ranks' errors are consequences.")
-    if any(f.rule in ("nccl_watchdog_timeout", "gloo_timeout") for f in findings):
-        return ("Every rank timed out alike, so the logs cannot name the culprit: dump every rank's stack "
-                "(dump_stacks) or read the flight recorder (analyze_flight_recorder).")
+    if any(f.rule in _TIMEOUT_RULES for f in findings):
+        return _alike(ranks)
     return None
 
 
-def _conclude(findings: list[LogFinding], total_files: int) -> list[str]:
+def _conclude(findings: list[LogFinding], coverage: list[Coverage], ranks: _RanksRead) -> list[str]:
     problems = [f for f in findings if f.severity != "info"]
     if not problems:
-        return [f"No failure found by the rule set in {total_files} file(s)."
-                + (" Only status lines were recognised." if findings else ""),
-                "Use grep_logs with a preset to look for what the rules do not cover."]
+        read = [c for c in coverage if c.status is not CoverageStatus.not_understood]
+        partial = [c for c in coverage if c.status is CoverageStatus.partial]
+        sentences = [f"No failure found by the rule set in {len(read)} log(s) read."
+                     + (" Only status lines were recognised." if findings else "")]
+        if partial:
+            sentences.append(f"{partial[0].input} was read only in part ({partial[0].detail}): a failure after "
+                             "the part read is not in the scan.")
+        sentences.append("Use grep_logs with a preset to look for what the rules do not cover.")
+        return sentences
     lead = problems[0]
     sentences = [f"{len(problems)} problem(s); first and worst: {lead.category} ({lead.rule}) x{lead.count} "
                  f"on rank(s) {_ranks(lead.ranks)}, first at {lead.first.file}:{lead.first.line}."]
-    culprit = _culprit(problems)
+    culprit = _culprit(problems, ranks)
     if culprit:
         sentences.append(culprit)
     sentences.append(f"Likely cause: {lead.cause}")
@@ -617,11 +693,19 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     KV-cache preemption and throughput, worker exits. Each finding: count, first occurrence per rank,
     facts, cause, fix, SOP branch. Rules: sop/log_rules.toml. Streams any size and .gz.
     """
-    files = expand_inputs(params.paths, ctx.roots)
+    files, unmatched = expand_log_inputs(params.paths, ctx.roots)
     ctx.progress.update(0, None, f"reading {len(files)} log(s), {size_text(sum(f.path.stat().st_size for f in files))}")
     deadline = time.monotonic() + ctx.remaining_s()
-    groups, totals, world = await anyio.to_thread.run_sync(_scan, files, deadline, abandon_on_cancel=True)
-    findings = [_finding(g, groups, world) for g in groups.values() if not g.rule.evidence_only]
+    groups, totals, world, printed_world = await anyio.to_thread.run_sync(_scan, files, deadline,
+                                                                          abandon_on_cancel=True)
+    if all(t.status.startswith("unreadable") and not t.bytes for t in totals):
+        raise UnreadableInput(f"none of the {len(totals)} log(s) could be read ({totals[0].file}: "
+                              f"{totals[0].status}).", "Pass the saved log files themselves.")
+    coverage = [log_coverage(t.file, t.status, t.lines, t.bytes, f"{t.matches} line(s) the rules matched")
+                for t in totals]
+    coverage += [Coverage.not_understood(p, "no file matches this glob", LOG_FORMATS) for p in unmatched]
+    ranks = _RanksRead(frozenset(world), printed_world, len(files))
+    findings = [_finding(g, groups, world, ranks) for g in groups.values() if not g.rule.evidence_only]
     findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
     severity = [Severity.ok, Severity.warn, Severity.crit][worst]
@@ -629,5 +713,41 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     steps = [NextStep.from_sop(b, done={"diagnose_logs"}) for b in branches[:3]] or [
         NextStep(branch="triage", action="grep_logs preset=errors on the same paths",
                  why="Lines the rules do not know may still explain the failure.")]
-    return DiagnoseLogsResult(severity=severity, conclusion=_conclude(findings, len(files)), next_steps=steps,
-                              findings=findings, files=totals)
+    conclusion = _conclude(findings, coverage, ranks)
+    notes: list[str] = []
+    decides: str | None = None
+    if any(f.rule in _TIMEOUT_RULES for f in findings) and ranks.missing(at_least=2):
+        notes.append(f"Cross-rank facts (behind, silent) compare only the ranks whose logs were read: "
+                     f"{ranks.phrase(2)}.")
+    if severity is Severity.ok:
+        severity, conclusion, decides = _undecided(groups, coverage, conclusion)
+    return DiagnoseLogsResult(severity=severity, conclusion=conclusion, next_steps=steps, coverage=coverage,
+                              decides=decides, notes=notes, findings=findings, files=totals)
+
+
+def _undecided(groups: dict[str, _Group], coverage: list[Coverage], conclusion: list[str]
+               ) -> tuple[Severity, list[str], str | None]:
+    """With no failure found: ok only when every input was read and nothing the rules cannot judge was seen;
+    else unknown, saying what is missing and what would decide."""
+    wrapped = next((g for g in groups.values() if g.rule.id == "dist_error_wrapper" and g.first), None)
+    unread = [c for c in coverage if c.status is CoverageStatus.not_understood]
+    if wrapped is not None and wrapped.first is not None:
+        message = wrapped.first.facts.get("error")
+        return Severity.unknown, [
+            f"A torch.distributed backend failed at {wrapped.first.file.name}:{wrapped.first.number}"
+            + (f" ({str(message)[:120]})" if message else "") + ", with a message the rules do not know: the "
+            "exception class says that it failed, not how.", *conclusion[1:2]], (
+            "The lines before it from NCCL or Gloo: rerun with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL, or "
+            "grep_logs preset=nccl on the same paths.")
+    if not unread:
+        return Severity.ok, conclusion, None
+    first = unread[0]
+    if len(unread) == len(coverage):
+        lead = f"Nothing to judge: {first.input} is not a log the rules can read ({first.detail})."
+    else:
+        lead = (f"No failure found in the {len(coverage) - len(unread)} log(s) read, but {len(unread)} of "
+                f"{len(coverage)} input(s) could not be judged ({first.input}: {first.detail}): a failure may be "
+                "there.")
+    return Severity.unknown, [lead, conclusion[-1]], (
+        "The same call on every rank's log as text (or .gz): the job's own stdout/stderr per rank, e.g. torchrun "
+        "--log-dir or the scheduler's output files.")

@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from sop import log_presets
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError
-from tools.core.files import InputFile, expand_inputs, size_text
+from tools.core.errors import TriageError, UnreadableInput
+from tools.core.files import InputFile, size_text
 from tools.core.limits import (
     LOG_DEFAULT_MATCHES,
     LOG_GROUPS_FACTOR,
@@ -29,13 +29,16 @@ from tools.core.limits import (
     LOG_MAX_PATTERN_CHARS,
     LOG_MAX_PATTERNS,
 )
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import rank_of_line
 from tools.logs.reader import (
+    LOG_FORMATS,
     LineMatcher,
     ScanStats,
     compile_pattern,
     display_line,
+    expand_log_inputs,
+    log_coverage,
     map_files,
     scan_file,
 )
@@ -234,7 +237,7 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
     preset = params.preset or (None if params.pattern else "errors")
     pattern = params.pattern if params.pattern is not None else log_presets()[preset or "errors"].pattern
     compile_pattern(pattern)  # a bad pattern is refused before any file is opened
-    files = expand_inputs(params.paths, ctx.roots)
+    files, unmatched = expand_log_inputs(params.paths, ctx.roots)
     total = sum(f.path.stat().st_size for f in files)
     ctx.progress.update(0, None, f"scanning {len(files)} file(s), {size_text(total)}")
     deadline = time.monotonic() + ctx.remaining_s()
@@ -249,13 +252,27 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
                   f"({params.mode}, repeats folded)."]
     if ranks:
         conclusion.append(f"Ranks with matches: {', '.join(map(str, ranks))}.")
-    skipped = [t.file for t in totals if t.status != "scanned"]
-    if skipped:
-        conclusion.append(f"Not searched: {', '.join(skipped[:3])}{' ...' if len(skipped) > 3 else ''} "
-                          "(binary or unreadable).")
+    if all(t.status.startswith("unreadable") and not t.bytes for t in totals):
+        raise UnreadableInput(f"none of the {len(totals)} file(s) could be read ({totals[0].file}: "
+                              f"{totals[0].status}).", "Pass the saved log files themselves.")
+    coverage = [log_coverage(t.file, t.status, t.lines, t.bytes, f"{t.matches} matching line(s)") for t in totals]
+    coverage += [Coverage.not_understood(p, "no file matches this glob", LOG_FORMATS) for p in unmatched]
+    # A search is ok when what it searched was read: no match in a file read whole is an answer. An input not
+    # searched (binary, empty, unreadable, a glob that matched nothing) leaves the answer open: unknown.
+    unsearched = [c for c in coverage if c.status is CoverageStatus.not_understood]
+    cut = [c for c in coverage if c.status is CoverageStatus.partial]
+    if unsearched:
+        first = unsearched[0]
+        conclusion.insert(1, f"Not searched: {len(unsearched)} of {len(coverage)} input(s) ({first.input}: "
+                          f"{first.detail}): matches there are not in this answer.")
+    elif cut:
+        conclusion.insert(1, f"Searched only in part: {cut[0].input} ({cut[0].detail}).")
     return GrepLogsResult(
-        severity=Severity.ok,
+        severity=Severity.unknown if unsearched else Severity.ok,
         conclusion=conclusion[:3],
+        coverage=coverage,
+        decides=("The same search over those inputs as text logs (or .gz), or over the files the glob was meant to "
+                 "match." if unsearched else None),
         next_steps=[NextStep(branch="triage", step="logs", action=f"diagnose_logs(paths={params.paths!r})",
                              why="Names the failure, its facts and the rank to look at, instead of raw lines.")],
         pattern=pattern,

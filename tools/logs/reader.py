@@ -21,14 +21,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tools.core.errors import BadInput, UnreadableInput
-from tools.core.files import InputFile, changed_while_read, open_input, read_blocks
+from tools.core.files import InputFile, changed_while_read, expand_inputs, open_input, read_blocks, size_text
 from tools.core.limits import (
+    LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
     LOG_SNIFF_BYTES,
 )
+from tools.core.models import Coverage
 
-__all__ = ["LineMatcher", "MatchedLine", "ScanStats", "compile_pattern", "display_line", "map_files", "scan_file"]
+__all__ = ["LOG_FORMATS", "LineMatcher", "MatchedLine", "ScanStats", "compile_pattern", "display_line",
+           "expand_log_inputs", "log_coverage", "map_files", "scan_file"]
+
+# What the log readers read, for a coverage row of an input they could not.
+LOG_FORMATS = ("text log (UTF-8; invalid bytes replaced)", "gzip-compressed text log")
 
 T = TypeVar("T")
 
@@ -330,3 +336,33 @@ def map_files(scan: Callable[[InputFile], T], files: Sequence[InputFile]) -> lis
         return [scan(f) for f in files]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-scan") as pool:
         return list(pool.map(scan, files))
+
+
+def expand_log_inputs(patterns: Sequence[str], roots: Sequence[Any],
+                      max_files: int = LOG_MAX_FILES) -> tuple[list[InputFile], list[str]]:
+    """The files `patterns` name (tools.core.files.expand_inputs), and the globs that matched none. A glob that
+    matches nothing while others match is a gap in the evidence, reported as such, not a failed call; when none
+    matches, the call fails as before."""
+    unmatched: list[str] = []
+    return expand_inputs(patterns, roots, max_files, unmatched=unmatched), unmatched
+
+
+def log_coverage(name: str, status: str, lines: int, read_bytes: int = 0, what: str = "") -> Coverage:
+    """One log file's coverage row, from its scan's status ('scanned', 'scanned; rotated ...', 'binary: skipped',
+    'unreadable: ...'): read whole, read in part (cut short by a read error, rotated or truncated under the scan),
+    or not understood (binary, empty, unreadable). `what`: what was found in it, for the detail."""
+    found = f"; {what}" if what else ""
+    if status == "binary: skipped":
+        return Coverage.not_understood(name, "binary (NUL bytes in its first 8 KiB), not a text log: skipped",
+                                       LOG_FORMATS)
+    if status.startswith("unreadable:"):
+        reason = status.removeprefix("unreadable:").strip()
+        if read_bytes:
+            return Coverage.partial(name, f"{size_text(read_bytes)} read, then it could not be: {reason}{found}")
+        return Coverage.not_understood(name, f"nothing could be read: {reason}", LOG_FORMATS)
+    if lines == 0:
+        return Coverage.not_understood(name, "empty: no line to judge", LOG_FORMATS)
+    changed = status.removeprefix("scanned").lstrip("; ")
+    if changed:
+        return Coverage.partial(name, f"{lines} line(s) read; {changed}{found}")
+    return Coverage.read(name, f"{lines} line(s){found}")

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from tools.core.context import ToolContext
 from tools.core.files import size_text
 from tools.core.limits import MEM_DEFAULT_SITES, MEM_MAX_SITES
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.core.thresholds import (
     MEM_FRAGMENTED_MIN_BYTES,
     MEM_FRAGMENTED_PCT,
@@ -59,6 +59,10 @@ from tools.memory.formats import (
 __all__ = ["AnalyzeMemoryInput", "AnalyzeMemoryResult", "analyze_memory"]
 
 Verdict = Literal["capacity", "fragmentation", "transient_peak", "growth", "none"]
+# What analyze_memory reads, for an input it does not understand.
+FORMATS_KNOWN = ("torch.cuda.memory._dump_snapshot() pickle (any torch version) or memory_snapshot() list",
+                 "print(torch.cuda.memory_summary()) text", "torch.cuda.memory_stats() dump (JSON or its printed dict)",
+                 "a log with CUDA out-of-memory messages")
 BEFORE_TRACE = "(allocated before the trace began: weights, optimizer state)"
 _ALLOC, _FREE, _SEG_ALLOC, _SEG_FREE, _OOM = 1, 3, 4, 5, 6
 
@@ -622,6 +626,39 @@ async def analyze_memory(params: AnalyzeMemoryInput, ctx: ToolContext) -> Analyz
     data = await anyio.to_thread.run_sync(read_memory_input, path, params.path, deadline, abandon_on_cancel=True)
     if data.snapshot is not None:
         snapshot = data.snapshot
-        return await anyio.to_thread.run_sync(_analyse_snapshot, snapshot, params.top_sites, deadline,
-                                              abandon_on_cancel=True)
-    return _analyse_text(data, params.top_sites)
+        result = await anyio.to_thread.run_sync(_analyse_snapshot, snapshot, params.top_sites, deadline,
+                                                abandon_on_cancel=True)
+    else:
+        result = _analyse_text(data, params.top_sites)
+    coverage = _coverage(params.path, data)
+    result.coverage = [coverage]
+    if coverage.status.value == "not_understood" and result.severity is Severity.ok:
+        # An empty snapshot: dumped from a process that never allocated on the GPU (the wrong rank or process, or
+        # before the model moved to the GPU). "No OOM and no fragmentation" would be a verdict on nothing.
+        result.severity = Severity.unknown
+        result.conclusion = [f"{params.path} is an allocator snapshot with no segment and no trace: {coverage.detail}.",
+                             "Dump it from the process that ran out of memory, with the trace recording."]
+        result.decides = ("A snapshot from the job's own process: torch.cuda.memory._record_memory_history() at start, "
+                          "torch.cuda.memory._dump_snapshot() in the except handler of the OOM.")
+    elif coverage.status.value == "partial" and result.verdict == "none":
+        result.conclusion = [*result.conclusion[:2], "Judged from the moment of the dump only (no trace): growth "
+                             "and transient peaks cannot show; record the trace to rule them out."]
+    return result
+
+
+def _coverage(name: str, data: MemoryInput) -> Coverage:
+    """What the file held: a snapshot with its trace (read), one without (partial: no peak, growth or OOM replay),
+    an empty one (not understood); text and stats dumps are read whole."""
+    snapshot = data.snapshot
+    if snapshot is None:
+        parts = ([f"{len(data.stats)} device(s)"] if data.stats else []) + (
+            [f"{len(data.ooms)} OOM message(s)"] if data.ooms else [])
+        return Coverage.read(name, f"{data.kind}: " + ", ".join(parts))
+    traced = sorted(d for d, t in snapshot.traces.items() if len(t.actions))
+    if not snapshot.segments and not traced:
+        return Coverage.not_understood(name, "the allocator held no memory when it was dumped", FORMATS_KNOWN)
+    detail = f"snapshot {snapshot.generation}: {len(snapshot.segments)} segment(s)"
+    if not traced:
+        return Coverage.partial(name, f"{detail}, no trace (recorded without _record_memory_history()): the "
+                                "moment of the dump only; no peak, growth or OOM replay")
+    return Coverage.read(name, f"{detail}, trace of device(s) {', '.join(str(d) for d in traced)}")

@@ -38,10 +38,22 @@ from tools.core.limits import (
     INFER_SCRAPE_TIMEOUT_S,
     MAX_PATH_CHARS,
 )
-from tools.core.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, cell, worst
+from tools.core.models import (
+    Coverage,
+    InputModel,
+    NameArg,
+    NextStep,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    cell,
+    worst,
+)
 from tools.core.thresholds import (
     INFER_CRIT_FACTOR,
     INFER_ITL_TARGET_S,
+    INFER_MIN_REQUESTS,
     INFER_TTFT_TARGET_S,
     KV_CACHE_WARN_PCT,
     PREFIX_HIT_LOW_PCT,
@@ -518,6 +530,34 @@ def _conclusion(result: dict[str, Any], findings: list[LatencyFinding], window: 
     return text
 
 
+def _coverage(where: str, page: Exposition, latency: Latency, scraped_apart_s: float | None) -> Coverage:
+    """One page: read when it has the latency histograms the verdicts use, partial (naming what it lacks) else."""
+    engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(page.engine, "unknown-engine")
+    scrapes = f"2 scrapes {scraped_apart_s:g} s apart; " if scraped_apart_s is not None else ""
+    detail = (f"{scrapes}{engine} exposition, {page.samples} samples: {len(page.histograms)} histogram(s), "
+              f"{len(page.gauges)} gauge(s), {len(page.counters)} counter(s)")
+    # "ITL", not "inter-token": the redactor reads "token <word>" as a secret.
+    lacking = [name for name, q in (("TTFT", latency.ttft_s), ("ITL", latency.itl_s)) if q is None]
+    if lacking:
+        return Coverage.partial(where, f"{detail}; no {' or '.join(lacking)} histogram")
+    return Coverage.read(where, detail)
+
+
+def _too_little(latency: Latency, window: _Window) -> str | None:
+    """Why the window cannot show a latency problem, or None when it can."""
+    ttft, itl = latency.ttft_s, latency.itl_s
+    if ttft is None and itl is None:
+        return "the page has no latency histogram (only gauges and counters)"
+    if window.interval is not None and all(q is None or q.window == "since_start" for q in (ttft, itl)):
+        span = f"the {window.seconds:g} s" if window.seconds else "the interval"
+        return f"no request finished in {span} between the scrapes (a stalled server looks the same)"
+    requests = ttft.count if ttft is not None else None
+    if requests is not None and requests < INFER_MIN_REQUESTS:
+        where = "in the interval" if ttft is not None and ttft.window == "interval" else "since the server started"
+        return f"only {requests:.0f} request(s) finished {where} (a p90 needs >= {INFER_MIN_REQUESTS})"
+    return None
+
+
 async def inference_metrics(params: InferenceMetricsInput, ctx: ToolContext) -> InferenceMetricsResult:
     """Why an LLM inference server (vLLM V0/V1 or SGLang) is slow, from its Prometheus /metrics: TTFT, inter-token
     and end-to-end latency p50/p90/p99 from the histograms ("at least X" when a quantile lies past the last
@@ -577,8 +617,23 @@ async def inference_metrics(params: InferenceMetricsInput, ctx: ToolContext) -> 
                          kv_cache_usage_pct=None if row.get("kv_usage") is None else 100 * row["kv_usage"])
                for name, row in sorted(now.per_engine.items(), key=lambda item: item[0])]
     verdict: Verdict = findings[0].kind if findings else "none"
+    coverage = [_coverage(params.source, first, latency, seconds if url and second is not None else None)]
+    if params.later is not None and second is not None:
+        coverage.append(_coverage(params.later, second, latency, None))
+    severity = worst(f.severity for f in findings)
+    conclusion = _conclusion(values, findings, window)
+    undecided = _too_little(latency, window) if severity is Severity.ok else None
+    decides: str | None = None
+    if undecided is not None:
+        severity = Severity.unknown
+        engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(now.engine, "The server")
+        conclusion = [f"{engine}: no queueing or KV-cache pressure now, but {undecided}, so latency cannot be judged.",
+                      "Scrape again under the load that is slow."]
+        decides = (f"inference_metrics with interval_s=30 while the server is under its slow load (at least "
+                   f"{INFER_MIN_REQUESTS} requests finishing in the interval), from a page with the TTFT and "
+                   "ITL histograms.")
     return InferenceMetricsResult(
-        severity=worst(f.severity for f in findings), conclusion=_conclusion(values, findings, window),
+        severity=severity, conclusion=conclusion, coverage=coverage, decides=decides,
         next_steps=[NextStep.from_sop(_BRANCH, done={"inference_metrics"})],
         source=params.source, scrapes=2 if second is not None else 1, interval_s=seconds, verdict=verdict,
         throughput=_throughput(window), findings=findings, engines=engines if len(engines) > 1 else [],

@@ -17,7 +17,8 @@ import re
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -37,12 +38,20 @@ from tools.core.limits import (
     STRAGGLER_MAX_WORKERS,
     STRAGGLER_PARALLEL_BYTES,
 )
-from tools.core.models import Finding, JobInput, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.models import Coverage, Finding, JobInput, NextStep, PathArg, Severity, Table, ToolResult, cell
 from tools.core.ranks import compact_ranges
-from tools.core.thresholds import STRAGGLER_CRIT_PCT, STRAGGLER_MIN_STEPS, STRAGGLER_SIGNIFICANCE, STRAGGLER_WARN_PCT
+from tools.core.thresholds import (
+    JOB_STEP_RATIO,
+    JOB_TIME_GAP_H,
+    STRAGGLER_CRIT_PCT,
+    STRAGGLER_MIN_STEPS,
+    STRAGGLER_SIGNIFICANCE,
+    STRAGGLER_WARN_PCT,
+)
 from tools.core.workers import run_in_shares, worker_count
 from tools.gpu import gpu_findings
-from tools.steps import RankSteps, StepReader, compile_user_format
+from tools.steps import FORMATS, RankSteps, StepReader, compile_user_format
+from tools.stragglers.identity import LogIdentity, log_identity, trace_epoch_us, trace_world_size
 from tools.traces import (
     TraceEvent,
     TraceHeader,
@@ -59,6 +68,9 @@ __all__ = ["FindStragglersInput", "FindStragglersResult", "find_stragglers", "st
 Kind = Literal["compute_slow", "wait_slow", "unknown"]
 Verdict = Literal["straggler", "none", "inconclusive"]
 
+_LOG_FORMATS = [*(f.name for f in FORMATS), "a step_regex of your own"]
+_TRACE_FORMATS = ["torch.profiler (Kineto) JSON with ProfilerStep#N ranges", "Nsight Systems SQLite export with "
+                  "ProfilerStep NVTX ranges"]
 _COMM_EVENT = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl|hccl|rccl):|^nccl(?:Dev)?Kernel|^ncclKernel|AllReduce_Sum|"
                          r"^c10d::(?:allreduce|allgather|reduce_scatter|broadcast|alltoall)")
 
@@ -87,6 +99,8 @@ class RanksSummary(BaseModel):
     median_compute_ms: float | None = None
     median_wait_ms: float | None = Field(default=None, description="Median collective wait per step (traces).")
     source: str = Field(description="logs, traces or both.")
+    world_size: int | None = Field(default=None, description="The job's world size where its logs or traces state "
+                                   "it: ranks not read are the ones a straggler may hide among.")
 
 
 class FlaggedRank(BaseModel):
@@ -136,6 +150,10 @@ class FindStragglersResult(ToolResult):
     distribution: list[Distribution] = Field(description="Per-rank medians over all ranks: min, p10, median, p90, "
                                              "max (the summary of the ranks not listed one by one).")
     ranks: list[RankRow] = Field(description="Per rank, most deviating first (cut by the budget for big jobs).")
+    set_apart: list[str] = Field(default_factory=list, description="Inputs left out of the per-rank join because "
+                                 "they are of another run than the rest (why: in coverage and notes).")
+    set_apart_kind: Literal["logs", "traces"] | None = Field(default=None, description="Which of the inputs "
+                                                              "set_apart are.")
 
     narrow_hint = "pass fewer ranks' logs"
 
@@ -226,6 +244,9 @@ class _Figures:
     trend_pct: float | None = None
     spikes: int = 0
     spike_period: int | None = None
+    epoch_us: float | None = None  # traces: when it was recorded (microseconds since the epoch), where it says
+    world_size: int | None = None  # traces: the world size its distributedInfo states
+    files: list[str] = field(default_factory=list)  # the inputs it was read from
 
 
 def _figures(rank: int, source: str, unit: str, steps: np.ndarray, numbers: np.ndarray, compute: np.ndarray | None,
@@ -262,53 +283,74 @@ def stragglers_in_steps(steps: list[RankSteps], warmup: int | None) -> FindStrag
 
 
 def _read_log_share(files: list[tuple[Path, str]], step_regex: str | None, warmup: int | None, deadline: float
-                    ) -> tuple[list[_Figures], list[str], list[str]]:
-    """Figures per rank for one share of the log files: ([figures], notes, files with no step line)."""
+                    ) -> list[tuple[str, list[_Figures], LogIdentity]]:
+    """Per log file of one share: its name, the figures of each rank it holds (none: no step line) and what it says
+    about its job."""
     reader = StepReader(compile_user_format(step_regex) if step_regex else None)
-    figures: list[_Figures] = []
-    notes: list[str] = []
-    empty: list[str] = []
+    out: list[tuple[str, list[_Figures], LogIdentity]] = []
     for path, name in files:
-        per_file = reader.read(path, name, deadline)
-        if not per_file:
-            empty.append(name)
-        figures += [_log_figures(steps, warmup) for steps in per_file]
-    return figures, notes, empty
+        figures = [_log_figures(steps, warmup) for steps in reader.read(path, name, deadline)]
+        for item in figures:
+            item.files = [name]
+        out.append((name, figures, log_identity(path)))
+    return out
 
 
-def _read_logs(patterns: list[str], params: FindStragglersInput, ctx: ToolContext, deadline: float
-               ) -> tuple[dict[int, _Figures], list[str]]:
+@dataclass
+class _Logs:
+    ranks: dict[int, _Figures]
+    notes: list[str]
+    coverage: list[Coverage]
+    identities: list[LogIdentity]
+
+
+def _read_logs(patterns: list[str], params: FindStragglersInput, ctx: ToolContext, deadline: float) -> _Logs:
     files = [(f.path, f.name) for f in expand_inputs(patterns, ctx.roots, STRAGGLER_MAX_LOG_FILES)]
     total = sum(path.stat().st_size for path, _ in files)
     workers = worker_count(len(files), total, STRAGGLER_PARALLEL_BYTES, STRAGGLER_MAX_WORKERS)
-    found: dict[int, _Figures] = {}
-    notes: list[str] = []
+    logs = _Logs({}, [], [], [])
     empty: list[str] = []
-    for figures, share_notes, share_empty in run_in_shares(_read_log_share, files, workers, params.step_regex,
-                                                            params.warmup_steps, deadline):
-        notes += share_notes
-        empty += share_empty
-        for item in figures:
-            if item.rank in found:
-                notes.append(f"rank {item.rank} has step lines in {found[item.rank].source} and {item.source}: the "
-                             "first is used.")
+    for share in run_in_shares(_read_log_share, files, workers, params.step_regex, params.warmup_steps, deadline):
+        for name, figures, identity in share:
+            logs.identities.append(identity)
+            if not figures:
+                empty.append(name)
+                logs.coverage.append(Coverage.not_understood(name, "no step-time line recognised", _LOG_FORMATS))
                 continue
-            found[item.rank] = item
+            used = []
+            for item in figures:
+                if item.rank in logs.ranks:
+                    logs.notes.append(f"rank {item.rank} has step lines in {logs.ranks[item.rank].source} and "
+                                      f"{item.source}: the first is used.")
+                    continue
+                logs.ranks[item.rank] = item
+                used.append(item)
+            detail = "; ".join(f"rank {f.rank}: {f.steps} steady-state steps ({f.source.rsplit('(', 1)[-1].rstrip(')')}"
+                               f"{', with compute time' if f.compute else ''})" for f in used[:4])
+            if len(used) > 4:
+                detail += f"; {len(used) - 4} more ranks"
+            if len(used) < len(figures):
+                logs.coverage.append(Coverage.partial(name, (detail + "; " if detail else "") + "its other ranks' "
+                                                      "lines are in an earlier file (that one is used)"))
+            else:
+                logs.coverage.append(Coverage.read(name, detail))
     if empty:
-        notes.append(f"no step-time line recognised in {len(empty)} file(s) (e.g. {empty[0]}); pass step_regex for "
-                     "a custom format.")
-    return found, notes
+        logs.notes.append(f"no step-time line recognised in {len(empty)} file(s) (e.g. {empty[0]}); pass step_regex "
+                          "for a custom format.")
+    return logs
 
 
 def _trace_rank(events: Iterable[TraceEvent], rank: int, display: str) -> _Figures:
     """Step times and collective wait per step from one rank's trace events; compute = step - wait."""
     steps: list[tuple[float, float]] = []
     comm: list[tuple[float, float]] = []
+    first_ts: float | None = None
     for event in events:
         name, ts, dur = event.name, event.ts, event.dur
         if event.ph != "X" or not isinstance(name, str) or not isinstance(ts, int | float) or not isinstance(
                 dur, int | float):
             continue
+        first_ts = float(ts) if first_ts is None else min(first_ts, float(ts))
         if name.startswith("ProfilerStep#"):
             steps.append((float(ts), float(ts) + float(dur)))
         elif _COMM_EVENT.search(name):
@@ -317,27 +359,47 @@ def _trace_rank(events: Iterable[TraceEvent], rank: int, display: str) -> _Figur
     steps.sort()
     step_ms = np.array([(end - start) / 1000.0 for start, end in steps])
     wait_ms = np.array([total(clip(merged, start, end)) / 1000.0 for start, end in steps])
-    return _figures(rank, display, "ms", step_ms, np.arange(step_ms.size), step_ms - wait_ms, wait_ms, 0)
+    figures = _figures(rank, display, "ms", step_ms, np.arange(step_ms.size), step_ms - wait_ms, wait_ms, 0)
+    figures.epoch_us = first_ts  # made an epoch time (or None) once the header is read
+    return figures
 
 
-def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> dict[int, _Figures]:
+def _trace_coverage(figures: _Figures, display: str) -> Coverage:
+    if figures.steps == 0:
+        return Coverage.not_understood(display, "no ProfilerStep range: no step to time", _TRACE_FORMATS)
+    return Coverage.read(display, f"rank {figures.rank}: {figures.steps} ProfilerSteps, compute and collective wait "
+                         "per step")
+
+
+def _read_traces(paths: list[str], ctx: ToolContext, deadline: float) -> tuple[dict[int, _Figures], list[Coverage]]:
     files: list[Path] = []
     for raw in paths:
         files += trace_files(ctx.path(raw), ctx.roots)
     found: dict[int, _Figures] = {}
+    coverage: list[Coverage] = []
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in ctx.roots if path.is_relative_to(r)), path.name)
         if is_nsys_export(path):  # an Nsight Systems export: each process with GPU work is a rank
             for index, process in enumerate(nsys_processes(path, display, deadline)):
                 events = itertools.chain.from_iterable(read_nsys_batches(path, process, display, deadline,
                                                                          TraceHeader()))
-                found[index] = _trace_rank(events, index, f"{display} (process {(process >> 24) & 0xFFFFFF})")
+                label = f"{display} (process {(process >> 24) & 0xFFFFFF})"
+                figures = _trace_rank(events, index, label)
+                figures.epoch_us, figures.files = None, [display]  # nsys times are the session's own clock
+                coverage.append(_trace_coverage(figures, label))
+                found[index] = figures
             continue
         header = TraceHeader()
         figures = _trace_rank(read_trace(path, display, deadline, header), -1, display)
         figures.rank = rank_of_trace(header, display, position)  # the header is complete once read
+        figures.epoch_us = trace_epoch_us(figures.epoch_us, header.metadata)
+        figures.world_size, figures.files = trace_world_size(header.metadata), [display]
+        coverage.append(_trace_coverage(figures, display))
+        if header.ends_early_at is not None and figures.steps:
+            coverage[-1] = Coverage.partial(display, f"cut short: the {figures.steps} complete ProfilerSteps before "
+                                            "its end are used")
         found[figures.rank] = figures
-    return found
+    return found, coverage
 
 
 def _combine(logged: _Figures | None, traced: _Figures | None) -> _Figures:
@@ -351,7 +413,44 @@ def _combine(logged: _Figures | None, traced: _Figures | None) -> _Figures:
     logged.compute = logged.compute or traced.compute
     logged.wait = traced.wait
     logged.source += f" + {traced.source} (trace)"
+    logged.files = [*logged.files, *traced.files]
     return logged
+
+
+def _day(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M}"
+
+
+def _other_run(logged: dict[int, _Figures], traced: dict[int, _Figures], identities: list[LogIdentity]
+               ) -> str | None:
+    """Why the traces are not of the run the logs are of (None when nothing says so): recorded days apart, a world
+    size that disagrees, or the same rank's step an order of magnitude apart in the two."""
+    firsts = [i.first for i in identities if i.first is not None]
+    lasts = [i.last for i in identities if i.last is not None]
+    gap = timedelta(hours=JOB_TIME_GAP_H)
+    if firsts and lasts:
+        start, end = min(firsts), max(lasts)
+        for figures in traced.values():
+            if figures.epoch_us is None:
+                continue
+            recorded = datetime.fromtimestamp(figures.epoch_us / 1e6, UTC)
+            if recorded < start - gap or recorded > end + gap:
+                return f"recorded {_day(recorded)} UTC, while the logs span {_day(start)} to {_day(end)}"
+    stated = {i.world_size for i in identities if i.world_size}
+    for figures in traced.values():
+        if figures.world_size and stated and figures.world_size not in stated:
+            return (f"{figures.files[0]} states a world size of {figures.world_size}, the logs "
+                    f"{', '.join(map(str, sorted(stated)))}")
+    for rank in sorted(set(logged) & set(traced)):
+        log_step, trace_step = logged[rank].step, traced[rank].step
+        if logged[rank].unit != "ms" or log_step is None or trace_step is None or min(log_step.median,
+                                                                                      trace_step.median) <= 0:
+            continue
+        ratio = max(log_step.median, trace_step.median) / min(log_step.median, trace_step.median)
+        if ratio > JOB_STEP_RATIO:
+            return (f"rank {rank}'s median step is {log_step.median:.1f} ms in its log and {trace_step.median:.1f} ms "
+                    f"in its trace (x{ratio:.1f}): not the same workload")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------- analysis
@@ -405,7 +504,7 @@ class _Metric:
         return 100.0 * (max(values) - min(values)) / median
 
 
-def _analyse(ranks: dict[int, _Figures], notes: list[str]) -> FindStragglersResult:
+def _analyse(ranks: dict[int, _Figures], notes: list[str], world_size: int | None = None) -> FindStragglersResult:
     step_stats = {r: f.step for r, f in ranks.items() if f.step is not None}
     compute_stats = {r: f.compute for r, f in ranks.items() if f.compute is not None}
     wait_stats = {r: f.wait for r, f in ranks.items() if f.wait is not None}
@@ -423,8 +522,10 @@ def _analyse(ranks: dict[int, _Figures], notes: list[str]) -> FindStragglersResu
                                                                                  slow_compute.get(r, 0.0))):
         pct = max(slow_steps.get(rank, 0.0), slow_compute.get(rank, 0.0))
         kind: Kind = "unknown"
-        if compute.by_rank:
-            kind = "compute_slow" if rank in slow_compute else "wait_slow"
+        if rank in slow_compute:
+            kind = "compute_slow"
+        elif rank in compute.by_rank and len(compute.by_rank) > 1:
+            kind = "wait_slow"  # its own compute was read, next to others', and is not slow
         flagged.append(FlaggedRank(
             rank=rank, median_step_ms=step_stats[rank].median if rank in step_stats else None,
             deviation_pct=_deviation(step_stats[rank].median, step.median) if rank in step_stats else None,
@@ -434,19 +535,24 @@ def _analyse(ranks: dict[int, _Figures], notes: list[str]) -> FindStragglersResu
             wait_ms=wait_stats[rank].median if rank in wait_stats else None,
             severity=_severity(pct), kind=kind, evidence=_evidence(rank, kind, step, compute, wait)))
     waited_on = _waited_on(flagged, wait)
+    world = world_size if world_size and world_size > len(ranks) else None  # ranks the job has and were not read
+    # "No straggler" is a claim about every rank: it needs compute-only times (step times of synchronous ranks are
+    # alike whoever is slow) of every rank the job has.
     verdict: Verdict = "straggler" if flagged else "none"
-    if not flagged and not compute.by_rank and len(step.by_rank) > 1:
+    if not flagged and (len(step.by_rank) < 2 or world is not None or set(compute.by_rank) != set(step.by_rank)
+                        or len(compute.by_rank) < 2):
         verdict = "inconclusive"
     summary = RanksSummary(count=len(ranks), median_step_ms=step.median, spread_pct=step.spread_pct(),
                            unit=next((f.unit for f in ranks.values() if f.step), "ms"),
                            median_compute_ms=compute.median, median_wait_ms=wait.median,
-                           source=_sources(ranks))
+                           source=_sources(ranks), world_size=world_size)
     distribution = [d for d in (_distribution("step ms", step), _distribution("compute ms", compute),
                                 _distribution("collective wait ms", wait)) if d is not None]
+    conclusion, decides = _conclude(verdict, flagged, waited_on, step, compute, sorted(ranks), world_size)
+    severity = (max((f.severity for f in flagged), key=lambda s: s.rank) if flagged else
+                Severity.unknown if verdict == "inconclusive" else Severity.ok)
     return FindStragglersResult(
-        severity=max((f.severity for f in flagged), key=lambda s: s.rank, default=Severity.ok),
-        conclusion=_conclude(verdict, flagged, waited_on, step, compute, len(ranks)),
-        next_steps=_next_steps(verdict, flagged),
+        severity=severity, conclusion=conclusion, decides=decides, next_steps=_next_steps(verdict, flagged),
         verdict=verdict, ranks_summary=summary, flagged=flagged, waited_on_rank=waited_on, hardware=[],
         distribution=distribution, ranks=rows, notes=notes)
 
@@ -493,9 +599,25 @@ def _distribution(name: str, metric: _Metric) -> Distribution | None:
                         max=float(values[-1]))
 
 
+def _ranks(numbers: Iterable[int]) -> str:
+    listed = sorted(numbers)
+    return f"rank {listed[0]}" if len(listed) == 1 else f"ranks {compact_ranges(listed)}"
+
+
+def _noise_pct(metric: _Metric) -> float:
+    """The typical step-to-step noise of a rank, in % of its median (1.4826 x MAD: one standard deviation)."""
+    values = [100.0 * 1.4826 * s.mad / s.median for s in metric.by_rank.values() if s.median > 0]
+    return statistics.median(values) if values else 0.0
+
+
 def _conclude(verdict: Verdict, flagged: list[FlaggedRank], waited_on: int | None, step: _Metric,
-              compute: _Metric, count: int) -> list[str]:
+              compute: _Metric, seen: list[int], world: int | None) -> tuple[list[str], str | None]:
+    """The conclusion, and what would decide when it cannot."""
     spread = step.spread_pct()
+    count = len(seen)
+    unseen = sorted(set(range(world)) - set(seen)) if world and world > count else []
+    of_world = f" of the {world} the job has (not read: {_ranks(unseen)})" if unseen else ""
+    every = f"all {world} ranks" if world and world > 1 else "every rank"
     if verdict == "straggler":
         first = flagged[0]
         what = {"compute_slow": "computes slowly", "wait_slow": "waits (its compute is normal)",
@@ -504,24 +626,50 @@ def _conclude(verdict: Verdict, flagged: list[FlaggedRank], waited_on: int | Non
         if waited_on is not None:
             text.append(f"The other ranks wait for rank {waited_on} at each collective, so they look idle while it "
                         "works; fix that rank, not the idle ones.")
-        if len(flagged) > 1:
+        if unseen:
+            text.append(f"Only {count} ranks were read{of_world}: a slower one may be among them.")
+        elif len(flagged) > 1:
             text.append(f"{len(flagged)} ranks flagged: {compact_ranges([f.rank for f in flagged])}.")
-        return text[:3]
-    if verdict == "inconclusive":
-        return [f"Step times of the {count} ranks agree within {spread or 0:.1f}%: in synchronous data parallelism "
-                "every rank waits for the slowest at the gradient all-reduce, so step times cannot show a straggler.",
-                "Collect compute-only timings per rank (forward/backward time without the collective) or "
-                "torch.profiler traces of a few steps on every rank, and run this again with them."]
-    if count < 2:
-        return ["Only one rank's timings were found: a straggler needs at least two ranks to compare."]
+        return text[:3], None
     if not step.by_rank:
         return [f"No step found on any of the {count} ranks (no ProfilerStep range in the traces, no step-time line "
                 "in the logs): nothing to compare.",
                 "Pass traces of a few steps (torch.profiler with a schedule, or NVTX ranges named ProfilerStep#N) or "
-                "logs that print a step time."]
-    basis = "compute times" if compute.by_rank else "step times"
-    return [f"No straggler: the {count} ranks' {basis} agree within the run's noise (step spread "
-            f"{spread or 0:.1f}%; a rank is flagged at >= {STRAGGLER_WARN_PCT:g}% and beyond its step-to-step noise)."]
+                "logs that print a step time."], ("Traces with ProfilerStep ranges, or logs with a step time, of "
+                                                   f"{every}.")
+    if len(step.by_rank) < 2:
+        return [f"Only {_ranks(step.by_rank)}'s step times were read{of_world}: a straggler is a rank slower than "
+                "the others, so this cannot tell whether there is one.",
+                f"Collect the step-time logs (or profiler traces) of {every} and run this again."], (
+                    f"Step-time logs or traces of {every}, not of one.")
+    if verdict == "none":
+        return [f"No straggler: the {count} ranks' compute times agree within the run's noise (step spread "
+                f"{spread or 0:.1f}%; a rank is flagged at >= {STRAGGLER_WARN_PCT:g}% and beyond its step-to-step "
+                "noise)."], None
+    steps_each = statistics.median(s.n for s in step.by_rank.values())
+    if spread is not None and spread >= STRAGGLER_WARN_PCT:
+        agree = (f"spread {spread:.1f}%, but no rank differs beyond its own step-to-step noise ({steps_each:.0f} "
+                 f"steady-state steps a rank, typical noise {_noise_pct(step):.0f}%)")
+    else:
+        agree = f"agree within {spread or 0:.1f}%"
+    if unseen and set(compute.by_rank) == set(step.by_rank) and len(compute.by_rank) > 1:
+        opening = (f"No rank stands out among the {count} read, but they are {count}{of_world}: the straggler, if "
+                 "there is one, may be among those not read.")
+    else:
+        opening = (f"Step times of the {count} ranks {agree}: in synchronous data parallelism every rank waits for "
+                 "the slowest at the gradient all-reduce, so step times cannot show a straggler.")
+    if compute.by_rank and set(compute.by_rank) != set(step.by_rank):
+        second = (f"Compute-only times were read for {_ranks(compute.by_rank)} only, of the {count} ranks: collect "
+                  f"them (or torch.profiler traces of a few steps) on {every} and run this again.")
+    elif unseen:
+        second = f"Collect the logs of {every} (with compute-only times, or traces) and run this again."
+    else:
+        second = ("Collect compute-only timings per rank (forward/backward time without the collective) or "
+                  f"torch.profiler traces of a few steps on {every}, and run this again with them.")
+    missing = sorted(set(step.by_rank) - set(compute.by_rank))
+    decides = (f"Compute-only times (or traces) of {every}"
+               + (f"; missing for {_ranks(unseen + missing)}." if unseen or (missing and compute.by_rank) else "."))
+    return [opening, second], decides
 
 
 def _next_steps(verdict: Verdict, flagged: list[FlaggedRank]) -> list[NextStep]:
@@ -632,25 +780,54 @@ async def find_stragglers(params: FindStragglersInput, ctx: ToolContext) -> Find
     if params.step_regex:
         compile_user_format(params.step_regex)  # a bad regex is the caller's error, before any file is read
     deadline = time.monotonic() + ctx.remaining_s()
-    notes: list[str] = []
-    logged: dict[int, _Figures] = {}
+    logs = _Logs({}, [], [], [])
     traced: dict[int, _Figures] = {}
+    trace_coverage: list[Coverage] = []
     if params.logs:
-        logged, log_notes = await anyio.to_thread.run_sync(_read_logs, params.logs, params, ctx, deadline,
-                                                           abandon_on_cancel=True)
-        notes += log_notes
+        logs = await anyio.to_thread.run_sync(_read_logs, params.logs, params, ctx, deadline, abandon_on_cancel=True)
     if params.traces:
-        traced = await anyio.to_thread.run_sync(_read_traces, params.traces, ctx, deadline, abandon_on_cancel=True)
-    ranks = {rank: _combine(logged.get(rank), traced.get(rank)) for rank in sorted(set(logged) | set(traced))}
-    if not ranks:
+        traced, trace_coverage = await anyio.to_thread.run_sync(_read_traces, params.traces, ctx, deadline,
+                                                                abandon_on_cancel=True)
+    notes, logged = logs.notes, logs.ranks
+    if not logged and not any(f.steps for f in traced.values()):
         raise BadInput("no step time found in the given logs or traces.",
                        "Check the format (see the tool's description) or pass step_regex; traces need ProfilerStep "
                        "events (torch.profiler with a schedule and prof.step()).")
+    set_apart: list[str] = []
+    other_run = _other_run(logged, traced, logs.identities) if logged and traced else None
+    if other_run is not None:
+        # Joining another run's ranks to these would make a story of two jobs: the side with fewer ranks is left
+        # out (the logs on a tie: they are the job's own record), and said so.
+        keep_logs = len(logged) >= len(traced)
+        left = traced if keep_logs else logged
+        set_apart = sorted({name for f in left.values() for name in f.files})
+        for index, entry in enumerate(trace_coverage if keep_logs else logs.coverage):
+            if entry.input.split(" (process ")[0] in set_apart:
+                (trace_coverage if keep_logs else logs.coverage)[index] = Coverage.not_understood(
+                    entry.input, f"another run's, left out of the join: {other_run}")
+        notes.append(f"{'traces' if keep_logs else 'logs'} left out as another run's ({other_run}): "
+                     f"{', '.join(set_apart[:4])}{' ...' if len(set_apart) > 4 else ''}.")
+        traced, logged = ({}, logged) if keep_logs else (traced, {})
+    ranks = {rank: _combine(logged.get(rank), traced.get(rank)) for rank in sorted(set(logged) | set(traced))}
+    stated = {i.world_size for i in logs.identities if i.world_size} | {f.world_size for f in traced.values()
+                                                                       if f.world_size}
+    if len(stated) > 1:
+        notes.append(f"the inputs state different world sizes ({', '.join(map(str, sorted(stated)))}): the largest "
+                     "is taken.")
     backend = job_backend(params, ctx)
     if backend is not None and (params.gpu_csv or params.sample_gpus):
         raise BadInput("with slurm_job or hosts, each flagged rank's own GPU is read on its node; gpu_csv and "
                        "sample_gpus are for one node.", "Drop them, or call without slurm_job/hosts.")
-    result = _analyse(ranks, notes)
+    result = _analyse(ranks, notes, max(stated, default=None))
+    result.coverage = [*logs.coverage, *trace_coverage]
+    if set_apart:
+        result.set_apart, result.set_apart_kind = set_apart, "traces" if keep_logs else "logs"
+        more = " ..." if len(set_apart) > 2 else ""
+        why = f"Left out as another run's: {', '.join(set_apart[:2])}{more} ({other_run})."
+        result.conclusion = [*result.conclusion[:2], why]
+        if result.severity is Severity.ok:
+            result.severity = Severity.unknown
+            result.decides = "Logs and traces of the same run, or either alone."
     if backend is not None and result.flagged:
         await _hardware_on_nodes(result, backend, params, ctx)
     elif params.gpu_csv or params.sample_gpus:

@@ -36,8 +36,8 @@ from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
 from tools.traces.names import api_name
 
-__all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_processes", "nsys_ranks",
-           "nsys_rules", "read_nsys_batches"]
+__all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_has_kernels", "nsys_processes",
+           "nsys_ranks", "nsys_rules", "read_nsys_batches"]
 
 _MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 20_000
@@ -171,6 +171,13 @@ def nsys_processes(path: Path, display: str, deadline: float) -> list[int]:
         if not rows:
             raise _no_gpu_work(connection, tables, display)
         return [int(row[0]) for row in rows]
+
+
+def nsys_has_kernels(path: Path, display: str, deadline: float) -> bool:
+    """Whether the export has its kernel table: without it (kernels not traced, or the table left out of the
+    export) its copies and memsets are not the GPU's whole work."""
+    with _open(path, display, deadline) as connection:
+        return "CUPTI_ACTIVITY_KIND_KERNEL" in _tables(connection)
 
 
 def _rows(connection: sqlite3.Connection, sql: str, args: tuple[Any, ...], deadline: float,

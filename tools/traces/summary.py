@@ -14,6 +14,11 @@ dispatch overhead (launch-bound), at the start of a step host preprocessing, els
 kernel queued before the gap means a wait on another stream or event (gpu_wait; a CUDA graph's kernels
 count as queued). Plus exposed communication and, across ranks, the straggler. SOP: gpu_utilization_low,
 straggler.
+
+What cannot be judged is said, not guessed (issue 30): a file cut short (a copy of a trace still being written) is
+judged only on the steps whose host and GPU events are all in it, or not at all; a CPU-only profile, an nsys export
+without its kernel table and nsys stats totals give figures but no verdict (`unknown`, with what would decide);
+claims across ranks say how many of the job's ranks were traced; an empty or eventless trace is refused.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ import numpy as np
 from pydantic import BaseModel, Field, field_validator
 
 from tools.core.context import ToolContext
+from tools.core.errors import UnreadableInput
 from tools.core.files import read_regular, size_text
 from tools.core.intervals import Spans, merge
 from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges
 from tools.core.thresholds import (
     BOTTLENECK_BUSY_PCT,
@@ -63,6 +69,7 @@ from tools.traces.nsys import (
     NsysRule,
     exported_reports,
     is_nsys_export,
+    nsys_has_kernels,
     nsys_processes,
     nsys_ranks,
     nsys_rules,
@@ -186,7 +193,8 @@ class KernelStat(BaseModel):
 class SummarizeTraceResult(ToolResult):
     bottleneck: str = Field(default="gpu_busy", description="The one thing to fix first: 'gpu_busy' (the GPUs are "
                             ">= 85 % busy and no cause reaches 10 %), else the kind of the largest cause; 'unknown' "
-                            "for nsys stats tables, which have no timeline.")
+                            "when no rank can be judged (nsys stats tables, which have no timeline; a CPU-only "
+                            "profile; a file cut before its first complete step).")
     ranks: list[RankSummary]
     causes: list[Cause]
     top_kernels: list[KernelStat]
@@ -248,6 +256,12 @@ class _RankResult:
     steps: list[StepSummary] = field(default_factory=list)
     idle_ops: list[IdleOp] = field(default_factory=list)
     profiled_steps: int = 0  # ProfilerSteps in the file, the last one too (the kernels cover them all)
+    # Why this rank's trace cannot say why its GPU idles (no GPU events, no complete step of a cut file): its
+    # figures are shown, its causes are not counted and no verdict is drawn from it.
+    undecided: str | None = None
+    decides: str | None = None  # for an undecided rank: the evidence that would decide
+    caveat: str | None = None  # what limits the verdict drawn from it (a cut file: the window judged)
+    world_size: int | None = None  # as its distributedInfo says
 
 
 def _pct(part: float, whole: float) -> float | None:
@@ -255,12 +269,12 @@ def _pct(part: float, whole: float) -> float | None:
 
 
 
-def _hta_breakdown(data: Collected, steps: list[tuple[float, float]]) -> tuple[float | None, ...]:
-    """HTA's get_temporal_breakdown: GPU events launched before the last step, span of their activity."""
+def _hta_breakdown(data: Collected, until: float | None) -> tuple[float | None, ...]:
+    """HTA's get_temporal_breakdown: GPU events launched before `until` (the last step's start), span of their
+    activity; every GPU event when `until` is None."""
     gpu = gpu_columns(data)
-    kept = gpu.launch > -np.inf
-    if len(steps) >= 2:
-        kept &= gpu.launch < steps[-1][0]
+    if until is not None:
+        kept = (gpu.launch > -np.inf) & (gpu.launch < until)
     else:
         kept = np.ones(len(gpu.ts), dtype=bool)
     merged = gpu_union(data, kept, data.float_ts)
@@ -273,13 +287,39 @@ def _hta_breakdown(data: Collected, steps: list[tuple[float, float]]) -> tuple[f
     return _pct(idle, span), _pct(compute, span), _pct(span - compute - idle, span)
 
 
-def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _RankResult:
+def _undecided(rank: int, display: str, data: Collected, steps: int, window: str, why: str, decides: str,
+               data_wait_pct: float | None = None) -> _RankResult:
+    """A rank whose trace cannot tell why the GPU idles: its counts, no figures it cannot back, no causes."""
+    summary = RankSummary(rank=rank, file=display, steps=0, step_time_ms=None, window=window, gpu_busy_pct=None,
+                          idle_pct=None, compute_pct=None, non_compute_pct=None, comm_pct=None, memory_pct=None,
+                          exposed_comm_pct=None, comm_overlap_pct=None, data_wait_pct=data_wait_pct,
+                          bottleneck="unknown", gpu_events=len(gpu_columns(data).ts), events=data.events)
+    return _RankResult(summary, [], data.kernels, data.kernel_durations, [], profiled_steps=steps,
+                       undecided=why, decides=decides)
+
+
+def _analyse(rank: int, display: str, data: Collected, include_last: bool,
+             horizon: float | None = None) -> _RankResult:
+    """One rank's breakdown and causes. `horizon`: the file ends early and its host and GPU events are complete
+    only up to this time; only the steps (or iterations) that end before it are judged."""
     notes: list[str] = []
     data.sync_ops = data.sync_ops.around(data.syncs)  # before the large sets are made: memory bounds the size
     steps = sorted(data.steps)
     analysed = steps if include_last or len(steps) < 2 else steps[:-1]
+    hta_until = steps[-1][0] if not include_last and len(steps) >= 2 else None
     gpu_all = gpu_union(data)
     loads = sorted(merge(data.dataloader))
+    if horizon is not None:
+        # A cut file: each step that ends before the horizon has all its events; the ones after it lack GPU work
+        # (or host work) that was never written, and would read as idle GPU. Those are all left out.
+        analysed = [s for s in steps if s[1] <= horizon]
+        loads = [s for s in loads if s[1] <= horizon]
+        if steps and not analysed:
+            return _undecided(rank, display, data, len(steps), f"none of {len(steps)} ProfilerSteps complete",
+                              f"{display} ends early and none of its {len(steps)} ProfilerSteps has all its host "
+                              f"and GPU events: its GPU or launch events stop {(horizon - steps[0][0]) / 1000:.1f} "
+                              "ms into the first step", _DECIDES_CUT)
+        hta_until = analysed[-1][1] if analysed else horizon
     if not steps and len(loads) >= _MIN_ITERATIONS:
         # No ProfilerStep (the autograd-profiler API, a bare profile() block): a training loop's iterations run
         # from one DataLoader call to the next. The first is left out: it holds the warm-up (cuDNN autotuning,
@@ -288,16 +328,21 @@ def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _R
         analysed = iterations[1:]
         start, end = analysed[0][0], analysed[-1][1]
         window = (f"DataLoader iterations {len(analysed)} of {len(iterations)} (no ProfilerStep; the first, with "
-                  "the warm-up, left out)")
+                  "the warm-up, left out" + ("; the file ends early: only the iterations with all their host and "
+                                             "GPU events)" if horizon is not None else ")"))
         step_ms: float | None = statistics.median(e - s for s, e in analysed) / 1000.0
     elif analysed:
         start, end = analysed[0][0], analysed[-1][1]
-        window = f"ProfilerSteps {len(analysed)} of {len(steps)}" + ("" if include_last or len(steps) < 2
-                                                                      else " (last left out, as HTA)")
+        window = f"ProfilerSteps {len(analysed)} of {len(steps)}" + (
+            " (the file ends early: only the steps with all their host and GPU events)" if horizon is not None
+            else "" if include_last or len(steps) < 2 else " (last left out, as HTA)")
         step_ms = statistics.median(e - s for s, e in analysed) / 1000.0
     elif gpu_all:
         start, end = float(gpu_all.starts[0]), float(gpu_all.ends[-1])
         window = "first to last GPU activity (no ProfilerStep)"
+        if horizon is not None and horizon < end:
+            end = max(start, horizon)
+            window = "first GPU activity to where the file's GPU or host events stop (no ProfilerStep; it ends early)"
         notes.append(f"rank {rank}: no ProfilerStep annotation; the first-to-last GPU activity window is analysed.")
         step_ms = None
     else:
@@ -309,24 +354,25 @@ def _analyse(rank: int, display: str, data: Collected, include_last: bool) -> _R
     dataloader = Spans.of(merge(data.dataloader))
     causes: list[Cause] = []
     if not len(gpu_columns(data).ts):
-        notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time.")
+        # A CPU-only profile (no ProfilerActivity.CUDA, or a job on the CPU): the host's step and DataLoader time
+        # are real, but whether the GPU waited on them (or worked ahead, asynchronously) the trace cannot say.
         data_ms = step_window.intersect(dataloader).total()
+        notes.append(f"rank {rank}: no GPU events (a CPU-only trace): only CPU step and data-loading time"
+                     + (f" (DataLoader.__next__ {data_ms / 1000:.1f} ms of {length / 1000:.1f} ms)" if data_ms > 0
+                        else "") + ".")
         summary = RankSummary(rank=rank, file=display, steps=len(analysed), step_time_ms=step_ms, window=window,
                               gpu_busy_pct=None, idle_pct=None, compute_pct=None, non_compute_pct=None,
                               comm_pct=None, memory_pct=None, exposed_comm_pct=None, comm_overlap_pct=None,
-                              data_wait_pct=_pct(data_ms, length), gpu_events=0, events=data.events)
-        if data_ms > 0:
-            causes.append(Cause(kind="data_loading", share_pct=_pct(data_ms, length) or 0.0,
-                                evidence=f"DataLoader.__next__ takes {data_ms / 1000:.1f} ms of {length / 1000:.1f} "
-                                "ms of CPU step time", fix=_FIX["data_loading"]))
-        summary.bottleneck = bottleneck(summary.gpu_busy_pct, causes)
-        return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes,
-                           profiled_steps=len(steps))
+                              data_wait_pct=_pct(data_ms, length), bottleneck="unknown", gpu_events=0,
+                              events=data.events)
+        return _RankResult(summary, causes, data.kernels, data.kernel_durations, notes, profiled_steps=len(steps),
+                           undecided=f"{display} holds host events only, no GPU event: a profile without "
+                           "ProfilerActivity.CUDA cannot show when the GPU idled", decides=_DECIDES_GPU)
 
     busy = gpu_all.clip(start, end)
     del gpu_all  # the large sets are dropped as soon as they are used up: memory bounds the trace size
     # HTA's split first, while no other large set is alive (each of these sets is the size of the GPU events).
-    hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, steps if not include_last else [])
+    hta_idle, hta_compute, hta_non_compute = _hta_breakdown(data, hta_until)
     gpu = gpu_columns(data)
     compute = gpu_union(data, (gpu.kind == KIND_CODE["compute"]) & ~gpu.comm).clip(start, end)
     comm = gpu_union(data, gpu.comm).clip(start, end)
@@ -626,41 +672,162 @@ def _device_name(header: TraceHeader, device: int | None) -> str | None:
     return str(chosen["name"]) if chosen else None
 
 
+# What would decide a rank that cannot be judged, by why.
+_DECIDES_CUT = ("The whole trace: copy it again once the profiler has finished writing it (the file ends with "
+                "']}'), or profile more steps so that at least one is complete.")
+_DECIDES_GPU = ("A trace with the GPU's own events: torch.profiler with activities=[ProfilerActivity.CPU, "
+                "ProfilerActivity.CUDA], or nsys profile -t cuda,nvtx.")
+_DECIDES_KERNELS = ("An export with the kernel table: nsys profile -t cuda (kernels traced), then nsys export "
+                    "--type sqlite with all tables.")
+_DECIDES_RANKS = "The traces of every rank (one file each, in one folder); a rank that hung or died writes none."
+
+# What summarize_trace reads: said with every input it could not read.
+FORMATS_KNOWN = ("Kineto / torch.profiler Chrome trace (.json, .json.gz)", "Nsight Systems SQLite export (.sqlite)",
+                 "Nsight Systems report (.nsys-rep, .qdrep; exported with the nsys on PATH)",
+                 "nsys stats --format csv tables (.csv; totals only, no timeline)")
+
+
+def _eventless(display: str, header: TraceHeader) -> UnreadableInput:
+    """A trace with nothing to place on a timeline: refused, saying what it held."""
+    hint = ("Profile at least one step with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] "
+            "(schedule active >= 1) and export the trace after it.")
+    if header.events + header.skipped == 0:
+        return UnreadableInput(f"{display}: its traceEvents list is empty: the profiler recorded nothing.", hint)
+    return UnreadableInput(f"{display}: none of its {header.events + header.skipped:,} trace entries is a complete "
+                           "event with a time and a duration (only metadata, instant or malformed events).", hint)
+
+
+def _complete_until(data: Collected) -> tuple[float | None, str | None]:
+    """Where a file cut short stops being whole, or why it cannot be judged at all. Kineto writes each kind of event
+    (host ops, runtime calls, GPU work) in time order, one kind after another, and the GPU work last: a cut leaves
+    one kind cut at its latest start and every kind written before it whole. So the events of every kind are all
+    there up to the earliest of the kinds' latest starts; past it the GPU looks idle only because its work was never
+    written. A kind not there at all may be one the file never reached."""
+    if "gpu" not in data.last_start:
+        return None, ("it ends before any GPU event was written (Kineto writes them after the host's), so when the "
+                      "GPU idled cannot be told")
+    if "host" not in data.last_start:
+        return None, "it ends before any host event was written, so what the GPU waited for cannot be told"
+    return min(data.last_start.values()), None
+
+
+def _world_size(header: TraceHeader) -> int | None:
+    info = header.metadata.get("distributedInfo")
+    size = info.get("world_size") if isinstance(info, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
+def _kineto_coverage(display: str, header: TraceHeader, data: Collected, result: _RankResult) -> Coverage:
+    """What was made of one Kineto trace: read whole, or which part (cut short, entries skipped, host events only)."""
+    entries = header.events + header.skipped
+    skipped = header.skipped + data.skipped
+    parts = [f"{data.events:,} timed events ({result.summary.gpu_events:,} on the GPU); judged: "
+             f"{result.summary.window}"]
+    if header.ends_early_at is not None:
+        parts.insert(0, f"ends early, at character {header.ends_early_at:,} (cut short, or still being written)")
+    if skipped:
+        parts.append(f"{skipped:,} of {entries:,} entries skipped ({100 * skipped / max(entries, 1):.1f}%: not an "
+                     "event object, or no number for ts or dur, or no category)")
+    if result.undecided:
+        parts.append(f"cannot judge: {result.undecided}")
+    detail = "; ".join(parts)
+    if header.ends_early_at is not None or skipped or result.undecided:
+        return Coverage.partial(display, detail)
+    return Coverage.read(display, detail)
+
+
+@dataclass
+class _Read:
+    results: list[_RankResult]
+    coverage: list[Coverage]
+
+
 def _summarise(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float,
-               steps_named: Any = None) -> list[_RankResult]:
-    results = []
+               steps_named: Any = None) -> _Read:
+    """Each file's ranks analysed, with what was made of each file. One file that cannot be read is an error; in a
+    folder it is said (not understood) and the others are read, unless none can be."""
+    results: list[_RankResult] = []
+    coverage: list[Coverage] = []
+    failures: list[UnreadableInput] = []
     for position, path in enumerate(files):
         display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
-        if is_nsys_export(path):
-            processes = nsys_processes(path, display, deadline)
-            said = nsys_ranks(path, display, deadline)
-            # The ranks the processes name themselves (MPI), when each says one of its own; else their order.
-            named = said if all(p in said for p in processes) and len({said[p] for p in processes}) == len(processes) \
-                else {}
-            for index, process in enumerate(processes):
-                header = TraceHeader()
-                data = collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)
-                data.device_name = _device_name(header, data.device)
-                # One process per GPU: torchrun under one nsys puts every rank in one export.
-                rank = named[process] if named else index if len(processes) > 1 else rank_of_trace(header, display,
-                                                                                                  position)
-                label = f"{display} (process {(process >> 24) & 0xFFFFFF})" if len(processes) > 1 else display
-                results.append(_analyse(rank, label, data, include_last))
+        try:
+            if is_nsys_export(path):
+                found = _nsys_file(path, display, position, include_last, deadline, steps_named)
+                results.extend(found.results)
+                coverage.extend(found.coverage)
+                continue
+            data, header = collect_file(path, display, deadline, steps_named)
+            if not data.events:
+                raise _eventless(display, header)
+        except UnreadableInput as exc:
+            if len(files) == 1:
+                raise
+            failures.append(exc)
+            coverage.append(Coverage.not_understood(display, exc.message, FORMATS_KNOWN))
             continue
-        data, header = collect_file(path, display, deadline, steps_named)
         data.device_name = _device_name(header, data.device)
         rank = rank_of_trace(header, display, position)
-        cut = header.ends_early_at is not None
-        results.append(_analyse(rank, display, data, include_last and not cut))
-        if cut:
-            results[-1].notes.insert(0, f"rank {rank}: {display} ends early, at character {header.ends_early_at:,} "
-                                     f"(a trace still being written, or cut short): its {header.events:,} complete "
-                                     "events are summarised and its last step, likely partial, is left out.")
-    return results
+        if header.ends_early_at is None:
+            result = _analyse(rank, display, data, include_last)
+        else:
+            horizon, why = _complete_until(data)
+            result = (_undecided(rank, display, data, len(data.steps), "none (the file ends early)",
+                                 f"{display} ends early, at character {header.ends_early_at:,}: {why}", _DECIDES_CUT)
+                      if horizon is None else _analyse(rank, display, data, include_last, horizon))
+            if horizon is not None and result.undecided is None:
+                judged = result.summary.window.split(" (")[0]
+                result.caveat = (f"only {judged}, where the host and GPU events are all present, are judged: "
+                                 f"{display} ends early (cut short, or still being written)")
+                result.notes.insert(0, f"rank {rank}: {display} ends early, at character {header.ends_early_at:,} "
+                                    f"(a trace still being written, or cut short): its events of every kind are "
+                                    f"present up to {(horizon - data.cpu_span[0]) / 1000:.1f} ms after its first "
+                                    f"host event, so only {judged} (those that end before) are judged; the GPU work "
+                                    "after it was never written, and would read as idle GPU.")
+        result.world_size = _world_size(header)
+        results.append(result)
+        coverage.append(_kineto_coverage(display, header, data, result))
+    if not results and failures:
+        raise failures[0]
+    return _Read(results, coverage)
 
 
-def _straggler(ranks: list[RankSummary]) -> Cause | None:
-    """Across ranks, the one that waits least in collectives is the one the others wait for."""
+def _nsys_file(path: Path, display: str, position: int, include_last: bool, deadline: float,
+               steps_named: Any) -> _Read:
+    """One Nsight Systems export: each process with GPU work is a rank."""
+    processes = nsys_processes(path, display, deadline)
+    said = nsys_ranks(path, display, deadline)
+    kernels_exported = nsys_has_kernels(path, display, deadline)
+    # The ranks the processes name themselves (MPI), when each says one of its own; else their order.
+    named = said if all(p in said for p in processes) and len({said[p] for p in processes}) == len(processes) \
+        else {}
+    results = []
+    for index, process in enumerate(processes):
+        header = TraceHeader()
+        data = collect_events(read_nsys_batches(path, process, display, deadline, header), steps_named)
+        data.device_name = _device_name(header, data.device)
+        # One process per GPU: torchrun under one nsys puts every rank in one export.
+        rank = named[process] if named else index if len(processes) > 1 else rank_of_trace(header, display,
+                                                                                          position)
+        label = f"{display} (process {(process >> 24) & 0xFFFFFF})" if len(processes) > 1 else display
+        if kernels_exported:
+            results.append(_analyse(rank, label, data, include_last))
+        else:
+            # Copies and memsets alone are not the GPU's work: counted as all of it, the GPU would look idle.
+            results.append(_undecided(rank, label, data, len(data.steps), "none (no kernel table)",
+                                      f"{label} has no CUPTI_ACTIVITY_KIND_KERNEL table, only copies or memsets: "
+                                      "how busy the GPU was cannot be told", _DECIDES_KERNELS))
+    what = f"Nsight Systems export: {len(processes)} process(es) with GPU work"
+    undecided = [r.undecided for r in results if r.undecided]
+    cover = (Coverage.partial(display, f"{what}; {undecided[0]}") if undecided
+             else Coverage.read(display, f"{what}, {sum(r.summary.events for r in results):,} events"))
+    return _Read(results, [cover])
+
+
+def _straggler(ranks: list[RankSummary], world: int | None = None) -> Cause | None:
+    """Across ranks, the one that waits least in collectives is the one the others wait for. `world`: the job has
+    this many ranks and some have no trace here, so the one named is the latest of those seen, and the one all
+    wait for may be among the others."""
     comm = {r.rank: r.comm_pct for r in ranks if r.comm_pct is not None}
     if len(comm) < 2:
         return None
@@ -668,9 +835,13 @@ def _straggler(ranks: list[RankSummary]) -> Cause | None:
     others = statistics.median(v for k, v in comm.items() if k != least)
     if others <= 0 or comm[least] > 0.7 * others:
         return None
-    return Cause(kind="straggler", share_pct=round(others - comm[least], 2), rank=least,
-                 evidence=f"rank {least} spends {comm[least]:.1f}% of step time in collectives, the others "
-                 f"{others:.1f}% (median): they wait for rank {least}", fix=_FIX["straggler"])
+    evidence = (f"rank {least} spends {comm[least]:.1f}% of step time in collectives, the others "
+                f"{others:.1f}% (median): they wait for rank {least}")
+    if world is not None:
+        evidence += (f", the latest of the {len(ranks)} of {world} ranks traced here (the one every rank waits for "
+                     "may be one without a trace)")
+    return Cause(kind="straggler", share_pct=round(others - comm[least], 2), rank=least, evidence=evidence,
+                 fix=_FIX["straggler"])
 
 
 def short_name(name: str) -> str:
@@ -691,16 +862,35 @@ class TraceBreakdown:
     idle_ops: list[IdleOp]
     steps: list[StepSummary]
     notes: list[str]
+    coverage: list[Coverage] = field(default_factory=list)  # per file read (or not understood)
+    undecided: list[str] = field(default_factory=list)  # per rank that cannot be judged: why
+    decides: str | None = None  # what would decide the first of them
+    caveats: list[str] = field(default_factory=list)  # what limits the verdict (cut files: the window judged)
+    world_size: int = 0  # the ranks the job has, as far as the traces tell (distributedInfo, rank numbers)
+    missing_ranks: list[int] = field(default_factory=list)  # ranks of the job with no trace here
+
+
+def _missing_ranks(results: list[_RankResult]) -> tuple[int, list[int]]:
+    """The job's size as the traces say it (distributedInfo's world_size, else the highest rank + 1), and the ranks
+    of it with no trace here."""
+    seen = {r.summary.rank for r in results}
+    if not seen:
+        return 0, []
+    world = max([r.world_size for r in results if r.world_size] + [max(seen) + 1])
+    return world, sorted(set(range(world)) - seen)
 
 
 def breakdown(files: list[Path], roots: tuple[Path, ...], include_last: bool, deadline: float,
               step_range: str | None = None) -> TraceBreakdown:
     """Per rank and merged: step times, busy / compute / communication / idle, the causes of GPU idle, kernels.
     Synchronous (run it in a worker thread)."""
-    results = _summarise(files, roots, include_last, deadline, step_pattern(step_range) if step_range else None)
+    read = _summarise(files, roots, include_last, deadline, step_pattern(step_range) if step_range else None)
+    results = read.results
     ranks = sorted((r.summary for r in results), key=lambda s: s.rank)
-    causes = _merge_causes(results)
-    straggler = _straggler(ranks)
+    judged = [r for r in results if r.undecided is None]
+    causes = _merge_causes(judged)
+    world, missing = _missing_ranks(results)
+    straggler = _straggler([r.summary for r in judged], world if missing else None)
     if straggler:
         causes.append(straggler)
     # Below half a percent of step time a cause is noise, not a lead.
@@ -712,7 +902,10 @@ def breakdown(files: list[Path], roots: tuple[Path, ...], include_last: bool, de
         idle_ops=sorted((o for r in results for o in r.idle_ops), key=lambda o: o.idle_overlap_ms,
                         reverse=True)[:TRACE_TOP_KERNELS],
         steps=[step for r in sorted(results, key=lambda r: r.summary.rank) for step in r.steps],
-        notes=_collapse_notes([n for r in results for n in r.notes])[:10])
+        notes=_collapse_notes([n for r in results for n in r.notes])[:10], coverage=read.coverage,
+        undecided=[r.undecided for r in results if r.undecided],
+        decides=next((r.decides for r in results if r.decides), None), caveats=[r.caveat for r in results if r.caveat],
+        world_size=world, missing_ranks=missing)
 
 
 async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> SummarizeTraceResult:
@@ -727,7 +920,7 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     if path.is_file() and path.name.endswith((".csv", ".txt")):
         head = read_regular(path, 4096)
         if is_nsys_stats(head):
-            return _from_stats(read_nsys_stats(path, path.name, TRACE_TOP_KERNELS), path.name)
+            return _from_stats(read_nsys_stats(path, path.name, TRACE_TOP_KERNELS), params.path)
     files = trace_files(path, ctx.roots)
     total = sum(f.stat().st_size for f in files)
     ctx.progress.update(0, None, f"reading {len(files)} trace(s), {size_text(total)}")
@@ -739,13 +932,41 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
     ranks, causes = found.ranks, found.causes
     busy = [r.gpu_busy_pct for r in ranks if r.gpu_busy_pct is not None]
     notes = list(found.notes)
+    coverage = list(found.coverage)
     if len(ranks) > TRACE_MAX_RANK_ROWS:
         notes.insert(0, _distribution(ranks))
+    caveats = list(found.caveats)
+    decides = found.decides
+    if found.missing_ranks and len(ranks) > 1:
+        # Claims across ranks (the straggler, the slowest) hold for the ranks traced, not for the job.
+        missing = compact_ranges(found.missing_ranks)
+        coverage.append(Coverage.partial(params.path, f"traces of {len(ranks)} of the job's {found.world_size} "
+                                         f"ranks; rank(s) {missing} have none here"))
+        caveats.append(f"only {len(ranks)} of the job's {found.world_size} ranks have a trace here (missing: "
+                       f"{missing}), so what is said across ranks holds for those traced")
+        decides = decides or _DECIDES_RANKS
+    elif found.missing_ranks:
+        notes.append(f"rank {ranks[0].rank} of {found.world_size}: the other ranks' traces are not here; the one "
+                     "the others wait for (a straggler) can only be named from all of them.")
+    severity = Severity.warn if causes and causes[0].share_pct >= 10 else Severity.ok
+    if found.undecided:
+        # A rank the traces cannot judge may be the one with the problem: ok is not a verdict its silence allows.
+        judged = len(ranks) - len(found.undecided)
+        more = f" (and {len(found.undecided) - 1} more)" if len(found.undecided) > 1 else ""
+        caveats.insert(0, f"not judged: {found.undecided[0]}{more}"
+                       + (f"; {judged} of {len(ranks)} ranks are judged" if judged else ""))
+        if severity is Severity.ok or not judged:
+            severity = Severity.unknown
+    elif found.missing_ranks and len(ranks) > 1 and severity is Severity.ok:
+        severity = Severity.unknown  # a rank with no trace may be the one that hung or lagged
     return SummarizeTraceResult(
-        severity=Severity.warn if causes and causes[0].share_pct >= 10 else Severity.ok,
-        bottleneck=bottleneck(statistics.median(busy) if busy else None, causes),
-        conclusion=_conclude(ranks, causes),
+        severity=severity,
+        bottleneck="unknown" if len(found.undecided) == len(ranks)
+        else bottleneck(statistics.median(busy) if busy else None, causes),
+        conclusion=_conclude(ranks, causes, caveats, found, severity),
         next_steps=_next_steps(causes),
+        coverage=coverage,
+        decides=decides if severity is Severity.unknown else None,
         ranks=_bounded_ranks(ranks),
         causes=causes,
         top_kernels=top_kernels(found.kernels),
@@ -771,8 +992,13 @@ def _from_stats(stats: NsysStats, display: str) -> SummarizeTraceResult:
         sync_pct = 100 * stats.sync_api_ms / stats.api_ms
         said.append(f"CUDA API calls total {stats.api_ms:.1f} ms, {sync_pct:.0f}% of it in synchronising calls "
                     "(stream/device syncs, blocking copies).")
+    # Totals cannot show when the GPU idled, nor why: the figures are given, the verdict is not.
     return SummarizeTraceResult(
-        severity=Severity.ok, bottleneck="unknown", conclusion=said[:3], ranks=[], causes=[], top_kernels=kernels,
+        severity=Severity.unknown, bottleneck="unknown", conclusion=said[:3], ranks=[], causes=[],
+        top_kernels=kernels,
+        coverage=[Coverage.partial(display, f"nsys stats tables ({', '.join(stats.tables)}): totals, no timeline")],
+        decides=("The report's events: nsys export --type sqlite REPORT.nsys-rep, then summarize_trace on the "
+                 ".sqlite (steps, GPU idle and its causes)."),
         idle_cpu_ops=[],
         steps=[], kernel_histogram={}, nsys_stats=stats,
         notes=["A summary table cannot show steps, GPU idle time, its causes, overlap or ranks: export the report "
@@ -788,7 +1014,12 @@ def _nsys_rules(files: list[Path], roots: tuple[Path, ...], deadline: float) -> 
     for path in files:
         if is_nsys_export(path):
             display = next((str(path.relative_to(r)) for r in roots if path.is_relative_to(r)), path.name)
-            found.extend(nsys_rules(path, display, deadline))
+            try:
+                found.extend(nsys_rules(path, display, deadline))
+            except UnreadableInput:
+                if len(files) == 1:
+                    raise
+                # One of a folder: its coverage says it was not understood; the others' rules still count.
     return found
 
 
@@ -857,20 +1088,37 @@ def _bounded_ranks(ranks: list[RankSummary]) -> list[RankSummary]:
     return sorted(picked.values(), key=lambda r: r.rank)[:TRACE_MAX_RANK_ROWS]
 
 
-def _conclude(ranks: list[RankSummary], causes: list[Cause]) -> list[str]:
-    times = [r.step_time_ms for r in ranks if r.step_time_ms is not None]
-    busy = [r.gpu_busy_pct for r in ranks if r.gpu_busy_pct is not None]
-    timed = [r for r in ranks if r.step_time_ms is not None]
+def _conclude(ranks: list[RankSummary], causes: list[Cause], caveats: list[str], found: TraceBreakdown,
+              severity: Severity) -> list[str]:
+    """Three sentences at most: what was measured, the main cause (or why none can be told), and the caveat that
+    limits it (a cut file, ranks missing or not judged), else the fix."""
+    judged = [r for r in ranks if r.bottleneck != "unknown"]
+    times = [r.step_time_ms for r in judged if r.step_time_ms is not None]
+    busy = [r.gpu_busy_pct for r in judged if r.gpu_busy_pct is not None]
+    timed = [r for r in judged if r.step_time_ms is not None]
     slowest = max(timed, key=lambda r: r.step_time_ms or 0.0) if len(timed) > 1 else None
-    first = f"{len(ranks)} rank(s)" + (f", median step {statistics.median(times):.1f} ms" if times else "") + (
-        f", GPU busy {statistics.median(busy):.0f}% of it" if busy else ", no GPU events") + (
-        f", slowest rank {slowest.rank} ({slowest.step_time_ms:.1f} ms)" if slowest else "") + "."
+    counted = f"{len(ranks)} rank(s)" + (f" of {found.world_size}" if found.missing_ranks and len(ranks) > 1 else "")
+    first = counted + (f", median step {statistics.median(times):.1f} ms" if times else "") + (
+        f", GPU busy {statistics.median(busy):.0f}% of it" if busy else ", no GPU time judged" if not judged
+        else ", no GPU events") + (
+        f", slowest {'traced ' if found.missing_ranks else ''}rank {slowest.rank} ({slowest.step_time_ms:.1f} ms)"
+        if slowest else "") + "."
+    caveat = f"{_capital(caveats[0])}." if caveats else None
+    if not judged:
+        why = found.undecided[0] if found.undecided else "no rank can be judged"
+        more = f" (and {len(found.undecided) - 1} more rank(s) alike)" if len(found.undecided) > 1 else ""
+        return [first, f"Cannot judge why the GPU idles: {why}{more}."]
     if not causes:
-        return [first, "No idle cause stands out."]
+        said = "No idle cause stands out" + (" in what could be judged" if severity is Severity.unknown else "") + "."
+        return [first, said] + ([caveat] if caveat else [])
     lead = causes[0]
     where = "" if lead.rank is None else f" (worst on rank {lead.rank})"
     return [first, f"Main cause: {lead.kind} at {lead.share_pct:.1f}% of step time{where}: {lead.evidence}.",
-            f"Fix: {lead.fix}"]
+            caveat or f"Fix: {lead.fix}"]
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 _BRANCH = {"straggler": "straggler", "exposed_comm": "nccl_hang_or_slow"}

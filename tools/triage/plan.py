@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from sop import Branch, Step, branches, tool_call
 from tools.core.context import ToolContext
 from tools.core.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.core.models import InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 
 __all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
 
@@ -194,8 +194,14 @@ async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanRe
     missing = sorted({n for s in steps for n in s.needs})
     if missing:
         conclusion.append(f"Still needed from the user: {'; '.join(missing)}.")
+    # The question is this tool's one input: a branch found in it is the plan's answer (ok); none found leaves the
+    # branch to the user's next words (unknown, and what would decide).
+    read = Coverage.read("symptom", f"the question ({len(params.symptom)} characters): "
+                         + (f"matched {', '.join(scores[0].matched)}" if scores else "no branch's keyword in it"))
     return TriagePlanResult(
-        severity=Severity.ok, conclusion=conclusion[:3],
+        severity=Severity.ok if scores else Severity.unknown, conclusion=conclusion[:3], coverage=[read],
+        decides=None if scores else "Which symptom it is, in the user's words: slow, hung, one rank slow, out of "
+        "memory, NaN, inference latency or torch.compile.",
         next_steps=[NextStep(branch=chosen.id, action=f"Read sop://{chosen.id}",
                              why="The branch's triage table maps each finding to its cause, fix and verification.")],
         branch=chosen.id, confidence=confidence, steps=steps, alternatives=scores)

@@ -19,11 +19,22 @@ from sop import branches
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
 from tools.core.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
-from tools.core.models import InputModel, NameArg, NextStep, PathArg, Severity, Table, ToolResult, worst
+from tools.core.models import (
+    Coverage,
+    CoverageStatus,
+    InputModel,
+    NameArg,
+    NextStep,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    worst,
+)
 
 __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
-_RANK = {Severity.crit: 0, Severity.warn: 1, Severity.ok: 2}
+_RANK = {Severity.crit: 0, Severity.warn: 1, Severity.unknown: 2, Severity.ok: 3}
 _SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
                  "check_interconnect": 3, "profile_cpu": 3, "sample_host": 3, "summarize_trace": 4,
                  "analyze_memory": 4, "inference_metrics": 4, "diagnose_compile": 4, "diagnose_logs": 5,
@@ -77,12 +88,16 @@ class ReportRow(BaseModel):
     verification: str
     source: str = Field(description="The tool that found it.")
     branch: str | None = None
+    other_run: str | None = Field(default=None, description="Set when the row is of inputs of another run than the "
+                                  "rest of the report (why): it is listed apart and not part of the job's story.")
 
 
 class ToolRun(BaseModel):
     tool: str
-    severity: Severity | None = Field(description="None when it could not run.")
+    severity: Severity | None = Field(description="None when it could not run; unknown when it ran but its inputs do "
+                                      "not decide (or it read nothing it understood).")
     conclusion: str
+    decides: str | None = Field(default=None, description="When unknown: what would decide.")
 
 
 class BaselineRow(BaseModel):
@@ -103,8 +118,9 @@ class TriageReportResult(ToolResult):
 
     def tables(self) -> list[Table]:
         return [
-            Table("Report", ["symptom", "root cause", "evidence", "fix", "verification"],
-                  [[r.symptom, r.root_cause, r.evidence, r.fix, r.verification] for r in self.rows], "rows"),
+            Table("Report", ["severity", "symptom", "root cause", "evidence", "fix", "verification"],
+                  [[r.severity.value, (f"[another run] {r.symptom}" if r.other_run else r.symptom), r.root_cause,
+                    r.evidence, r.fix, r.verification] for r in self.rows], "rows"),
             Table("Compared with the baseline", ["measure", "before", "after", "change"],
                   [[b.measure, b.before, b.after, b.change] for b in self.baseline], "baseline"),
             Table("Tools run", ["tool", "severity", "first sentence"],
@@ -172,10 +188,19 @@ async def _slurm_job_logs(job_id: str, runs: list[ToolRun]) -> list[str]:
     return sorted(set(job.log_paths()))
 
 
+def _suspect_kind(suspect: Any) -> str:
+    """What the suspect rank is doing, where dump_stacks says it (input stall, checkpoint, sleeping, computing,
+    a different collective); else nothing, and the reason alone tells it."""
+    kind = getattr(suspect, "kind", None)
+    return f": {str(kind).replace('_', ' ')}" if kind else ""
+
+
 def _stack_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=Severity.crit,
-                      symptom=f"rank {s.rank}{f' on {s.node}' if s.node else ''} not where the others are",
-                      root_cause=s.reason, evidence=f"{s.function} at {s.location}",
+    severity = result.severity if result.severity in (Severity.warn, Severity.crit) else Severity.crit
+    return [ReportRow(severity=severity,
+                      symptom=f"rank {s.rank}{f' on {s.node}' if s.node else ''} not where the others are"
+                      f"{_suspect_kind(s)}",
+                      root_cause=s.reason, evidence=f"rank {s.rank} in {s.function} at {s.location}",
                       fix="make every rank make the same collectives in the same order",
                       verification="the job passes that step; dump_stacks shows one group", source="dump_stacks",
                       branch="nccl_hang_or_slow")
@@ -246,6 +271,8 @@ def _host_rows(result: Any) -> list[ReportRow]:
 
 
 def _compare_rows(result: Any) -> list[ReportRow]:
+    if result.severity is Severity.unknown:
+        return []  # not compared: the report's row for a tool that cannot tell says why
     dominant = result.now_dominant
     regressed = result.verdict == "regressed"
     return [ReportRow(severity=Severity.warn if regressed else Severity.ok,
@@ -280,18 +307,64 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _judged(result: ToolResult) -> Severity:
+    """The contract's rule behind every ok (mcp_server/contract.py `judged`), for a tool this report calls directly:
+    an ok with no input read, or with an input not understood, is unknown."""
+    if result.severity is not Severity.ok:
+        return result.severity
+    statuses = {c.status for c in result.coverage}
+    if CoverageStatus.not_understood in statuses or not statuses & {CoverageStatus.read, CoverageStatus.partial}:
+        return Severity.unknown
+    return Severity.ok
+
+
+def _unknown_row(name: str, result: ToolResult) -> ReportRow:
+    """A tool that ran and cannot tell: a row of its own, so that `unknown` is never read as ok."""
+    counts: dict[str, int] = {}
+    for entry in result.coverage:
+        counts[entry.status.value] = counts.get(entry.status.value, 0) + 1
+    odd = next((c for c in result.coverage if c.status is not CoverageStatus.read), None)
+    evidence = ("; ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.items()) or "no input read"
+                ) + (f" ({odd.input}: {odd.detail})" if odd is not None and odd.detail else "")
+    return ReportRow(severity=Severity.unknown, symptom=f"{name}: cannot tell",
+                     root_cause=result.conclusion[0] if result.conclusion else "its inputs do not decide",
+                     evidence=evidence, fix=result.decides or "the same call on the job's own inputs of that kind",
+                     verification=f"{name}: a verdict (ok, warn or crit)", source=name)
+
+
 async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[[Any], list[ReportRow]],
-               rows: list[ReportRow], runs: list[ToolRun], ctx: ToolContext) -> Any:
+               rows: list[ReportRow], runs: list[ToolRun], ctx: ToolContext, coverage: list[Coverage]) -> Any:
     ctx.progress.update(len(runs), None, f"{name} (tool {len(runs) + 1} of the report)")
     try:
         result = await call()
     except TriageError as exc:
         runs.append(ToolRun(tool=name, severity=None, conclusion=str(exc)))
         return None
-    runs.append(ToolRun(tool=name, severity=result.severity, conclusion=result.conclusion[0] if result.conclusion
-                        else ""))
+    severity = _judged(result)
+    runs.append(ToolRun(tool=name, severity=severity, conclusion=result.conclusion[0] if result.conclusion else "",
+                        decides=result.decides if severity is Severity.unknown else None))
     rows.extend(rows_of(result))
+    if severity is Severity.unknown:
+        rows.append(_unknown_row(name, result))
+    coverage.extend(entry.model_copy(update={"detail": f"{name}: {entry.detail}" if entry.detail else name})
+                    for entry in result.coverage)
     return result
+
+
+def _keep_apart(rows: list[ReportRow], stragglers: Any) -> str | None:
+    """Rows of inputs find_stragglers found to be of another run than the rest (recorded days apart, another world
+    size, another workload): marked, so that the report does not tell two jobs as one story. Returns why."""
+    if stragglers is None or not getattr(stragglers, "set_apart", None):
+        return None
+    kind = stragglers.set_apart_kind
+    why = next((c.detail.split(": ", 1)[-1] for c in stragglers.coverage if c.input in stragglers.set_apart
+                and c.status is CoverageStatus.not_understood), "")
+    tool = "summarize_trace" if kind == "traces" else "diagnose_logs"
+    label = f"the {kind} {', '.join(stragglers.set_apart[:2])}{' ...' if len(stragglers.set_apart) > 2 else ''}"
+    for row in rows:
+        if row.source == tool:
+            row.other_run = why or f"{label} are of another run"
+    return f"{label} are another run's ({why})" if why else f"{label} are another run's"
 
 
 async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageReportResult:
@@ -317,50 +390,54 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
 
     rows: list[ReportRow] = []
     runs: list[ToolRun] = []
+    coverage: list[Coverage] = []
     job_logs = await _slurm_job_logs(params.slurm_job, runs) if params.slurm_job and not params.logs else []
     if params.health:
         health_input = HealthCheckInput(slurm_job=params.slurm_job)
-        await _run("health_check", lambda: health_check(health_input, ctx), _health_rows, rows, runs, ctx)
+        await _run("health_check", lambda: health_check(health_input, ctx), _health_rows, rows, runs, ctx, coverage)
     if params.logs or job_logs:
         log_input = DiagnoseLogsInput(paths=params.logs or job_logs)
-        await _run("diagnose_logs", lambda: diagnose_logs(log_input, ctx), _log_rows, rows, runs, ctx)
+        await _run("diagnose_logs", lambda: diagnose_logs(log_input, ctx), _log_rows, rows, runs, ctx, coverage)
+    stragglers = None
     if params.logs or params.traces:
-        await _run("find_stragglers", lambda: find_stragglers(FindStragglersInput(logs=params.logs,
+        stragglers = await _run("find_stragglers", lambda: find_stragglers(FindStragglersInput(logs=params.logs,
                                                                                   traces=params.traces), ctx),
-                   _straggler_rows, rows, runs, ctx)
+                   _straggler_rows, rows, runs, ctx, coverage)
     if params.traces:
         first_trace = params.traces[0]
         await _run("summarize_trace", lambda: summarize_trace(SummarizeTraceInput(path=first_trace), ctx),
-                   _trace_rows, rows, runs, ctx)
+                   _trace_rows, rows, runs, ctx, coverage)
     if params.stacks or params.pids or params.job or params.slurm_job:
         stack_input = (DumpStacksInput(from_files=params.stacks) if params.stacks else
                        DumpStacksInput(slurm_job=params.slurm_job) if params.slurm_job else
                        DumpStacksInput(pid=params.pids))
-        await _run("dump_stacks", lambda: dump_stacks(stack_input, ctx), _stack_rows, rows, runs, ctx)
+        await _run("dump_stacks", lambda: dump_stacks(stack_input, ctx), _stack_rows, rows, runs, ctx, coverage)
     if params.fr_dir:
         fr_dir = params.fr_dir
         await _run("analyze_flight_recorder",
                    lambda: analyze_flight_recorder(AnalyzeFlightRecorderInput(path=fr_dir), ctx), _flight_rows,
-                   rows, runs, ctx)
+                   rows, runs, ctx, coverage)
     if params.memory:
         memory_path = params.memory
         await _run("analyze_memory", lambda: analyze_memory(AnalyzeMemoryInput(path=memory_path), ctx), _memory_rows,
-                   rows, runs, ctx)
+                   rows, runs, ctx, coverage)
     if params.metrics:
         from tools.serving import InferenceMetricsInput, inference_metrics
 
         metrics_input = InferenceMetricsInput(source=params.metrics, allow_host=params.allow_host)
-        await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs, ctx)
+        await _run("inference_metrics", lambda: inference_metrics(metrics_input, ctx), _inference_rows, rows, runs, ctx,
+                   coverage)
     if params.compile_logs:
         from tools.compile import DiagnoseCompileInput, diagnose_compile
 
         compile_input = DiagnoseCompileInput(paths=params.compile_logs)
-        await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs, ctx)
+        await _run("diagnose_compile", lambda: diagnose_compile(compile_input, ctx), _compile_rows, rows, runs, ctx,
+                   coverage)
     if params.sample_host:
         from tools.host import SampleHostInput, sample_host
 
         host_input = SampleHostInput(pid=params.pids[:64])
-        await _run("sample_host", lambda: sample_host(host_input, ctx), _host_rows, rows, runs, ctx)
+        await _run("sample_host", lambda: sample_host(host_input, ctx), _host_rows, rows, runs, ctx, coverage)
     if params.profile_cpu:
         from tools.host import ProfileCpuInput, profile_cpu
 
@@ -369,14 +446,14 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
                                 "(pids)."))
         else:
             cpu_input = ProfileCpuInput(pid=params.pids[:16])
-            await _run("profile_cpu", lambda: profile_cpu(cpu_input, ctx), _cpu_rows, rows, runs, ctx)
+            await _run("profile_cpu", lambda: profile_cpu(cpu_input, ctx), _cpu_rows, rows, runs, ctx, coverage)
     if params.nccl_logs or params.nccl_tests or params.net_captures:
         from tools.interconnect import CheckInterconnectInput, check_interconnect
 
         net_input = CheckInterconnectInput(nccl_logs=params.nccl_logs, nccl_tests=params.nccl_tests,
                                            captures=params.net_captures)
         await _run("check_interconnect", lambda: check_interconnect(net_input, ctx), _interconnect_rows, rows, runs,
-                   ctx)
+                   ctx, coverage)
     baseline: list[BaselineRow] = []
     if params.baseline:
         newer = params.traces or params.logs
@@ -386,31 +463,57 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
         else:
             before, after = params.baseline, newer[0]
             compared = await _run("compare_runs", lambda: compare_runs(CompareRunsInput(before=before, after=after),
-                                                                       ctx), _compare_rows, rows, runs, ctx)
+                                                                       ctx), _compare_rows, rows, runs, ctx, coverage)
             baseline = _baseline_rows(compared) if compared is not None else []
+    apart = _keep_apart(rows, stragglers)
     # Worst first; within a severity, hardware first (nothing else can be trusted until it is fixed), then the
-    # tools that name a culprit, then the generic symptoms.
-    rows.sort(key=lambda r: (_RANK[r.severity], _SOURCE_ORDER.get(r.source, 9)))
-    involved = list(dict.fromkeys(r.branch for r in rows if r.branch))
+    # tools that name a culprit, then the generic symptoms; another run's rows after this one's.
+    rows.sort(key=lambda r: (r.other_run is not None, _RANK[r.severity], _SOURCE_ORDER.get(r.source, 9)))
+    involved = list(dict.fromkeys(r.branch for r in rows if r.branch and r.other_run is None))
     references = list(dict.fromkeys(f"{ref['title']}: {ref['url']}" for b in involved for ref in
                                     (branches()[b].references if b in branches() else ())))
-    severity = worst(r.severity for r in rows)
+    severity = worst([*(r.severity for r in rows), *(run.severity for run in runs if run.severity is not None)])
+    decides = None
+    notes = []
+    if apart:
+        notes.append(f"{apart[0].upper()}{apart[1:]}: their rows are marked [another run] and left out of the "
+                     "conclusion; pass the artifacts of one run to have them judged together.")
     if all(run.severity is None for run in runs):
-        severity = Severity.warn
-    return TriageReportResult(severity=severity, conclusion=_conclude(rows, runs, involved),
+        severity = Severity.unknown
+        decides = "The same report with inputs the tools can read (see why each could not run)."
+    elif severity is Severity.unknown:
+        decides = "; ".join(f"{run.tool}: {run.decides}" for run in runs if run.decides) or None
+    return TriageReportResult(severity=severity, conclusion=_conclude(rows, runs, involved, apart),
                               next_steps=[NextStep.from_sop(b, done={r.tool for r in runs}) for b in involved[:3]] or
                               [NextStep(branch="triage", action="triage_plan with the user's words",
                                         why="No tool found a problem in these inputs.")],
+                              coverage=coverage, decides=decides, notes=notes,
                               rows=rows, baseline=baseline, runs=runs, references=references[:12])
 
 
-def _conclude(rows: list[ReportRow], runs: list[ToolRun], involved: list[str]) -> list[str]:
+def _conclude(rows: list[ReportRow], runs: list[ToolRun], involved: list[str], apart: str | None) -> list[str]:
+    """Three sentences at most: the worst problem of this job, the fix, and the caveat that changes the verdict
+    (inputs of another run, tools that cannot tell, tools that could not run)."""
     failed = [r.tool for r in runs if r.severity is None]
-    tail = f"{len(failed)} tool(s) could not run: {', '.join(failed)}." if failed else ""
-    problems = [r for r in rows if r.severity is not Severity.ok]
+    unsure = [r for r in runs if r.severity is Severity.unknown]
+    caveats = []
+    if apart:
+        caveats.append(f"{apart}: their findings are listed apart")
+    if unsure:
+        decides = unsure[0].decides
+        caveats.append(f"{', '.join(r.tool for r in unsure)} cannot tell"
+                       + (f" (needed: {decides[:1].lower()}{decides[1:].rstrip('.')})" if decides else ""))
+    if failed:
+        caveats.append(f"{len(failed)} tool(s) could not run: {', '.join(failed)}")
+    tail = ("Caveat: " + "; ".join(caveats) + ".") if caveats else ""
+    problems = [r for r in rows if r.severity in (Severity.warn, Severity.crit) and r.other_run is None]
     if not problems:
-        return [f"No problem found by {len(runs) - len(failed)} tool(s).", tail or "Give more inputs (logs, traces, "
-                "flight-recorder dumps) for a deeper look."]
+        if len(failed) == len(runs):
+            return [f"No tool could run ({', '.join(failed)}): nothing was looked at.", "Fix the inputs each row "
+                    "names and run the report again."]
+        not_clear = ", but that is not an all-clear" if unsure else ""
+        opening = f"No problem found by {len(runs) - len(failed)} tool(s){not_clear}."
+        return [opening, tail or "Give more inputs (logs, traces, flight-recorder dumps) for a deeper look."]
     first = problems[0]
     text = [f"{len(problems)} problem(s); worst: {first.symptom} ({first.source}): {first.root_cause.rstrip('.')}.",
             f"Fix first: {first.fix.rstrip('.')}; then follow sop://{involved[0]}." if involved

@@ -297,9 +297,20 @@ async def test_refusals_over_mcp(tmp_path: Path) -> None:
         no_steps = await client.call_tool("compare_runs", {"before": "empty.log", "after": "r.log"})
         outside = await client.call_tool("compare_runs", {"before": "/etc/passwd", "after": "r.log"})
         alive = await client.call_tool("compare_runs", {"before": "r.log", "after": "r.log"})
-    assert mixed.is_error and "before is traces and after is logs: compare like with like" in mixed.content[0].text
+    # Read, but not comparable (a trace and logs) or one side with nothing to measure: unknown, never "no change".
+    unlike = mixed.structured_content
+    assert mixed.is_error is False and unlike is not None
+    assert (unlike["severity"], unlike["verdict"]) == ("unknown", "not_comparable") and unlike["speedup"] is None
+    assert unlike["conclusion"][0].startswith("Not comparable: before is traces and after is logs")
+    assert [(c["input"], c["status"]) for c in unlike["coverage"]] == [("t.json.gz", "read"), ("r.log", "read")]
+    assert unlike["decides"].startswith("Two profiler traces, two sets of step-time logs")
     assert metrics.is_error and "holds no vLLM or SGLang serving metric" in metrics.content[0].text
-    assert no_steps.is_error and "no step-time line recognised in empty.log" in no_steps.content[0].text
+    empty = no_steps.structured_content
+    assert no_steps.is_error is False and empty is not None
+    assert (empty["severity"], empty["verdict"]) == ("unknown", "cannot_tell")
+    assert [(c["input"], c["status"]) for c in empty["coverage"]] == [("empty.log", "not_understood"),
+                                                                        ("r.log", "read")]
+    assert "no step-time line recognised in the before logs (empty.log)" in empty["conclusion"][0]
     assert outside.is_error and "outside the allowed roots" in outside.content[0].text
     assert alive.is_error is False and alive.structured_content["verdict"] == "no_significant_change"
 

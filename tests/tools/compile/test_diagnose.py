@@ -138,10 +138,25 @@ def test_older_formats(name: str, function: str, limit_name: str, limit: int, ca
 
 
 def test_clean_and_bad_inputs(tmp_path: Path) -> None:
+    # A training log without one torch.compile log line cannot say "no graph break": only that none was logged.
     (tmp_path / "clean.log").write_text("step 1 loss 2.3\nstep 2 loss 2.1\n")
     clean = diagnose(tmp_path, "clean.log")
-    assert (clean.verdict, clean.severity, clean.findings) == ("none", "ok", [])
-    assert clean.conclusion[0] == "No graph break, recompile or limit hit in 1 log(s)."
+    assert (clean.verdict, clean.severity, clean.findings) == ("none", "unknown", [])
+    assert clean.conclusion[0].startswith("Cannot tell whether torch.compile broke graphs or recompiled: clean.log")
+    assert clean.decides is not None and "TORCH_LOGS=graph_breaks,recompiles" in clean.decides
+    assert [(c.input, c.status) for c in clean.coverage] == [("clean.log", "not_understood")]
+    # An empty log beside one that holds the breaks: the breaks stand, the empty one is its own coverage row.
+    (tmp_path / "empty.log").write_bytes(b"")
+    (tmp_path / "rank0.log").write_bytes((OLDER / "cache_size_limit_2_5.log").read_bytes())
+    both = diagnose(tmp_path, "empty.log", "rank0.log")
+    assert both.verdict == "limit_hit" and both.severity == "crit"
+    assert {c.input: (c.status, c.detail) for c in both.coverage}["empty.log"] == ("not_understood",
+                                                                                    "empty: no line to judge")
+    assert {c.input: c.status for c in both.coverage}["rank0.log"] == "read"
+    # A glob that matches nothing beside a path that does is a coverage row, not a failed call.
+    partly = diagnose(tmp_path, "rank0.log", "missing/*.log")
+    assert partly.severity == "crit" and ("missing/*.log", "not_understood") in [
+        (c.input, c.status) for c in partly.coverage]
     with pytest.raises(BadInput, match="no file under the allowed roots matches"):
         diagnose(tmp_path, "missing/*.log")
     with pytest.raises(BadInput, match="outside the allowed roots"):

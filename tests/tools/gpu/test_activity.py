@@ -210,3 +210,64 @@ def test_an_exporter_that_never_answers_ends_at_the_deadline_and_an_oversized_sa
                          str(ACTIVITY)], base_env())
     assert oversized.returncode == 3
     assert "samples x interval_s = 300 s does not fit the call's 60 s" in oversized.stderr, oversized.stderr
+
+
+def _cli_code(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    done = run_cli(["gpu-activity", "--json", *args], env or base_env())
+    assert done.stderr == "", done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_well_filled_sms_are_ok_with_the_capture_read() -> None:
+    code, data = _cli_code("dcgmi_dmon_nvidia-gcp-samples_resnet4inst_2.txt", "--root", str(ACTIVITY))
+    assert (code, data["severity"], data["decides"]) == (0, "ok", None)
+    assert data["coverage"] == [{"input": "dcgmi_dmon_nvidia-gcp-samples_resnet4inst_2.txt", "status": "read",
+                                 "detail": "1 GPU(s) or instance(s), 7 metric(s)", "formats_known": None}]
+
+
+def test_an_exporter_page_without_activity_metrics_cannot_tell() -> None:
+    # NVIDIA's docs page of a default exporter: clocks, temperatures, power; no DCGM_FI_PROF_* and no GPU_UTIL.
+    code, data = _cli_code("exporter_nvidia-cloud-native-docs_devonly_2.prom", "--root", str(ACTIVITY))
+    assert (code, data["severity"]) == (4, "unknown")
+    [entry] = data["coverage"]
+    assert entry["status"] == "not_understood" and entry["detail"].startswith("no activity value of any GPU")
+    assert any("dcgmi dmon" in f for f in entry["formats_known"])
+    assert "DCGM_FI_PROF_SM_ACTIVE" in data["decides"]
+
+
+def test_a_page_without_sm_activity_is_read_in_part_and_not_called_ok() -> None:
+    # The MIG page has tensor and DRAM activity but no SM_ACTIVE: no low_sm_activity verdict is possible.
+    code, data = _cli_code("exporter_nvidia-cloud-native-docs_mig_1.prom", "--root", str(ACTIVITY))
+    assert (code, data["severity"], data["findings"]) == (4, "unknown", [])
+    [entry] = data["coverage"]
+    assert entry["status"] == "partial" and "no SM activity" in entry["detail"]
+    assert data["conclusion"][0].startswith("The input has no SM activity")
+
+
+def test_a_capture_of_other_fields_and_a_page_of_comments(tmp_path: Path) -> None:
+    # `dcgmi dmon -e 150,155` (temperature, power) in dcgmi's layout: a capture, but of nothing gpu_activity reads.
+    (tmp_path / "dmon_power.txt").write_text("#Entity   TMPTR  POWER\nID\nGPU 0     41     67.512\n"
+                                             "GPU 0     41     67.830\n")
+    (tmp_path / "resnet.txt").write_text((ACTIVITY / "dcgmi_dmon_nvidia-gcp-samples_resnet4inst_2.txt").read_text())
+    code, data = _cli_code("dmon_power.txt", "resnet.txt", "--root", str(tmp_path))
+    assert (code, data["severity"]) == (4, "unknown")
+    assert [(c["input"], c["status"]) for c in data["coverage"]] == [("dmon_power.txt", "not_understood"),
+                                                                     ("resnet.txt", "read")]
+    assert data["conclusion"][0] == "Cannot judge every input: dmon_power.txt held no activity value."
+    (tmp_path / "empty.prom").write_text("# HELP DCGM_FI_PROF_SM_ACTIVE Ratio of cycles an SM has at least 1 warp.\n"
+                                         "# TYPE DCGM_FI_PROF_SM_ACTIVE gauge\n")
+    refused = run_cli(["gpu-activity", "empty.prom", "--root", str(tmp_path)], base_env())
+    assert refused.returncode == 3 and "holds no sample" in refused.stderr
+
+
+def test_live_gpus_without_gpm_cannot_tell_and_a_mixed_node_is_partial(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path / "a100.json", [h100(name="NVIDIA A100-SXM4-80GB", util_gpu=95)])
+    code, data = _cli_code("--samples", "1", "--interval-s", "0.2", env=with_fake_nvml(base_env(), scenario))
+    assert (code, data["severity"]) == (4, "unknown")
+    assert data["coverage"][0]["input"] == "NVML GPM" and data["coverage"][0]["status"] == "not_understood"
+    assert data["coverage"][0]["detail"].startswith("NVML GPM is not supported on this GPU")
+    _, mixed = _cli_code("--samples", "2", "--interval-s", "0.2", "--root", str(tmp_path),
+                         env=with_fake_nvml(base_env(), _node(tmp_path)))
+    assert mixed["coverage"] == [{"input": "NVML GPM", "status": "partial", "formats_known": None,
+                                  "detail": "4 of 5 GPUs, 2 sample(s); no GPM on GPU 4"}]
+    assert mixed["severity"] == "crit"

@@ -96,8 +96,11 @@ def test_healthy_gpus_exit_zero_and_power_cap_is_a_warning(tmp_path: Path) -> No
     code, data = _health(with_fake_nvml(base_env(), healthy))
     gpu_rows = [f for f in data["findings"] if f["check"].startswith("GPU")]
     assert all(f["severity"] == "ok" for f in gpu_rows)
-    # The exit code is the worst severity (host rows may warn on a busy CI machine).
+    # The exit code is the worst severity (host rows may warn on a busy CI machine); both sources were read, so
+    # the verdict is a judged one, never unknown.
     assert code == {"ok": 0, "warn": 1, "crit": 2}[data["severity"]]
+    assert [(c["input"], c["status"]) for c in data["coverage"]] == [("NVML", "read"), ("/proc", "read")]
+    assert data["coverage"][0]["detail"] == "2 GPU(s), driver 550.54.15" and data["decides"] is None
 
     capped = write_scenario(tmp_path / "cap.json", [h100(power_w=699.0, throttle_mask=0x4, sm_clock=1755)])
     code, data = _health(with_fake_nvml(base_env(), capped))
@@ -118,16 +121,74 @@ def test_unsupported_nvml_fields_are_missing_not_zero(tmp_path: Path) -> None:
     assert not [f for f in data["findings"] if "ECC" in f["check"] or "memory repair" in f["check"]]
 
 
-def test_no_driver_is_one_row_and_the_host_part_still_runs() -> None:
-    # The real nvidia-ml-py on a host without the NVIDIA driver (this machine).
+def test_no_driver_is_one_row_the_gpu_part_unknown_and_the_host_part_still_runs() -> None:
+    # The real nvidia-ml-py on a host without the NVIDIA driver (this machine): nothing that would show a GPU fault
+    # was read, so the verdict is unknown (exit 4), or warn when this busy machine's host rows warn.
     done = run_cli(["health-check", "--json", "--sample-s", "0.2"], base_env())
-    assert done.returncode in (0, 1), done.stderr
     data = json.loads(done.stdout)
+    assert (done.returncode, data["severity"]) in ((4, "unknown"), (1, "warn")), done.stderr
     assert data["nvml"] == "unavailable: NVML Shared Library Not Found"
-    nvml_rows = [f for f in data["findings"] if f["check"] == "NVML"]
-    assert len(nvml_rows) == 1 and "NVML unavailable" in nvml_rows[0]["value"]
+    [nvml_row] = [f for f in data["findings"] if f["check"] == "NVML"]
+    assert "NVML unavailable" in nvml_row["value"] and nvml_row["severity"] == "unknown"
+    coverage = {c["input"]: c for c in data["coverage"]}
+    assert coverage["NVML"]["status"] == "not_understood"
+    assert coverage["NVML"]["detail"].startswith("unavailable: NVML Shared Library Not Found: no GPU was read")
+    assert coverage["/proc"]["status"] == "read"
+    assert data["conclusion"][0] == ("NVML unavailable: NVML Shared Library Not Found: GPU health cannot be judged "
+                                     "here; only the host was checked.")
+    if data["severity"] == "unknown":
+        assert "NVML sees the job's GPUs" in data["decides"]
     assert data["host"]["memory_total_mib"] > 0 and len(data["host"]["cpu_per_core_pct"]) >= 1
     assert data["kernel_log"] == "scanned" or data["kernel_log"].startswith("unreadable: ")
+
+
+def test_an_unreadable_kernel_log_leaves_the_xid_history_unjudged(tmp_path: Path) -> None:
+    # A node without dmesg on PATH (a minimal container): NVML shows healthy GPUs now, but an Xid the driver
+    # logged earlier cannot be seen, so the node is not called healthy.
+    healthy = write_scenario(tmp_path / "ok.json", [h100()])
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    done = run_cli(["health-check", "--json", "--sample-s", "0.2", "--top-processes", "0"],
+                   with_fake_nvml(base_env(PATH=str(empty_bin)), healthy))
+    data = json.loads(done.stdout)
+    assert data["kernel_log"].startswith("unreadable: ") and "dmesg" in data["kernel_log"]
+    coverage = {c["input"]: c["status"] for c in data["coverage"]}
+    assert coverage == {"NVML": "read", "/proc": "read", "kernel log (dmesg)": "not_understood"}
+    assert _finding(data, "kernel log")["severity"] == "unknown"
+    assert (done.returncode, data["severity"]) in ((4, "unknown"), (1, "warn"))
+    if data["severity"] == "unknown":
+        assert data["conclusion"][1] == "Not judged: kernel log; every check read passes."
+        assert "NVRM: Xid" in data["decides"]
+
+
+def test_a_job_level_verdict_names_the_silent_node_and_the_node_without_nvml(tmp_path: Path) -> None:
+    # Real collector answers (the CLI's --local mode): one node with a healthy H100, one without a driver;
+    # a third node never answered. The job is not healthy for any of the two it could not judge.
+    from tools.gpu.health import HealthCheckResult, _merge_nodes
+
+    write_scenario(tmp_path / "nvml.json", [h100()])
+    args = ["health-check", "--local", "--json", "--top-processes", "0", "--no-include-kernel-log", "--sample-s",
+            "0.2"]
+    with_gpu = HealthCheckResult.model_validate_json(
+        run_cli(args, with_fake_nvml(base_env(), tmp_path / "nvml.json")).stdout)
+    no_driver = HealthCheckResult.model_validate_json(run_cli(args, base_env()).stdout)
+    for answer in (with_gpu, no_driver):  # this shared machine's host load is no part of the question
+        answer.findings = [f for f in answer.findings if f.check.startswith(("GPU", "NVML"))]
+    result = _merge_nodes("Slurm job 7", {"node01": with_gpu, "node02": no_driver,
+                                          "node03": "no answer within 23 s (node hung, overloaded or unreachable)"})
+    coverage = {c.input: (c.status.value, c.detail) for c in result.coverage}
+    assert coverage["node01"][0] == "read"
+    assert coverage["node02"][0] == "partial" and coverage["node02"][1].startswith("NVML: unavailable: NVML Shared")
+    assert coverage["node03"] == ("not_understood", "no answer: no answer within 23 s (node hung, overloaded or "
+                                  "unreachable)")
+    assert result.severity.value == "warn"  # the silent node: never ok
+    rows = {r.node: r.status for r in result.nodes}
+    assert rows == {"node03": "no_answer", "node02": "unknown", "1 other node(s)": "ok"}
+    # Without the silent node, the node without NVML keeps the job from ok.
+    quiet = _merge_nodes("Slurm job 7", {"node01": with_gpu, "node02": no_driver})
+    assert quiet.severity.value == "unknown" and "node02" in (quiet.decides or "")
+    both = _merge_nodes("Slurm job 7", {"node01": with_gpu, "node04": with_gpu})
+    assert both.severity.value == "ok" and [c.status.value for c in both.coverage] == ["read", "read"]
 
 
 def test_secrets_in_command_lines_are_redacted(tmp_path: Path) -> None:

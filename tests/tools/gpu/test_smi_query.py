@@ -167,3 +167,53 @@ def test_a_dash_l_capture_is_a_series_and_its_periodic_dips_are_found(tmp_path: 
     assert any(f["check"] == "GPU 0 utilisation periodic dips" and "about every 8 steps" in f["value"]
                for f in data["findings"]), data["findings"]
     assert done.returncode == 1  # a warning
+
+
+def _query(args: list[str], env: dict[str, str]) -> tuple[int, dict]:
+    done = run_cli(["nvidia-smi-query", "--json", *args], env)
+    assert done.stderr == "", done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_a_capture_read_whole_is_ok_and_says_so() -> None:
+    code, data = _query(["--csv-path", H200, "--fields", "index,temperature.gpu", "--root", str(SMI)], base_env())
+    assert (code, data["severity"], data["decides"]) == (0, "ok", None)
+    assert data["coverage"] == [{"input": str(SMI / H200), "status": "read", "formats_known": None,
+                                 "detail": "1 row(s), 1 sample(s) of 2 field(s)"}]
+    # A field this GPU leaves N/A is named: the capture was read in part.
+    _, p100 = _query(["--csv-path", "query_gpu_tesla_p100_header_nounits.csv", "--root", str(SMI)], base_env())
+    assert p100["coverage"][0]["status"] == "partial" and "fan.speed" in p100["coverage"][0]["detail"]
+
+
+def test_fields_with_no_value_anywhere_cannot_tell() -> None:
+    # The P100 reports fan.speed as [N/A]: asked for alone, nothing was measured.
+    code, data = _query(["--csv-path", "query_gpu_tesla_p100_header_nounits.csv", "--fields", "fan.speed",
+                         "--root", str(SMI)], base_env())
+    assert (code, data["severity"]) == (4, "unknown")
+    assert data["coverage"][0]["status"] == "not_understood"
+    assert data["coverage"][0]["detail"] == "no field has a value in any row (N/A)"
+    assert data["decides"].startswith("The same query on fields that have values here")
+
+
+def test_one_reading_of_utilisation_is_not_a_verdict() -> None:
+    env = with_fake_smi(base_env(), f"capture:{H200}")
+    # Utilisation alone, read once: an idle moment or a sustained low utilisation look the same.
+    code, data = _query(["--fields", "index,utilization.gpu"], env)
+    assert (code, data["severity"], data["findings"]) == (4, "unknown", [])
+    assert data["coverage"][0] == {"input": "nvidia-smi", "status": "read", "formats_known": None,
+                                   "detail": "1 row(s), 1 sample(s) of 2 field(s)"}
+    assert "1 reading(s) of utilization.gpu show a moment" in data["conclusion"][0]
+    assert data["decides"].startswith("nvidia_smi_query count=10")
+    # With the triage set, the other checks still judge the GPU; the conclusion says utilisation was not judged.
+    code, data = _query([], env)
+    assert data["severity"] != "unknown" and data["findings"]
+    assert "But 1 reading(s) of utilization.gpu show a moment" in data["conclusion"][1]
+    # Five samples are a series: a verdict (0 % on the idle H200 is low).
+    code, data = _query(["--fields", "index,utilization.gpu", "--count", "5", "--interval-s", "0.2"], env)
+    assert (code, data["severity"]) == (1, "warn")
+
+
+def test_a_capture_with_no_rows_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "header_only.csv").write_text("index, utilization.gpu [%]\n")
+    done = run_cli(["nvidia-smi-query", "--csv-path", "header_only.csv", "--root", str(tmp_path)], base_env())
+    assert done.returncode == 3 and "holds no rows of nvidia-smi output (only its header line)" in done.stderr

@@ -136,10 +136,44 @@ def test_a_rank_without_dump_and_old_entries_dropped_by_the_ring_buffer(tmp_path
     del dumps[1]
     del dumps[2]["entries"][:4]  # the buffer forgot seq 1-4 on rank 2: compared from seq 5 on
     result = analyse(write(tmp_path / "d", dumps), tmp_path)
-    assert [(s.rank, s.reason) for s in result.suspects] == [(0, "mismatched_op"), (1, "no_dump")]
     # The members come from pg_config (gloo's unnamed entry still lists them), so the absent rank 1 is named.
     assert result.process_groups[0].ranks == "0-3"
     assert [r.rank for r in result.ranks] == [0, 2, 3]
+    # Rank 0 runs all_gather at seq 11 where ranks 2 and 3 run all_reduce: two of four members are no majority,
+    # and rank 1 (no dump) could side with rank 0, so rank 0 is not named the culprit: unknown until rank 1's
+    # dump is read (before, rank 0 was a confident mismatched_op).
+    assert [(s.rank, s.reason) for s in result.suspects] == [(1, "no_dump")]
+    assert result.severity == "unknown" and result.decides is not None and "ranks 1 " in result.decides
+    group = result.process_groups[0]
+    assert (group.first_mismatch_seq, group.expected_op, group.missing_ranks, group.dumps_seen) == (
+        11, "all_reduce", [1], 3)
+    assert result.conclusion[0].startswith("Process group 0: dumps of 3 of 4 member ranks were read")
+    assert [c.status for c in result.coverage] == ["read"] * 3
+
+
+def test_missing_ranks_with_a_majority_of_the_group_still_name_the_culprit(tmp_path: Path) -> None:
+    # Eight members (ranks 4-7 are copies of ranks 1-3 and 1), rank 5 without a dump: rank 0's all_gather against
+    # six ranks' all_reduce is a majority of the eight, so rank 0 is named, and rank 5 is listed as without dump.
+    base = real_dumps()
+    dumps = {r: copy.deepcopy(base[r]) for r in range(4)}
+    for rank, source in ((4, 1), (6, 3), (7, 1)):
+        dumps[rank] = copy.deepcopy(base[source])
+    for dump in dumps.values():
+        dump["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}}
+    result = analyse(write(tmp_path / "d", dumps), tmp_path)
+    assert [(s.rank, s.reason) for s in result.suspects] == [(0, "mismatched_op"), (5, "no_dump")]
+    assert result.severity == "crit" and result.decides is None
+    assert result.process_groups[0].missing_ranks == [5]
+
+
+def test_a_folder_with_no_dump_is_unreadable_input(tmp_path: Path) -> None:
+    from tools.core.errors import UnreadableInput
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a dump\n")
+    with pytest.raises(UnreadableInput, match="holds 1 file"):
+        analyse(folder, tmp_path)
 
 
 async def test_hostile_pickle_is_refused_without_running_and_the_rest_is_analysed(tmp_path: Path) -> None:
@@ -164,7 +198,11 @@ async def test_hostile_pickle_is_refused_without_running_and_the_rest_is_analyse
     rows = {r["rank"]: r for r in data["ranks"]}
     assert rows[1]["format"] == "pickle (refused)" and "subprocess.call" in rows[1]["error"]
     assert "refused without running anything" in rows[1]["error"]
-    assert [(s["rank"], s["reason"]) for s in data["suspects"]][0] == (0, "mismatched_op")
+    # With rank 1 unread, rank 0's all_gather against ranks 2-3's all_reduce is no majority of four: unknown,
+    # decided by rank 1's dump (see test_a_rank_without_dump...).
+    assert [(s["rank"], s["reason"]) for s in data["suspects"]] == [(1, "no_dump")]
+    assert data["severity"] == "unknown" and "ranks 1 " in data["decides"]
+    assert {c["input"]: c["status"] for c in data["coverage"]}["rank_1"] == "not_understood"
     assert any("rank 1:" in note for note in data["notes"])
     for bad, text in ((outside, "outside the allowed roots"), (empty, "does not exist under the allowed roots"),
                       (nothing, "no flight-recorder dump")):

@@ -95,7 +95,9 @@ def _assert_rank0_is_the_suspect(data: dict[str, Any], *, file_suffix: str = "ra
     assert groups[(1, 2, 3)]["collective"].startswith("all_reduce (DDP backward")
     assert groups[(1, 2, 3)]["location"].endswith(f":{BACKWARD_LINE} train_step")
     assert data["severity"] == "crit"
-    assert "Rank 0 is at" in data["conclusion"][0] and "move it out of the `if`" in data["conclusion"][0]
+    assert "Rank 0 is at" in data["conclusion"][0] and "rank-conditional" in data["conclusion"][0]
+    assert "move it out of the `if`" in data["conclusion"][1]  # the fix, following the kind
+    assert [s["kind"] for s in data["suspects"]] == ["other_collective"]
 
 
 async def test_dump_stacks_names_rank_0_through_the_mcp_client(hung_job: HungJob) -> None:

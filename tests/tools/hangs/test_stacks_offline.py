@@ -72,7 +72,8 @@ def test_torch_debug_server_bundle_and_a_traceback(tmp_path: Path) -> None:
     assert single.suspects == [] and len(single.groups) == 1
 
 
-def test_a_rank_outside_any_collective_is_named_as_not_having_reached_it(tmp_path: Path) -> None:
+def test_a_rank_in_its_dataset_code_is_named_as_waiting_for_input(tmp_path: Path) -> None:
+    # num_workers=0: the dataset's __getitem__ runs in the rank itself, under torch.utils.data's fetch.
     folder = tmp_path / "stacks"
     folder.mkdir()
     for rank in (1, 2, 3):
@@ -84,13 +85,28 @@ def test_a_rank_outside_any_collective_is_named_as_not_having_reached_it(tmp_pat
     result = run(tmp_path, from_files=["stacks"])
     (suspect,) = result.suspects
     assert (suspect.rank, suspect.function, suspect.location) == (0, "_augment", "data/pipeline.py:88 _augment")
-    assert "not in any collective" in suspect.reason and "ranks 1-3" in suspect.reason
+    assert suspect.kind == "input" and "ranks 1-3" in suspect.reason and "all_reduce" in suspect.reason
+    assert "sample_host" in suspect.fix and "rank-conditional" not in suspect.reason
 
 
-def test_one_group_says_no_rank_is_missing(tmp_path: Path) -> None:
-    result = run(REPO, from_files=[str(STACKS / "pyspy_text" / f"rank{r}.txt") for r in (1, 2, 3)])
-    assert result.suspects == [] and result.severity == "ok"
+def test_one_group_of_the_whole_job_says_no_rank_is_missing(tmp_path: Path) -> None:
+    # The three recorded ranks in the all-reduce, as the whole of a 3-rank job (copied as ranks 0-2).
+    for new_rank, rank in enumerate((1, 2, 3)):
+        (tmp_path / f"rank{new_rank}.txt").write_text((STACKS / "pyspy_text" / f"rank{rank}.txt").read_text())
+    result = run(tmp_path, from_files=[str(tmp_path / f"rank{r}.txt") for r in range(3)], world_size=3)
+    assert result.suspects == [] and result.severity == "ok" and result.decides is None
     assert result.conclusion[0].startswith("All 3 ranks stand at the same place, in all_reduce")
+    assert [c.status for c in result.coverage] == ["read"] * 3
+
+
+def test_one_group_with_rank_0_missing_is_unknown_and_names_it() -> None:
+    # Ranks 1-3 in the all-reduce, rank 0's stack not given (it is the one in all_gather): the ranks seen cannot
+    # say that no rank is elsewhere; before, this was a confident "ok".
+    result = run(REPO, from_files=[str(STACKS / "pyspy_text" / f"rank{r}.txt") for r in (1, 2, 3)])
+    assert result.suspects == [] and result.severity == "unknown"
+    assert result.decides is not None and "rank 0 " in result.decides
+    assert "3 of at least 4 ranks" in result.conclusion[0] and "rank 0 is missing" in result.conclusion[0]
+    assert result.next_steps[0].action.startswith("dump_stacks on rank 0 ")
 
 
 def test_unparsable_file_is_a_row_and_the_others_still_count(tmp_path: Path) -> None:

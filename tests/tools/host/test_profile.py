@@ -209,3 +209,17 @@ async def test_a_py_spy_that_never_stops_is_killed_and_the_server_answers_after(
     finally:
         target.kill()
         target.wait()
+
+
+def test_a_profile_with_too_few_samples_is_unknown(tmp_path: Path) -> None:
+    from tools.core.thresholds import PROFILE_MIN_SAMPLES
+
+    # A real py-spy raw line format (pid, thread, frames; count), cut to fewer samples than a share needs.
+    (tmp_path / "short.txt").write_text(
+        "process 4242:\"python train.py\";thread (0x7f0000000000): MainThread;<module> (train.py:10);"
+        f"step (train.py:5) {PROFILE_MIN_SAMPLES - 1}\n")
+    result = anyio.run(profile_cpu, ProfileCpuInput(from_files=["short.txt"]),
+                       ToolContext(roots=(tmp_path.resolve(),)))
+    assert result.severity.value == "unknown" and result.verdict == "none" and result.decides
+    covered = result.coverage[0]
+    assert covered.status.value == "read" and f"{PROFILE_MIN_SAMPLES - 1} samples" in covered.detail

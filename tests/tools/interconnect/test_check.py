@@ -326,3 +326,26 @@ async def test_a_wedged_nvidia_smi_in_live_mode_ends_at_the_deadline_and_is_kill
     assert {(link["kind"], link["name"]) for link in data["links"]} == {("eth", "lo")}  # ethtool still answered
     assert again["links"] == data["links"]
     assert not pid_alive(int(pidfile.read_text()))
+
+
+def test_a_busbw_with_no_figure_to_judge_it_by_is_unknown() -> None:
+    # Issue 30: a low busbw with nothing that says what the fabric gives was "No interconnect problem found", ok.
+    folder = DATA / "interconnect" / "wild"
+    name = "nccl_tests__Anthony-Hoo-Anthony-Hoo.github.io-1.txt"  # 4 GB/s where this PCIe box gives ~11
+    context = ToolContext(roots=(folder.resolve(),), timeout_s=60)
+    result = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name]), context)
+    assert result.severity.value == "unknown" and result.verdict == "unknown" and not result.findings
+    assert result.decides and "ibstat" in result.decides and "expected_busbw_gbs" in result.decides
+    assert [(c.input, c.status.value) for c in result.coverage] == [(name, "read")]
+    assert "4 GB/s" in result.conclusion[0]
+    # With the figure the same run is judged: low.
+    judged = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name], expected_busbw_gbs=11),
+                       context)
+    assert judged.severity.value in ("warn", "crit") and {f.kind for f in judged.findings} == {"busbw_low"}
+
+
+def test_a_capture_it_does_not_read_is_a_coverage_row() -> None:
+    result = anyio.run(check_interconnect, CheckInterconnectInput(captures=["mpstat__naarad-188-old-layout.txt"]),
+                       ToolContext(roots=((DATA / "host").resolve(),), timeout_s=60))
+    row = result.coverage[0]
+    assert row.status.value == "not_understood" and row.formats_known and "ibstat" in row.formats_known

@@ -4,6 +4,8 @@ set; these hold each variant to its rule and facts."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -11,6 +13,7 @@ import pytest
 
 from tests.helpers import DATA
 from tools.core.context import ToolContext
+from tools.core.errors import UnreadableInput
 from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
 
 WILD = DATA / "logs" / "wild"
@@ -181,3 +184,108 @@ def test_graph_break_with_its_frame_on_the_next_line() -> None:
     found = [f for f in result.findings if f.rule == "graph_break"]
     assert len(found) == 1
     assert found[0].facts == {"location": "/data/users/<user>/pytorch3/playground4.py:5", "function": "f"}
+
+
+# ---- issue 30: the DistBackendError wrapper is no network finding; coverage of files and ranks ------------------
+
+PUBLIC = DATA / "logs" / "public"
+_WATCHDOG = "Watchdog caught collective operation timeout"
+# NCCL's own words for a failure below the timeout (a network error, a peer gone): an excerpt with one of these may
+# rightly carry a network finding too.
+_NCCL_FAILURE = ("NCCL WARN", "NCCL error in:", "ncclSystemError", "ncclRemoteError", "ncclInternalError",
+                 "Connection closed by", "Connection reset", "Connection refused", "ibv_")
+
+
+@pytest.mark.parametrize(("name", "ranks", "seen"), [
+    ("nccl_timeout__megatron-lm-935.log", [5, 6], "logs of 2 of at least 7 ranks read"),
+    ("nccl_timeout__catalyst-rl-tutorial-15.log", [3], "logs of 1 of at least 4 ranks read"),
+    ("nccl_timeout__instructlab-training-520.log", [3], "logs of 1 of at least 4 ranks read"),
+])
+def test_watchdog_timeout_thrown_as_dist_backend_error_is_one_timeout(name: str, ranks: list[int],
+                                                                        seen: str) -> None:
+    # 'terminate called after throwing an instance of c10::DistBackendError': the class PyTorch wraps any backend
+    # failure in; what it wraps here is a watchdog timeout, and nothing in the excerpt is a network error.
+    result = diagnose(name)
+    serious = [(f.category, f.rule) for f in result.findings if f.severity != "info"]
+    assert serious == [("nccl_timeout", "nccl_watchdog_timeout")]
+    assert result.severity == "crit" and result.findings[0].ranks == ranks
+    assert result.findings[0].facts["ranks_logged"] == len(ranks)
+    # Logs of fewer ranks than the job has: the conclusion says whose, never "every rank timed out alike".
+    assert seen in result.conclusion[1] and "Every rank" not in " ".join(result.conclusion)
+    assert [(c.input, c.status) for c in result.coverage] == [(name, "read")]
+
+
+def test_no_real_watchdog_excerpt_without_an_nccl_failure_gets_a_network_finding() -> None:
+    excerpts = [p for folder in (WILD, PUBLIC) for p in sorted(folder.glob("*.log"))
+                if _WATCHDOG in (text := p.read_text(errors="replace"))
+                and not any(word in text for word in _NCCL_FAILURE)]
+    assert len(excerpts) >= 18  # the wild and public watchdog excerpts, the three DistBackendError ones among them
+    for path in excerpts:
+        result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]),
+                           ToolContext(roots=(path.parent.resolve(),)))
+        assert {f.category for f in result.findings if f.severity != "info"} <= {"nccl_timeout", "process_exit"}, (
+            path.name, [(f.rule, f.severity) for f in result.findings])
+        assert not any(f.rule == "nccl_error" for f in result.findings), path.name
+
+
+def test_a_real_network_failure_behind_dist_backend_error_is_still_nccl_error() -> None:
+    # DistBackendError around ncclRemoteError whose last error is a socket reset by the peer (NVIDIA/nccl#2076).
+    result = diagnose("nccl_init_network__nccl-2076.log")
+    found = [f for f in result.findings if f.rule == "nccl_error"]
+    assert len(found) == 1 and found[0].severity == "crit" and found[0].facts["nccl_error"] == "ncclRemoteError"
+    assert found[0].category == "nccl_init_network" and result.severity == "crit"
+
+
+def test_dist_backend_error_with_a_message_the_rules_do_not_know_is_unknown(tmp_path: Path) -> None:
+    # ProcessGroupNCCL raises DistBackendError("NCCL communicator was aborted on rank N.") after an abort from
+    # elsewhere: the class says a backend failed, not how; with nothing else in the log that is unknown, not ok.
+    (tmp_path / "rank1.log").write_text(
+        "step 10 loss 1.92\n"
+        "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 1.\n")
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["rank1.log"]), ToolContext(roots=(tmp_path,)))
+    assert result.severity == "unknown" and result.findings == []
+    assert result.conclusion[0].startswith("A torch.distributed backend failed at rank1.log:2 (NCCL communicator")
+    assert result.decides is not None and "NCCL_DEBUG=INFO" in result.decides
+    assert [(c.input, c.status) for c in result.coverage] == [("rank1.log", "read")]
+
+
+def test_empty_binary_and_unreadable_logs(tmp_path: Path) -> None:
+    root = (tmp_path,)
+    (tmp_path / "empty.log").write_bytes(b"")
+    alone = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["empty.log"]), ToolContext(roots=root))
+    assert alone.severity == "unknown" and alone.decides
+    assert [(c.input, c.status, c.detail) for c in alone.coverage] == [
+        ("empty.log", "not_understood", "empty: no line to judge")]
+    # Beside a log that holds the failure: the failure stands, the empty one is its coverage row.
+    (tmp_path / "rank3.log").write_bytes((WILD / "nccl_timeout__catalyst-rl-tutorial-15.log").read_bytes())
+    both = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["empty.log", "rank3.log"]), ToolContext(roots=root))
+    assert both.severity == "crit" and {c.input: c.status for c in both.coverage} == {
+        "empty.log": "not_understood", "rank3.log": "read"}
+    # A benign log read whole is an honest ok; beside a binary file the answer is open (unknown).
+    (tmp_path / "benign.log").write_bytes((WILD / "benign__nccl-428.log").read_bytes())
+    (tmp_path / "core.bin").write_bytes(b"\x7fELF\x00\x00" * 100)
+    benign = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["benign.log"]), ToolContext(roots=root))
+    assert benign.severity == "ok" and [c.status for c in benign.coverage] == ["read"]
+    mixed = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["benign.log", "core.bin"]), ToolContext(roots=root))
+    assert mixed.severity == "unknown" and mixed.conclusion[0].startswith("No failure found in the 1 log(s) read")
+    assert {c.input: c.status for c in mixed.coverage} == {"benign.log": "read", "core.bin": "not_understood"}
+    # Nothing at all readable (a FIFO has no saved output): the call fails (exit 3).
+    os.mkfifo(tmp_path / "pipe.log")
+    with pytest.raises(UnreadableInput, match="none of the 1 log"):
+        anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["pipe.log"]), ToolContext(roots=root))
+    # A glob that matches nothing beside one that does: a coverage row.
+    globbed = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["rank*.log", "node9/*.log"]),
+                        ToolContext(roots=root))
+    assert globbed.severity == "crit" and ("node9/*.log", "not_understood") in [
+        (c.input, c.status) for c in globbed.coverage]
+
+
+def test_merged_log_of_every_rank_says_what_it_is() -> None:
+    # The lab's torchrun output of four ranks (the rank-conditional all_gather), all timing out alike in gloo: one
+    # merged log, and it says so, with how many of the job's ranks it holds (WORLD_SIZE 4 printed).
+    lab = DATA / "logs" / "lab" / "rank_conditional_allgather"
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["combined.log"]), ToolContext(roots=(lab.resolve(),)))
+    timeout = next(f for f in result.findings if f.rule == "gloo_timeout")
+    assert result.severity == "crit" and timeout.ranks == [0, 1, 2, 3]
+    assert (timeout.facts["ranks_logged"], timeout.facts["world_size"]) == (4, 4)
+    assert result.conclusion[1].startswith("One merged log of ranks 0-3 (logs of all 4 ranks read): all timed out")

@@ -107,10 +107,14 @@ def test_huge_sparse_binary_and_invalid_utf8_files(tmp_path: Path) -> None:
         b"ok line\n" + b"bad \xff\xfe utf8 ERROR here\n" + b"long " + b"x" * 5000 + b" error end\n")
     started = time.monotonic()
     code, data, err = _grep(tmp_path, "--paths", "*.log,*.bin")
-    assert code == 0, err
+    # Two of three inputs were not searched: what is in them is not in the answer, so it is unknown (exit 4).
+    assert code == 4 and data["severity"] == "unknown", err
     assert time.monotonic() - started < 30  # skipped by sniffing, not scanned
     status = {f["file"]: f["status"] for f in data["files"]}
     assert status == {"core.log": "binary: skipped", "mixed.log": "scanned", "model.bin": "binary: skipped"}
+    assert {c["input"]: c["status"] for c in data["coverage"]} == {
+        "core.log": "not_understood", "mixed.log": "read", "model.bin": "not_understood"}
+    assert data["conclusion"][1].startswith("Not searched: 2 of 3 input(s) (core.log: binary")
     texts = [m["text"] for m in data["matches"]]
     assert texts[0] == "bad \ufffd\ufffd utf8 ERROR here"
     assert texts[1].startswith("long xxx") and texts[1].endswith("…[+4615 chars]") and len(texts[1]) < 420
@@ -148,9 +152,11 @@ def test_truncated_gzip_is_reported_and_other_files_still_searched(tmp_path: Pat
     (tmp_path / "rank0.log.gz").write_bytes(whole[: len(whole) // 2])  # a copy cut off mid-stream
     (tmp_path / "rank1.log").write_text("fine\nERROR in rank1\n")
     code, data, err = _grep(tmp_path, "--paths", "rank*")
-    assert code == 0, err
+    assert code == 4 and data["severity"] == "unknown", err  # rank0's matches are not in the answer
     status = {f["file"]: f["status"] for f in data["files"]}
     assert status["rank0.log.gz"].startswith("unreadable: read failed")
+    coverage = {c["input"]: c for c in data["coverage"]}
+    assert coverage["rank0.log.gz"]["status"] == "not_understood" and coverage["rank1.log"]["status"] == "read"
     assert status["rank1.log"] == "scanned"
     assert any(m["file"] == "rank1.log" and m["line"] == 2 for m in data["matches"])
 
@@ -190,5 +196,5 @@ def test_one_cached_matcher_serves_concurrent_scans(tmp_path: Path) -> None:
 def test_corrupt_gzip_is_reported(tmp_path: Path) -> None:
     (tmp_path / "rank0.log.gz").write_bytes(b"\x1f\x8b\x08\x00garbage-not-gzip" * 10)
     code, data, err = _grep(tmp_path, "rank0.log.gz")
-    assert code == 0, err
-    assert data["files"][0]["status"].startswith("unreadable: ")
+    # Nothing at all could be read: the call fails (exit 3) and says which file and why.
+    assert code == 3 and "none of the 1 file(s) could be read (rank0.log.gz: unreadable: " in err, err

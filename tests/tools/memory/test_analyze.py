@@ -477,3 +477,36 @@ def test_triage_plan_routes_oom_to_analyze_memory() -> None:
     bare = anyio.run(triage_plan, TriagePlanInput(symptom="CUDA OOM"), ctx)
     memory = next(s for s in bare.steps if s.tool == "analyze_memory")
     assert memory.needs == ["memory snapshot or memory_summary"]
+
+
+def test_an_empty_snapshot_cannot_tell(tmp_path: Path) -> None:
+    # What _dump_snapshot() writes in a process that never allocated on the GPU (the wrong rank, or too early):
+    # no segment, an empty trace. "No OOM, no fragmentation" would be a verdict on nothing.
+    result = analyse(write(tmp_path / "idle.pickle", snapshot([Allocator(0)], "2.5")))
+    assert (result.severity, result.verdict) == ("unknown", "none")
+    [entry] = result.coverage
+    assert entry.status.value == "not_understood" and entry.detail == "the allocator held no memory when it was dumped"
+    assert entry.formats_known is not None and any("memory_summary" in f for f in entry.formats_known)
+    assert result.decides is not None and "_record_memory_history()" in result.decides
+    done = run_cli(["analyze-memory", "idle.pickle", "--root", str(tmp_path)], base_env())
+    assert done.returncode == 4, done.stderr
+
+
+def test_coverage_says_what_each_input_held(tmp_path: Path) -> None:
+    # A snapshot with its trace is read whole; the bare segment list has no trace: the dump's moment only.
+    traced = analyse(write(tmp_path / "s.pickle", snapshot([fragmented()], "2.5")))
+    assert traced.coverage[0].status.value == "read" and traced.coverage[0].detail.endswith("trace of device(s) 0")
+    small = Allocator(0)
+    small.alloc(2 * GiB, MODEL)
+    bare = analyse(write(tmp_path / "segments.pickle", snapshot([small], "list")))
+    assert (bare.severity, bare.verdict) == ("ok", "none")
+    assert bare.coverage[0].status.value == "partial" and "no peak, growth or OOM replay" in bare.coverage[0].detail
+    assert bare.conclusion[-1].startswith("Judged from the moment of the dump only (no trace)")
+    healthy = stats_dict(allocated=10 * GiB, reserved=11 * GiB, non_releasable=100 * MiB, ooms=0, retries=0,
+                         peak_allocated=10 * GiB)
+    (tmp_path / "ok.json").write_text(json.dumps(healthy))
+    stats = analyse(tmp_path / "ok.json")
+    assert stats.severity == "ok" and [(c.status.value, c.detail) for c in stats.coverage] == [
+        ("read", "memory_stats: 1 device(s)")]
+    oom = analyse(DATA / "logs" / "public" / "cuda_oom__generateu-10.log")
+    assert [(c.status.value, c.detail) for c in oom.coverage] == [("read", "oom_log: 1 OOM message(s)")]

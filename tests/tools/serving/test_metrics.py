@@ -267,3 +267,63 @@ def test_the_report_includes_the_server_metrics(tmp_path: Path) -> None:
         ("inference_metrics", "inference server: kv cache pressure")]
     assert data["rows"][0]["evidence"] == "KV-cache usage 96.3 % (>= 90 %); 14 preemptions since start"
     assert "gpu-triage report: metrics ..." in done.stderr
+
+
+def _page(tmp_path: Path, name: str, requests: int) -> Path:
+    """A page as vLLM 0.11 serves it (prometheus_client's own exposition of its metric names), with `requests`
+    finished requests well within the targets and nobody waiting."""
+    from prometheus_client import generate_latest
+
+    from tests.tools.serving.metrics_server import V1, spread
+
+    server = V1()
+    server.observe(server.ttft, spread(0.1, 0.4, requests) if requests else [])
+    server.observe(server.itl, spread(0.02, 0.04, 25 * requests) if requests else [])
+    server.state(running=2, waiting=0, kv=0.2)
+    path = tmp_path / name
+    path.write_bytes(generate_latest(server.registry))
+    return path
+
+
+def test_a_page_with_enough_requests_within_targets_is_ok_and_read(tmp_path: Path) -> None:
+    page = _page(tmp_path, "healthy.txt", 40)
+    result = run(str(page), root=tmp_path)
+    assert (result.severity, result.verdict, result.decides) == ("ok", "none", None)
+    [entry] = result.coverage
+    assert (entry.input, entry.status.value) == (str(page), "read")
+    assert entry.detail.startswith("vLLM exposition, ") and "histogram(s)" in entry.detail
+
+
+def test_too_few_requests_or_an_empty_interval_cannot_judge_latency(tmp_path: Path) -> None:
+    few = run(str(_page(tmp_path, "few.txt", 3)), root=tmp_path)
+    assert (few.severity, few.verdict, few.findings) == ("unknown", "none", [])
+    assert few.conclusion[0] == ("vLLM: no queueing or KV-cache pressure now, but only 3 request(s) finished since "
+                                 "the server started (a p90 needs >= 10), so latency cannot be judged.")
+    assert few.decides is not None and "interval_s=30" in few.decides
+    assert few.coverage[0].status.value == "read"
+    # The same page saved twice 30 s apart: nothing finished in between (a stalled server looks the same).
+    page = _page(tmp_path, "healthy.txt", 40)
+    stalled = run(str(page), later=str(page), interval_s=30, root=tmp_path)
+    assert stalled.severity == "unknown" and stalled.scrapes == 2
+    assert "no request finished in the 30 s between the scrapes" in stalled.conclusion[0]
+    assert [c.status.value for c in stalled.coverage] == ["read", "read"]
+
+
+def test_a_page_with_gauges_only_is_read_in_part_and_unknown(tmp_path: Path) -> None:
+    (tmp_path / "gauges.txt").write_text(
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n')
+    done = run_cli(["inference-metrics", "gauges.txt", "--json", "--root", str(tmp_path)], base_env())
+    assert done.returncode == 4, done.stderr
+    data = json.loads(done.stdout)
+    assert data["severity"] == "unknown"
+    assert data["coverage"][0]["status"] == "partial"
+    assert data["coverage"][0]["detail"].endswith("no TTFT or ITL histogram")
+    assert "the page has no latency histogram" in data["conclusion"][0]
+    (tmp_path / "node.txt").write_text("# TYPE node_load1 gauge\nnode_load1 0.5\n")
+    refused = run_cli(["inference-metrics", "node.txt", "--root", str(tmp_path)], base_env())
+    assert refused.returncode == 3 and "holds no vLLM or SGLang serving metric" in refused.stderr

@@ -23,6 +23,7 @@ import pytest
 from tests.helpers import DATA, REPO, base_env, h100, run_cli, stdio_client, with_fake_nvml, write_scenario
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput
+from tools.core.models import Severity
 from tools.steps import read_steps
 from tools.stragglers.find import FindStragglersInput, FindStragglersResult, find_stragglers
 
@@ -197,3 +198,63 @@ def test_a_thousand_ranks_stay_within_the_budget(tmp_path: Path) -> None:
     assert len(text.encode()) <= 8192 and "| 517 | unknown | crit |" in text
     assert "All ranks: distribution of the per-rank medians" in text and "| step ms | 1000 |" in text
     assert "rows of `ranks` not shown" in text
+
+
+# ------------------------------------------------------------------------- cross-rank claims need every rank
+
+SAMPLES = REPO / "mcp_server" / "samples"
+LAB_STEPS = DATA / "logs" / "lab" / "straggler_steps"
+
+
+def test_the_demo_joins_no_trace_of_another_job_and_claims_no_agreement() -> None:
+    # The demo's inputs: logs of the 4-rank hang (2026) and a ResNet trace of another job (2021), rank 0 by name.
+    result = analyse(SAMPLES, logs=["logs/rank*.log"], traces=["traces"])
+    trace = "traces/worker0.1623143089861.pt.trace.json.gz"
+    assert result.severity is Severity.unknown and result.verdict == "inconclusive"
+    assert result.set_apart == [trace]
+    status = {c.input: c.status.value for c in result.coverage}
+    assert status == {f"logs/rank{r}.log": "read" for r in range(4)} | {trace: "not_understood"}
+    assert "another run's" in next(c.detail for c in result.coverage if c.input == trace)
+    text = " ".join(result.conclusion)
+    assert "No straggler" not in text and "compute times agree" not in text
+    assert "spread 26.8%" in text and "cannot show a straggler" in text and "recorded 2021-06-08" in text
+    assert all(r.compute_ms is None for r in result.ranks)  # the other job's compute is joined to no rank
+    assert result.decides == "Compute-only times (or traces) of all 4 ranks."
+
+
+def test_one_rank_of_four_cannot_tell(tmp_path: Path) -> None:
+    # The real log of the lab's slow rank alone: its own line says `rank 2/4`, so three ranks are missing.
+    result = analyse(LAB_STEPS, logs=["rank2.log"])
+    assert result.severity is Severity.unknown and result.verdict == "inconclusive" and result.flagged == []
+    assert result.ranks_summary.world_size == 4
+    assert [(c.input, c.status.value) for c in result.coverage] == [("rank2.log", "read")]
+    assert "rank 2's step times were read of the 4 the job has (not read: ranks 0-1,3)" in result.conclusion[0]
+    assert result.decides == "Step-time logs or traces of all 4 ranks, not of one."
+
+
+def test_three_healthy_ranks_of_four_are_no_all_clear() -> None:
+    # Ranks 0, 1 and 3 of the straggler run agree in compute; rank 2, the straggler, is the one not given.
+    result = analyse(LAB_STEPS, logs=["rank[013].log"])
+    assert result.severity is Severity.unknown and result.verdict == "inconclusive"
+    assert "may be among those not read" in result.conclusion[0] and "rank 2" in result.conclusion[0]
+    assert result.decides == "Compute-only times (or traces) of all 4 ranks; missing for rank 2."
+    every = analyse(LAB_STEPS, logs=["rank[0-3].log"])  # with rank 2 it is found
+    assert [(f.rank, f.kind) for f in every.flagged] == [(2, "compute_slow")]
+
+
+def test_compute_of_one_rank_of_four_is_not_every_ranks(lab_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    # The straggler run (rank 2 computes 30 ms longer): step times of all four ranks, compute (a trace) of rank 0
+    # only. Said before: "No straggler: the 4 ranks' compute times agree" -- of one rank's compute.
+    slow = lab_runs[0]
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "rank0.json").write_bytes((slow / "traces" / "rank0.json").read_bytes())
+    for log in (slow / "logs").iterdir():
+        (tmp_path / log.name).write_bytes(log.read_bytes())
+    result = analyse(tmp_path, logs=["rank*.log"], traces=["traces"],
+                     step_regex=r"step (?P<step>\d+) time (?P<step_ms>[\d.]+) ms")
+    assert result.severity is Severity.unknown and result.verdict == "inconclusive" and result.set_apart == []
+    assert "compute times agree" not in " ".join(result.conclusion)
+    assert result.conclusion[1].startswith("Compute-only times were read for rank 0 only, of the 4 ranks")
+    assert result.decides == "Compute-only times (or traces) of all 4 ranks; missing for ranks 1-3."
+    assert {c.input: c.status.value for c in result.coverage} == {
+        **{f"rank{r}.log": "read" for r in range(4)}, "traces/rank0.json": "read"}

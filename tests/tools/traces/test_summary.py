@@ -407,8 +407,10 @@ def test_a_trace_that_ends_early_is_summarised_as_far_as_it_goes(tmp_path: Path)
         (tmp_path / f"{name}.json").write_bytes(text[:end])
         result = anyio.run(summarize_trace, SummarizeTraceInput(path=f"{name}.json"), ToolContext(roots=(tmp_path,)))
         assert result.notes[0].startswith(f"rank 0: {name}.json ends early, at character "), (name, result.notes)
-        assert "its last step, likely partial, is left out" in result.notes[0]
+        assert "so only ProfilerSteps" in result.notes[0] and "are judged" in result.notes[0]
         assert result.ranks[0].steps >= 1 and result.ranks[0].steps <= whole.ranks[0].steps, name
+        assert [(c.input, c.status) for c in result.coverage] == [(f"{name}.json", "partial")]
+        assert result.coverage[0].detail.startswith("ends early, at character ")
     (tmp_path / "head.json").write_bytes(text[:200])  # inside the metadata, before any event
     with pytest.raises(UnreadableInput, match="ends inside a value|truncated"):
         anyio.run(summarize_trace, SummarizeTraceInput(path="head.json"), ToolContext(roots=(tmp_path,)))
