@@ -82,7 +82,9 @@ def main() -> None:
     print(f"input: {args.ranks} logs x {args.steps} steps, {size / 2**20:.0f} MiB in all")
     script = Path(sys.executable).parent / "gpu-triage"
     base = [str(script)] if script.exists() else [sys.executable, "-m", "mcp_server.cli"]
-    command = [*base, "find-stragglers", "--logs", "rank*.log", "--json", "--root", str(folder), "--timeout", "600"]
+    # The glob in full: the CLI reads a relative path as the shell's working directory (mcp_server/shell_paths.py).
+    command = [*base, "find-stragglers", "--logs", str(folder / "rank*.log"), "--json", "--root", str(folder),
+               "--timeout", "600"]
     walls, peak, result = [], 0.0, None
     for i in range(args.runs):
         run = measure(command, REPO)

@@ -26,12 +26,13 @@ from mcp_server.settings import Settings
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.limits import CALL_STOP_GRACE_S, PROGRESS_INTERVAL_S, STALLED_CALLS_MAX
-from tools.core.models import CoverageStatus, InputModel, Severity, ToolResult
+from tools.core.models import InputModel, ToolResult
 from tools.core.progress import Progress
 from tools.core.redact import redact_value
 from tools.core.stalls import CALL_ID, blocked, new_call_id, stalled_accesses, stuck_accesses
+from tools.core.verdict import judged
 
-__all__ = ["Reporter", "describe_validation_error", "execute", "judged", "validate_arguments"]
+__all__ = ["Reporter", "describe_validation_error", "execute", "validate_arguments"]
 
 # Where progress goes: MCP's report_progress (a no-op without a progressToken) or the CLI's progress line.
 Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -120,38 +121,6 @@ async def _on_own_loop(call_id: int, call: Callable[[], Awaitable[ToolResult]]) 
             while not finished.is_set() and time.monotonic() < until and not blocked(call_id):
                 await anyio.sleep(0.02)
         raise
-
-
-def _sentence(text: str) -> str:
-    text = text.strip().rstrip(".")
-    return text[:1].lower() + text[1:] if text[1:2].islower() else text
-
-
-def judged(result: ToolResult) -> ToolResult:
-    """The rule behind every `ok`: evidence that would have shown the problem was read. A result that says ok with
-    no input read, or with an input it did not understand, becomes `unknown`, saying so; every `unknown` says what
-    would decide. Tools are expected to get this right themselves; this is the backstop."""
-    read = [c for c in result.coverage if c.status is CoverageStatus.read or c.status is CoverageStatus.partial]
-    not_understood = [c for c in result.coverage if c.status is CoverageStatus.not_understood]
-    formats = sorted({f for c in not_understood for f in (c.formats_known or [])})
-    update: dict[str, Any] = {}
-    if result.severity is Severity.ok and (not read or not_understood):
-        if not read:
-            why = ("Cannot judge: no input held evidence this tool reads"
-                   + (f" ({not_understood[0].input}: {_sentence(not_understood[0].detail)})" if not_understood
-                      and not_understood[0].detail else "") + ".")
-            conclusion = [why]
-        else:
-            first = not_understood[0]
-            why = (f"Cannot judge the whole: {len(not_understood)} of {len(result.coverage)} inputs were not "
-                   f"understood ({first.input}" + (f": {_sentence(first.detail)}" if first.detail else "") + ").")
-            conclusion = [why, f"Of what was read: {_sentence(result.conclusion[0])}." if result.conclusion
-                          else "Nothing was found in what was read."]
-        update.update(severity=Severity.unknown, conclusion=conclusion)
-    if (update.get("severity") or result.severity) is Severity.unknown and not result.decides:
-        update["decides"] = ("The same call on inputs in a format it reads: " + ", ".join(formats) + "."
-                             if formats else "The same call on the job's own output of the kind this tool reads.")
-    return result.model_copy(update=update) if update else result
 
 
 def _refuse_when_too_many_stalled() -> None:

@@ -45,6 +45,9 @@ def test_confine(tmp_path: Path) -> None:
     ("Authorization: Bearer abcdefgh.ijklmnop", "Authorization: [REDACTED] [REDACTED]"),
     ("step 12 loss 1.93 tokens/s 45012 num_tokens 4096", "step 12 loss 1.93 tokens/s 45012 num_tokens 4096"),
     ("max_tokens=512 NCCL_IB_AUTH=0", "max_tokens=512 NCCL_IB_AUTH=0"),
+    ("no inter-token histogram on the page", "no inter-token histogram on the page"),
+    ("vllm serve m --api-key abcdef123", "vllm serve m --api-key [REDACTED]"),
+    ("token: abcdef123456", "token: [REDACTED]"),
 ])
 def test_redaction(text: str, expected: str) -> None:
     assert redact_text(text) == expected
@@ -129,7 +132,7 @@ def test_a_row_wider_than_the_budget_gets_shorter_cells_then_fewer_columns() -> 
 
 
 def _judged(**fields: object) -> NvidiaSmiQueryResult:
-    from mcp_server.contract import judged
+    from tools.core.verdict import judged
 
     result = _result(1).model_copy(update=fields)
     judgement = judged(result)
@@ -139,7 +142,8 @@ def _judged(**fields: object) -> NvidiaSmiQueryResult:
 
 def test_ok_needs_something_read_and_nothing_not_understood() -> None:
     read = Coverage.read("gpus.csv", "2 rows")
-    strange = Coverage.not_understood("mpstat.txt", "a table with columns CPU %usr %sys", ["nvidia-smi --query-gpu CSV"])
+    strange = Coverage.not_understood("mpstat.txt", "a table with columns CPU %usr %sys",
+                                      ["nvidia-smi --query-gpu CSV"])
     assert _judged(coverage=[read]).severity is Severity.ok  # read, nothing wrong: ok stands
     nothing = _judged(coverage=[])
     assert nothing.severity is Severity.unknown and nothing.conclusion[0].startswith("Cannot judge: no input")

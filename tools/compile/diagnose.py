@@ -34,7 +34,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError
+from tools.core.errors import TriageError, UnreadableInput
 from tools.core.files import InputFile
 from tools.core.limits import COMPILE_MAX_FINDINGS, LOG_MAX_FILES
 from tools.core.models import (
@@ -579,6 +579,9 @@ async def diagnose_compile(params: DiagnoseCompileInput, ctx: ToolContext) -> Di
     deadline = time.monotonic() + ctx.remaining_s()
     per_file = await anyio.to_thread.run_sync(lambda: map_files(lambda f: _scan_one(f, deadline), files),
                                               abandon_on_cancel=True)
+    if all(e.status.startswith("unreadable") and not e.stats.bytes for e in per_file):
+        raise UnreadableInput(f"none of the {len(files)} log(s) could be read ({files[0].name}: {per_file[0].status}).",
+                              "Pass the saved log files themselves.")
     graph_breaks, recompiles, limit_hits, errors = _aggregate(per_file)
     findings = _findings(graph_breaks, recompiles, limit_hits, errors)
     scans = [FileScan(file=f.name, lines=e.stats.lines, records=e.records, status=e.status)

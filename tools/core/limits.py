@@ -135,8 +135,9 @@ STRAGGLER_MAX_TRACE_PATHS: Final = 64
 STRAGGLER_MAX_LOG_FILES: Final = 4096  # one log per rank of a large job
 STRAGGLER_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # above this much log text, worker processes read it
 STRAGGLER_MAX_WORKERS: Final = 4
-# Of each log, this much of its start and of its end is read for the job's identity (world size, the time span).
-STRAGGLER_IDENTITY_BYTES: Final = 16 * 1024
+# Of each log, this much of its start and of its end is read for the job's identity (the world size trainers print
+# at start-up, the time span); a thousand ranks' logs cost a few MB more read.
+STRAGGLER_IDENTITY_BYTES: Final = 4 * 1024
 
 # compare_runs: before/after.
 COMPARE_MIN_STEPS: Final = 3  # fewer steady-state steps on a side: no test is made

@@ -46,7 +46,10 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")
 
 
 def _mask_assignment(match: re.Match[str]) -> str:
-    if match.group("sep") is None:
+    separator = match.group("sep")
+    # A value after a space is a secret only after a command-line flag (`--api-key X`); in prose ("no inter-token
+    # histogram", "the auth handshake") the next word is just a word.
+    if separator is None or (not separator.strip() and not match.group("name").startswith("-")):
         return match.group(0)
     return f"{match.group('name')}{match.group('sep')}{match.group('quote')}{REDACTED}"
 

@@ -427,11 +427,24 @@ def _live_coverage(records: list[GpuActivity]) -> Coverage:
     return Coverage.read("NVML GPM", f"{len(records)} GPU(s), {samples} sample(s)")
 
 
+def _judgeable(record: GpuActivity) -> list[str]:
+    """The verdicts this GPU's metrics can give (see _one_gpu and _below_node for what each reads)."""
+    has = {name for name in METRICS if getattr(record, name) is not None}
+    busy = bool(has & {"utilization_gpu_pct", "gr_engine_active"})
+    verdicts = {"low_sm_activity": busy and "sm_active" in has,
+                "no_tensor_cores": {"sm_active", "tensor_active"} <= has,
+                "memory_bound": "dram_active" in has,
+                "nvlink_idle": bool(has & {"pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"})
+                and bool(has & {"nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"})}
+    return [name for name, possible in verdicts.items() if possible]
+
+
 def _judged(records: list[GpuActivity], findings: list[ActivityFinding], coverage: list[Coverage]
             ) -> tuple[Severity, str | None]:
-    """ok only where SM activity was read: without it, no finding means nothing was asked, not nothing wrong."""
+    """ok only where some verdict could have been given: metrics that no verdict reads (NVLink without PCIe,
+    utilisation alone) show no problem because they cannot, not because there is none."""
     severity = worst(f.severity for f in findings)
-    if severity is Severity.ok and (not any(r.sm_active is not None for r in records)
+    if severity is Severity.ok and (not any(_judgeable(r) for r in records)
                                     or any(c.status is CoverageStatus.not_understood for c in coverage)):
         return Severity.unknown, _DECIDES
     return severity, None
@@ -562,7 +575,7 @@ async def gpu_activity(params: GpuActivityInput, ctx: ToolContext) -> GpuActivit
     severity, decides = _judged(records, findings, coverage)
     conclusion = _conclusion(records, findings)
     not_read = [c.input for c in coverage if c.status is CoverageStatus.not_understood]
-    if severity is Severity.unknown and not_read and any(r.sm_active is not None for r in records):
+    if severity is Severity.unknown and not_read and any(_judgeable(r) for r in records):
         conclusion = [f"Cannot judge every input: {', '.join(not_read[:3])} held no activity value.",
                       f"Of what was read: {conclusion[0][:1].lower()}{conclusion[0][1:]}"]
         decides = (f"{not_read[0]} as one of: {'; '.join(FORMATS_KNOWN[:3])} (or the call without it, for the "

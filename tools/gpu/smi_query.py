@@ -526,7 +526,7 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
     return NvidiaSmiQueryResult(
         severity=severity,
         conclusion=conclusion,
-        next_steps=_next_steps(findings, samples, source),
+        next_steps=_next_steps(findings, samples, source, one_reading is not None),
         coverage=[coverage],
         decides=decides,
         source=source,
@@ -664,10 +664,10 @@ def _conclude(findings: list[Finding], rows: list[SmiRow], samples: int, source:
             f"It means: {lead.meaning}."]
 
 
-def _next_steps(findings: list[Finding], samples: int, source: str) -> list[NextStep]:
+def _next_steps(findings: list[Finding], samples: int, source: str, utilisation_asked: bool) -> list[NextStep]:
     branches = list(dict.fromkeys(f.sop_branch for f in findings if f.severity is not Severity.ok and f.sop_branch))
     steps = [NextStep.from_sop(b, done={"nvidia_smi_query"}) for b in branches[:3]]
-    if not steps and samples < UTIL_MIN_SAMPLES and source != "file":
+    if not steps and samples < UTIL_MIN_SAMPLES and (source != "file" or utilisation_asked):
         steps.append(NextStep(branch="gpu_utilization_low", step="sample",
                               action="nvidia_smi_query count=20 interval_s=0.5 fields=utilization.gpu,clocks.sm",
                               why="A sustained sample separates a low-utilisation job from a momentary dip."))

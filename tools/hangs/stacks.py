@@ -657,7 +657,7 @@ def _conclude(groups: list[StackGroup], suspects: list[Suspect], rows: list[Rank
         nodes = sorted({s.node for s in suspects if s.reason == first.reason and s.node})
         on = f" on {', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}" if nodes else ""
         head = f"Rank {compact_ranges(odd)}{on} is at {first.location}, {first.reason}"
-        fix = f"Fix: {first.fix[:1].upper()}{first.fix[1:]}" if first.fix else ""
+        fix = f"Fix: {first.fix}" if first.fix else ""
         return [t for t in (head, fix, failed_text) if t]
     if len(groups) == 1:
         g = groups[0]

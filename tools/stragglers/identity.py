@@ -25,6 +25,7 @@ _WORLD = re.compile(rb"\brank\s*\d{1,6}\s*/\s*(\d{1,6})\b|\bworld[_ ]size\b\W{0,
 # Below this, a trace's `ts` is not microseconds since the epoch (it is a monotonic clock: baseTimeNanoseconds
 # then gives the offset); 1e15 us is September 2001.
 _EPOCH_US_MIN = 1e15
+_LAST_LINES_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -37,15 +38,14 @@ class LogIdentity:
     world_size: int | None
 
 
-def _stamps(text: bytes) -> list[datetime]:
-    found = []
-    for match in _STAMP.finditer(text):
-        try:
-            year, month, day, hour, minute, second = (int(g) for g in match.groups())
-            found.append(datetime(year, month, day, hour, minute, second, tzinfo=UTC))
-        except ValueError:  # 2026-13-45: not a time
-            continue
-    return found
+def _stamp(match: re.Match[bytes] | None) -> datetime | None:
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups())
+    try:
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError:  # 2026-13-45: not a time
+        return None
 
 
 def log_identity(path: Path) -> LogIdentity:
@@ -66,7 +66,11 @@ def log_identity(path: Path) -> LogIdentity:
                     tail = stream.read(STRAGGLER_IDENTITY_BYTES)
     except (OSError, EOFError):
         return LogIdentity(None, None, None)
-    stamps = _stamps(head) + _stamps(tail)
+    # The first time of the file and its last (a few lines from the end are enough, and far cheaper to scan).
+    end = tail or head
+    last = _stamp(next(reversed(list(_STAMP.finditer(end, max(0, len(end) - _LAST_LINES_BYTES)))), None))
+    first = _stamp(_STAMP.search(head))
+    stamps = [moment for moment in (first, last) if moment is not None]
     world = next((int(m.group(1) or m.group(2)) for m in _WORLD.finditer(head)), None)
     return LogIdentity(min(stamps, default=None), max(stamps, default=None), world if world and world > 0 else None)
 

@@ -31,6 +31,7 @@ from tools.core.models import (
     ToolResult,
     worst,
 )
+from tools.core.verdict import judged
 
 __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
@@ -307,17 +308,6 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _judged(result: ToolResult) -> Severity:
-    """The contract's rule behind every ok (mcp_server/contract.py `judged`), for a tool this report calls directly:
-    an ok with no input read, or with an input not understood, is unknown."""
-    if result.severity is not Severity.ok:
-        return result.severity
-    statuses = {c.status for c in result.coverage}
-    if CoverageStatus.not_understood in statuses or not statuses & {CoverageStatus.read, CoverageStatus.partial}:
-        return Severity.unknown
-    return Severity.ok
-
-
 def _unknown_row(name: str, result: ToolResult) -> ReportRow:
     """A tool that ran and cannot tell: a row of its own, so that `unknown` is never read as ok."""
     counts: dict[str, int] = {}
@@ -336,11 +326,11 @@ async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[
                rows: list[ReportRow], runs: list[ToolRun], ctx: ToolContext, coverage: list[Coverage]) -> Any:
     ctx.progress.update(len(runs), None, f"{name} (tool {len(runs) + 1} of the report)")
     try:
-        result = await call()
+        result = judged(await call())  # the contract's rule, as if the tool had been called on its own
     except TriageError as exc:
         runs.append(ToolRun(tool=name, severity=None, conclusion=str(exc)))
         return None
-    severity = _judged(result)
+    severity = result.severity
     runs.append(ToolRun(tool=name, severity=severity, conclusion=result.conclusion[0] if result.conclusion else "",
                         decides=result.decides if severity is Severity.unknown else None))
     rows.extend(rows_of(result))

@@ -235,13 +235,20 @@ def test_an_exporter_page_without_activity_metrics_cannot_tell() -> None:
     assert "DCGM_FI_PROF_SM_ACTIVE" in data["decides"]
 
 
-def test_a_page_without_sm_activity_is_read_in_part_and_not_called_ok() -> None:
-    # The MIG page has tensor and DRAM activity but no SM_ACTIVE: no low_sm_activity verdict is possible.
+def test_inputs_without_sm_activity_are_read_in_part_and_ok_only_where_a_verdict_was_possible() -> None:
+    # The MIG page has tensor and DRAM activity but no SM_ACTIVE: memory_bound could have shown, low_sm_activity
+    # could not; the ok is partial and the conclusion says what is missing.
     code, data = _cli_code("exporter_nvidia-cloud-native-docs_mig_1.prom", "--root", str(ACTIVITY))
-    assert (code, data["severity"], data["findings"]) == (4, "unknown", [])
+    assert (code, data["severity"], data["findings"]) == (0, "ok", [])
     [entry] = data["coverage"]
     assert entry["status"] == "partial" and "no SM activity" in entry["detail"]
     assert data["conclusion"][0].startswith("The input has no SM activity")
+    # NVLink rates alone (8 H800s of the llm-action walkthrough, NVLTX / NVLRX): no verdict reads them without PCIe.
+    code, data = _cli_code("dcgmi_dmon_llm-action_3.txt", "--root", str(ACTIVITY))
+    assert (code, data["severity"], data["findings"]) == (4, "unknown", [])
+    [entry] = data["coverage"]
+    assert entry["status"] == "partial" and entry["detail"].startswith("8 GPU(s) or instance(s), 2 metric(s)")
+    assert "DCGM_FI_PROF_SM_ACTIVE" in data["decides"]
 
 
 def test_a_capture_of_other_fields_and_a_page_of_comments(tmp_path: Path) -> None:

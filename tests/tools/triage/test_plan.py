@@ -9,8 +9,8 @@ from tools.core.models import CoverageStatus, Severity
 from tools.triage import TriagePlanInput, TriagePlanResult, triage_plan
 
 
-def plan(symptom: str, **args: list[str]) -> TriagePlanResult:
-    return anyio.run(triage_plan, TriagePlanInput(symptom=symptom, **args), ToolContext(roots=()))
+def plan(symptom: str, traces: list[str] | None = None) -> TriagePlanResult:
+    return anyio.run(triage_plan, TriagePlanInput(symptom=symptom, traces=traces or []), ToolContext(roots=()))
 
 
 def test_a_branch_found_is_ok_and_the_question_is_its_coverage() -> None:
