@@ -17,12 +17,19 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
 - extra: warn/crit categories reported that are neither the label nor in `also`.
 Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
 
-Usage: .venv/bin/python benchmarks/accuracy_logs.py [--misses] [--category C]
+Round 2 (issue 31, tests/data/logs/round2): 315 excerpts from 282 repositories new to the project, split by
+repository before any tuning into development (round2/dev) and held out (round2/heldout, labels frozen with their
+SHA-256 in round2/split_2026-12-01.json). By default the development sets are scored (the older sets and round 2's
+development part, each with its own figure); `--held-out` adds the held-out figure beside them. Targets (issue 31),
+held out: recall >= 0.95, facts >= 0.9, benign 100 % quiet.
+
+Usage: .venv/bin/python benchmarks/accuracy_logs.py [--held-out] [--misses] [--category C]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections import defaultdict
@@ -46,6 +53,8 @@ from tools.logs.diagnose import (  # noqa: E402
 
 WILD = REPO / "tests" / "data" / "logs" / "wild"
 PUBLIC = REPO / "tests" / "data" / "logs" / "public"
+ROUND2 = REPO / "tests" / "data" / "logs" / "round2"
+SPLIT = ROUND2 / "split_2026-12-01.json"
 SERIOUS = frozenset({"warn", "crit"})
 # Facts of the process rather than of the failure: the contract reports how a process ended in its own
 # process_exit finding (torchrun's summary, a signal), so they count there too.
@@ -72,15 +81,35 @@ class Score:
     got: list[str]
 
 
+def _labelled(manifest: Path) -> list[Case]:
+    cases = []
+    for line in manifest.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        cases.append(Case(manifest.parent / row["file"], row["category"], row.get("severity", "crit"),
+                          list(row.get("also", [])), dict(row.get("facts", {})), row.get("url", "")))
+    return cases
+
+
+def load_heldout() -> list[Case]:
+    """Round 2's held-out excerpts, from the frozen labels; refused when they changed after the split."""
+    split = json.loads(SPLIT.read_text())
+    labels = ROUND2 / split["heldout_labels"]
+    if hashlib.sha256(labels.read_bytes()).hexdigest() != split["heldout_labels_sha256"]:
+        sys.exit(f"{labels} changed after it was frozen on {split['date']}: held-out labels are never edited; "
+                 "collect a fresh round instead.")
+    return _labelled(labels)
+
+
+def load_round2_dev() -> list[Case]:
+    return _labelled(ROUND2 / "dev" / "cases.jsonl")
+
+
 def load_cases() -> list[Case]:
     cases: list[Case] = []
     for manifest in sorted(WILD.glob("cases_*.jsonl")):
-        for line in manifest.read_text().splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            cases.append(Case(WILD / row["file"], row["category"], row.get("severity", "crit"),
-                              list(row.get("also", [])), dict(row.get("facts", {})), row.get("url", "")))
+        cases += _labelled(manifest)
     for path in sorted(PUBLIC.glob("*.log")):
         category = path.name.split("__", 1)[0]
         cases.append(Case(path, category, "ok" if category == "benign" else "any", source="public/PROVENANCE.md"))
@@ -158,19 +187,11 @@ async def run_all(cases: list[Case]) -> list[tuple[Case, Score]]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--misses", action="store_true", help="list every missed excerpt and missing fact")
-    parser.add_argument("--category", help="only this category")
-    args = parser.parse_args()
-    cases = [c for c in load_cases() if args.category in (None, c.category)]
-    missing_files = [c.path.name for c in cases if not c.path.is_file()]
-    if missing_files:
-        sys.exit(f"labelled excerpts without a file: {missing_files}")
-    scored = anyio.run(run_all, cases)
+def report(title: str, scored: list[tuple[Case, Score]], misses: bool) -> None:
     by_category: dict[str, list[Score]] = defaultdict(list)
     for case, result in scored:
         by_category[case.category].append(result)
+    print(f"== {title}")
     print(f"{'category':22} {'n':>4} {'recall':>7} {'facts':>11} {'extra/exc':>9}")
     for category in sorted(by_category):
         rows = by_category[category]
@@ -183,22 +204,42 @@ def main() -> None:
     benign = [r for c, r in scored if c.category == "benign"]
     found = sum(r.facts_found for r in failing)
     total = sum(r.facts_total for r in failing)
-    print()
-    print(f"excerpts {len(scored)} ({len(benign)} benign) in {len(by_category)} categories")
+    summary = [f"excerpts {len(scored)} ({len(benign)} benign) in {len(by_category)} categories"]
     if failing:
-        print(f"recall {sum(r.recalled for r in failing) / len(failing):.3f} (target >= 0.97)")
+        summary.append(f"recall {sum(r.recalled for r in failing) / len(failing):.3f}")
     if total:
-        print(f"facts {found}/{total} = {found / total:.3f} (target >= 0.95)")
+        summary.append(f"facts {found}/{total} = {found / total:.3f}")
     if benign:
-        print(f"benign quiet {sum(r.recalled for r in benign)}/{len(benign)} (target all)")
-    print(f"extra serious categories per excerpt {sum(len(r.extra) for _, r in scored) / len(scored):.3f} "
-          f"(target <= 0.1)")
-    if args.misses:
-        print()
+        summary.append(f"benign quiet {sum(r.recalled for r in benign)}/{len(benign)}")
+    if scored:
+        summary.append(f"extra serious categories per excerpt {sum(len(r.extra) for _, r in scored) / len(scored):.3f}")
+    print("; ".join(summary))
+    if misses:
         for case, result in scored:
             if not result.recalled or result.missing_facts or result.extra:
-                print(f"{case.category:20} {case.path.name}: recalled={result.recalled} got={result.got} "
+                print(f"  {case.category:20} {case.path.name}: recalled={result.recalled} got={result.got} "
                       f"missing={result.missing_facts} extra={result.extra}")
+    print()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--misses", action="store_true", help="list every missed excerpt and missing fact (never "
+                        "with --held-out: its misses are not for tuning)")
+    parser.add_argument("--category", help="only this category")
+    parser.add_argument("--held-out", action="store_true", help="also score round 2's frozen held-out set")
+    args = parser.parse_args()
+    sets = [("development: wild + public (issues 16-22)", load_cases()),
+            ("development: round 2 (issue 31)", load_round2_dev())]
+    if args.held_out:
+        sets.append(("HELD OUT: round 2 (issue 31, frozen 2026-12-01)", load_heldout()))
+    for title, cases in sets:
+        chosen = [c for c in cases if args.category in (None, c.category)]
+        missing_files = [c.path.name for c in chosen if not c.path.is_file()]
+        if missing_files:
+            sys.exit(f"labelled excerpts without a file: {missing_files}")
+        held_out = title.startswith("HELD OUT")
+        report(title, anyio.run(run_all, chosen), args.misses and not held_out)
 
 
 if __name__ == "__main__":
