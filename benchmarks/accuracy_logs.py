@@ -13,7 +13,8 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
   compared within 0.5 %, strings without case, spaces or surrounding punctuation; a rank among the finding's `ranks`;
   a `location` "path:line" whose path may be a suffix of the other; an `error` text that holds, or is held by,
   the other at no less than half its length; a fact of the process, pid, exitcode, signal or host, also in
-  the excerpt's process_exit finding, where the contract reports how a process ended);
+  the excerpt's process_exit finding, where the contract reports how a process ended; a `signal` compared as
+  the signal it names, whichever way it is written: 9, "SIGKILL" and "Killed" are one signal);
 - extra: warn/crit categories reported that are neither the label nor in `also`.
 Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
 
@@ -43,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
+from tools.logs.exits import signal_number  # noqa: E402
 from tools.logs.diagnose import (  # noqa: E402
     DiagnoseLogsInput,
     DiagnoseLogsResult,
@@ -151,6 +153,9 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
         return True
     if name == "nccl_error" and isinstance(want, str):  # one NCCL result, as its name or ncclGetErrorString's text
         want = nccl_result_name(want)
+    if name == "signal" and signal_number(want) is not None:  # one signal: 9, "SIGKILL" and "Killed" alike
+        return any(signal_number(finding.facts[k]) == signal_number(want) for k in ("signal", "signal_number")
+                   if k in finding.facts)
     if name not in finding.facts:
         return False
     got = finding.facts[name]

@@ -535,13 +535,22 @@ def _merge_nodes(label: str, answers: dict[str, ProfileCpuResult | str]) -> Prof
                  for row in answer.processes]
     findings = [f.model_copy(update={"node": node}) for node, answer in job.answered.items() for f in answer.findings]
     findings.sort(key=lambda f: (-f.severity.rank, f.node != (job.lead.node if job.lead else None)))
+    conclusion = job.conclusion(label, f", {len(processes)} process role(s)", findings[0].fix if findings else "",
+                                "No input, main-loop or sync bottleneck stands out on any node: the GPU side "
+                                "(trace) decides.")
+    # A job's "nothing stands out" holds only for the nodes that were profiled and judged.
+    undecided = job.undecided if job.answered and not findings else []
+    if undecided:
+        conclusion[1:] = [f"Nothing stands out on the nodes that were judged, but {len(undecided)} node(s) were not "
+                          f"({', '.join(undecided[:4])}): the bottleneck may be on one of them."]
     return ProfileCpuResult(
-        severity=worst(f.severity for f in findings) if job.answered else Severity.warn,
+        severity=Severity.unknown if undecided else worst(f.severity for f in findings) if job.answered
+        else Severity.warn,
         verdict=findings[0].kind if findings else "none", processes=processes, findings=findings,
-        notes=job.notes[:20], nodes=job.nodes,
-        conclusion=job.conclusion(label, f", {len(processes)} process role(s)", findings[0].fix if findings else "",
-                                  "No input, main-loop or sync bottleneck stands out on any node: the GPU side "
-                                  "(trace) decides."),
+        notes=job.notes[:20], nodes=job.nodes, coverage=job.coverage,
+        decides="profile_cpu on the node(s) named, once they answer or with the job's pids there" if undecided
+        else None,
+        conclusion=conclusion,
         next_steps=[NextStep(branch=_BRANCH, step="host", action="profile_cpu with pid on the node named, for a "
                              "longer recording of that node", why="The job-level call says which node; one node "
                              "says more.")])

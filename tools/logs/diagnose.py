@@ -27,7 +27,11 @@ from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, Pa
 from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.xid import xid_meaning
+from tools.logs.exceptions import TRACEBACK_RULE, TracebackReader, exception_hits
+from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
+from tools.logs.metrics import metric_facts, metric_level
+from tools.logs.prefixes import anchor_after_prefix
 from tools.logs.reader import (
     LOG_FORMATS,
     LineMatcher,
@@ -112,9 +116,12 @@ def _rule_file() -> dict[str, Any]:
 def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
     """The rules, and one matcher over every rule's `match` that also says which rules matched a line."""
     raw = _rule_file()
+    # Issue 31: the exit table's rows join the rules; a rule's `^` also matches after known line prefixes.
+    listed = with_exit_rules(raw["rule"])
     rules = tuple(
-        Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(r["match"]),
-             facts=tuple(_compile(f) for f in r["facts"]), size_facts=frozenset(r.get("size_facts", [])),
+        Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(anchor_after_prefix(r["match"])),
+             facts=tuple(_compile(anchor_after_prefix(f)) for f in r["facts"]),
+             size_facts=frozenset(r.get("size_facts", [])),
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
              evidence_only=bool(r.get("evidence_only", False)),
@@ -123,9 +130,9 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              latest=bool(r.get("latest", r["severity"] == "info")), sets=dict(r.get("sets", {})),
              peak=r.get("peak"),
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
-        for r in raw["rule"]
+        for r in listed
     )
-    return rules, LineMatcher([r["match"] for r in raw["rule"]], case_sensitive=True)
+    return rules, LineMatcher([anchor_after_prefix(r["match"], loose=True) for r in listed], case_sensitive=True)
 
 
 class DiagnoseLogsInput(InputModel):
@@ -146,7 +153,8 @@ class Occurrence(BaseModel):
 
 class LogFinding(BaseModel):
     category: str = Field(description="nccl_timeout, nccl_init_network, collective_mismatch, cuda_oom, nan_inf, "
-                          "dataloader, gpu_hardware, cuda_error, compile, inference, process_exit.")
+                          "dataloader, gpu_hardware, cuda_error, compile, inference, process_exit, "
+                          "unclassified_error (an error no category fits: facts exception, message, location).")
     rule: str
     severity: Level
     count: int
@@ -321,6 +329,12 @@ def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
     return "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
 
 
+@cache
+def _traceback_rule() -> int:
+    """The index of the rule whose lines are read as tracebacks."""
+    return next(i for i, r in enumerate(load_rules()[0]) if r.id == TRACEBACK_RULE)
+
+
 def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     _, candidates = load_rules()
     stats = ScanStats()
@@ -331,12 +345,18 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     summary: tuple[int, dict[str, FactValue]] = (0, {})
     sited: set[str] = set()  # findings (rule and group_by facts) whose first line in this file was sited
     waiting: list[tuple[int, Rule, dict[str, FactValue]]] = []  # continuation lines seen before their message
+    tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
+    traceback_rule = _traceback_rule()
     try:
         for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats):
+            if traceback_rule in match.patterns:
+                tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
             classified = classify(match.text, match.patterns)
-            if classified is None:
+            if classified is None or classified[0].id == TRACEBACK_RULE:
                 continue
             rule, facts = classified
+            if rule.category == "nan_inf":  # issue 31: the line read as metrics (field, value, step)
+                metric_facts(facts, match.text, match.before, match.after)
             if rule.context_only:
                 earlier = summary[1] if match.number - summary[0] <= 3 else {}
                 summary = (match.number, {**earlier, **facts})
@@ -385,6 +405,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
         status = f"unreadable: {exc.message}"
     else:
         status = stats.status()
+    hits = exception_hits(file, hits, tracebacks.exceptions())
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)
@@ -581,6 +602,10 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
         level = "crit" if exitcode == -9 else "info" if exitcode == -15 else "warn"
     if rule.category == "cuda_oom":
         facts = _oom_facts(facts)
+    if rule.category == "nan_inf":
+        level = metric_level(level, facts, group.hits)
+    if rule.category == "process_exit":  # issue 31: signal, exit code and who killed it (sop/exits.toml)
+        facts, level = exit_facts(rule.id, facts, level)
     xid = facts.get("xid")
     if rule.category == "gpu_hardware" and isinstance(xid, int):
         level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
@@ -706,6 +731,7 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     coverage += [Coverage.not_understood(p, "no file matches this glob", LOG_FORMATS) for p in unmatched]
     ranks = _RanksRead(frozenset(world), printed_world, len(files))
     findings = [_finding(g, groups, world, ranks) for g in groups.values() if not g.rule.evidence_only]
+    demote_consequences(findings)  # issue 31: `Aborted (core dumped)` after a CUDA error is its consequence
     findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
     severity = [Severity.ok, Severity.warn, Severity.crit][worst]

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import DATA, base_env
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError
+from tools.core.errors import BadInput, TriageError
 from tools.stragglers import FindStragglersInput, find_stragglers
 from tools.traces.summary import SummarizeTraceInput, SummarizeTraceResult, summarize_trace
 
@@ -72,8 +72,8 @@ def test_the_environment_block_of_a_real_export_never_reaches_the_output() -> No
     assert PLANTED not in done.stdout + done.stderr and "HF_TOKEN" not in done.stdout + done.stderr
 
 
-def test_stragglers_on_an_export_without_steps_say_there_is_nothing_to_compare() -> None:
-    result = anyio.run(find_stragglers, FindStragglersInput(traces=["nsysai-mfu-2gpu-before.sqlite"]),
-                       ToolContext(roots=(FILES.resolve(),)))
-    assert [r.steps for r in result.ranks] == [0, 0]
-    assert result.conclusion[0].startswith("No step found on any of the 2 ranks")
+def test_stragglers_on_an_export_without_steps_are_refused_saying_what_a_trace_needs() -> None:
+    # An export with no step marker holds no step time to compare: refused (exit 3), saying what a trace needs.
+    with pytest.raises(BadInput, match="no step time found.*ProfilerStep"):
+        anyio.run(find_stragglers, FindStragglersInput(traces=["nsysai-mfu-2gpu-before.sqlite"]),
+                  ToolContext(roots=(FILES.resolve(),)))

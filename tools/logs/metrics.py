@@ -1,0 +1,147 @@
+"""Metric values (issue 31): a training or eval metric line whose loss, grad norm or loss scale is nan/inf is
+`nan_inf`, whatever the framework prints around it.
+
+The rules in sop/log_rules.toml (nan_loss, nan_grad_norm, and the metric-value section) decide that a line is
+one; this module reads the line as metrics, in every form frameworks print them: `key: value`, `key=value`,
+`'key': value` (HF Trainer), `| key: value |` (Megatron), Keras' `- loss: nan`, a running average `0.39 (nan)`,
+prose (`Loss is Infinity`, `NaN loss`). It adds, where the line (or the record it belongs to) says them:
+- `field` and `value`: the first non-finite loss-like field as printed (a loss before a grad norm) and its value;
+- `loss`, `grad_norm`: the first non-finite value of each kind (nan, inf, -inf; Infinity as inf);
+- `loss_scale`: the loss scale printed beside it (a number);
+- `step`: step / iteration / iter / `[N/M]` / Batch N, else the epoch (a whole number); from the lines just
+  above when a record was wrapped over several lines (Megatron's iteration line);
+- `nonfinite`: the worst kind that went non-finite: loss, grad_norm, loss_scale, or best_loss (a `best_loss: inf`
+  that only starts a minimum);
+- `recovered`: the lines just below show the same field finite again.
+`metric_level` turns these into a severity: a non-finite loss is crit; a grad norm alone (the loss finite) is warn,
+and info when it happened once and the next lines are finite again (an fp16 scaler calibrating its first step); a
+`best_loss: inf` is info.
+
+Python's `re` runs only on lines a rule already matched, on at most METRIC_LINE_CHARS of each; every pattern is
+linear (no nested repeats).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+__all__ = ["METRIC_LINE_CHARS", "metric_facts", "metric_level"]
+
+Level = Literal["info", "warn", "crit"]
+FactValue = int | float | str | bool | list[int]
+
+METRIC_LINE_CHARS = 4000
+LOOK_BACK = 3  # a wrapped record's step sits at most this many lines above its values
+LOOK_AHEAD = 3
+
+_NONFINITE = r"[-+]?(?:nan|infinity|inf)\b"
+_PAIR = re.compile(
+    r"(?P<key>[A-Za-z_][\w.\-]*?(?:[ _\-](?:loss|norm|scale))?)['\"]?"
+    r"(?:\s*[:=]\s*|\s+is\s+|\s+)(?:tensor\(|[-+]?\d[\d.eE+\-]*\s*\(\s*)?(?P<value>" + _NONFINITE + ")",
+    re.IGNORECASE,
+)
+_PROSE = re.compile(r"\b(?P<value>nan|inf)\s+(?P<key>loss|grad(?:ient)?[ _]norm)\b", re.IGNORECASE)
+_PROSE_GRAD = re.compile(r"\b(?P<value>nan|inf)s?\s+(?:(?:found|detected)\s+)?(?:in|of)\s+(?:the\s+)?(?:\w+\s+)?"
+                         r"grad(?:ient)?[ _]norm\b", re.IGNORECASE)
+_LOSS_SCALE = re.compile(r"\bloss[ _]scale['\"]?\s*[:=]\s*(?P<value>\d[\d.]*(?:e[+-]?\d+)?)", re.IGNORECASE)
+_NAN_ITERATIONS = re.compile(r"number of (?P<kind>skipped|nan) iterations:\s*(?P<n>\d+)", re.IGNORECASE)
+_STEPS = [re.compile(p, re.IGNORECASE) for p in (
+    r"\b(?:global[_ ])?step['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?!\.\d)",
+    r"\b(?:iteration|iter)['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?!\.\d)",
+    r"\bbatch\s*[:=]?\s*\[?\s*(?P<n>\d+)\s*/\s*\d+",
+    r"\[\s*(?P<n>\d+)\s*/\s*\d+\s*\]",
+)]
+_EPOCH = re.compile(r"\bepoch['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?![.\d])", re.IGNORECASE)
+_BEST = re.compile(r"(?:^|[_\s.])(?:best|min|lowest|prev(?:ious)?)(?:$|[_\s.])", re.IGNORECASE)
+
+
+def _kind(key: str) -> str | None:
+    low = key.lower()
+    if "scale" in low:
+        return "loss_scale"
+    if "gnorm" in low or ("grad" in low and "norm" in low):
+        return "grad_norm"
+    if "loss" in low:
+        return "best_loss" if _BEST.search(low) else "loss"
+    return None
+
+
+def _value(printed: str) -> str:
+    low = printed.lower().lstrip("+")
+    return low.replace("infinity", "inf")
+
+
+_WORST = ("loss", "grad_norm", "loss_scale", "best_loss")
+
+
+def _step(text: str) -> int | None:
+    for pattern in _STEPS:
+        found = pattern.search(text)
+        if found:
+            return int(found.group("n"))
+    return None
+
+
+def metric_facts(facts: dict[str, FactValue], line: bytes, before: Sequence[tuple[int, bytes]] = (),
+                 after: Sequence[tuple[int, bytes]] = ()) -> None:
+    """Fill `facts` (a nan_inf hit's) with what its line says as metrics; facts the rule found stay."""
+    text = line[:METRIC_LINE_CHARS].decode("utf-8", "replace")
+    found: list[tuple[str, str, str]] = []  # (kind, key as printed, value)
+    for match in _PAIR.finditer(text):
+        key = match.group("key").strip(" .-")
+        kind = _kind(key)
+        if kind is not None:
+            found.append((kind, key, _value(match.group("value"))))
+    for pattern in (_PROSE, _PROSE_GRAD):
+        for match in pattern.finditer(text):
+            kind = "loss" if "loss" in match.group(0).lower() and pattern is _PROSE else "grad_norm"
+            found.append((kind, "loss" if kind == "loss" else "grad_norm", _value(match.group("value"))))
+    counters = {m.group("kind").lower(): int(m.group("n")) for m in _NAN_ITERATIONS.finditer(text)}
+    for kind_name, count in counters.items():
+        facts.setdefault(f"{kind_name}_iterations", count)
+    if not found and not counters.get("nan"):
+        return
+    if found:
+        ranked = sorted(found, key=lambda f: _WORST.index(f[0]))
+        kind, key, value = ranked[0]
+        facts.setdefault("field", key)
+        facts.setdefault("value", value)
+        facts.setdefault("nonfinite", kind)
+        for name in ("loss", "grad_norm"):
+            first = next((v for k, _, v in found if k == name), None)
+            if first is not None:
+                facts.setdefault(name, first)
+        if kind == "grad_norm" and after:
+            finite = re.compile(re.escape(key) + r"['\"]?\s*[:=]?\s*[-+]?\d", re.IGNORECASE)
+            if any(finite.search(t[:METRIC_LINE_CHARS].decode("utf-8", "replace")) for _, t in after[:LOOK_AHEAD]):
+                facts.setdefault("recovered", True)
+    else:
+        facts.setdefault("nonfinite", "loss")  # Megatron counted nan iterations
+    scale = _LOSS_SCALE.search(text)
+    if scale:
+        facts.setdefault("loss_scale", float(scale.group("value")))
+    step = _step(text)
+    if step is None:
+        for _, earlier in reversed(before[-LOOK_BACK:]):
+            step = _step(earlier[:METRIC_LINE_CHARS].decode("utf-8", "replace"))
+            if step is not None:
+                break
+    if step is None:
+        epoch = _EPOCH.search(text)
+        step = int(epoch.group("n")) if epoch else None
+    if step is not None:
+        facts.setdefault("step", step)
+
+
+def metric_level(level: Level, facts: dict[str, FactValue], hits: int) -> Level:
+    """The severity of a nan_inf finding read as metrics (unchanged for other nan_inf findings)."""
+    kind = facts.get("nonfinite")
+    if kind == "best_loss":
+        return "info"
+    if kind in ("grad_norm", "loss_scale"):
+        if hits == 1 and facts.get("recovered") is True:
+            return "info"
+        return "warn" if level == "crit" else level
+    return level
