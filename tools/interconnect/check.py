@@ -28,6 +28,7 @@ from tools.core.files import expand_inputs
 from tools.core.limits import NET_LIVE_TIMEOUT_S, NET_MAX_FILES, NET_MAX_FINDINGS
 from tools.core.models import (
     Coverage,
+    CoverageStatus,
     NameArg,
     NextStep,
     NodesInput,
@@ -40,7 +41,7 @@ from tools.core.models import (
 from tools.interconnect.bandwidth import Bandwidth, judge_tests
 from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
 from tools.interconnect.live import LiveCapture, capture_this_node
-from tools.interconnect.nodes import judge_across_nodes, judge_capture, judge_captures
+from tools.interconnect.nodes import CAPTURE_FORMATS, judge_across_nodes, judge_capture, judge_captures
 from tools.interconnect.transports import Transport, judge_logs
 
 __all__ = ["CheckInterconnectInput", "CheckInterconnectResult", "check_interconnect"]
@@ -150,6 +151,18 @@ def _undecided(result: CheckInterconnectResult) -> None:
     """No finding, yet the evidence does not clear the fabric: a busbw with no figure to judge it by is no more
     healthy than it is low (15 GB/s is fine on one 100G NIC and a third of what 400G RoCE gives)."""
     unjudged = [b for b in result.bandwidth if b.ratio is None and b.peak_busbw_gbs is not None]
+    unread = [c for c in result.coverage if c.status is CoverageStatus.not_understood]
+    if not unjudged and unread:
+        # "No problem found" in what was not read is no clean bill: the link it shows may be the bad one.
+        read = len(result.coverage) - len(unread)
+        result.severity, result.verdict = Severity.unknown, "unknown"
+        result.decides = ("The same outputs in a form this tool reads: " + ", ".join(CAPTURE_FORMATS)
+                          + " as captures, NCCL_DEBUG=INFO logs as nccl_logs, nccl-tests output as nccl_tests")
+        result.conclusion = [f"Cannot tell: {unread[0].input} was not understood ({unread[0].detail})"
+                             + (f", and {len(unread) - 1} more input(s)" if len(unread) > 1 else "") + ".",
+                             f"Nothing is wrong in the {read} input(s) read." if read else
+                             "No input was read: pass the captures as the command printed them."]
+        return
     if not unjudged:
         return
     first = unjudged[0]

@@ -37,7 +37,6 @@ def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
 def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
     """One capture's findings and link rows; `name` is the file (or the command) it came from."""
     kind = kind_of(text)
-    links = len(found.links)
     if kind not in ("nccl_log", "nccl_tests", "unknown"):
         found.coverage.append(Coverage.read(name, kind))
     if kind == "topo":
@@ -61,8 +60,9 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
         found.coverage.append(Coverage.not_understood(name, f"not a capture this tool reads; it starts {first[:80]!r}"
                                                       if first else "no text in it", CAPTURE_FORMATS))
         return
-    if kind == "topo" and len(found.links) == links and not any(f.node == node for f in found.findings):
-        # Recognised, yet no GPU pair came out of it (a matrix cut before its rows).
+    if kind == "topo" and read_topo(text) is None:
+        # Recognised, yet no GPU row came out of it (a matrix cut before its rows). A matrix of PCIe paths only is
+        # read all the same: no NVLink to judge is no reason to call it not understood.
         found.coverage[-1] = Coverage.not_understood(name, "topo -m header with no GPU row under it", CAPTURE_FORMATS)
 
 
