@@ -44,7 +44,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
-from tools.logs.exits import signal_number  # noqa: E402
 from tools.logs.diagnose import (  # noqa: E402
     DiagnoseLogsInput,
     DiagnoseLogsResult,
@@ -52,6 +51,7 @@ from tools.logs.diagnose import (  # noqa: E402
     diagnose_logs,
     nccl_result_name,
 )
+from tools.logs.exits import signal_number  # noqa: E402
 
 WILD = REPO / "tests" / "data" / "logs" / "wild"
 PUBLIC = REPO / "tests" / "data" / "logs" / "public"
@@ -154,7 +154,7 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     if name == "nccl_error" and isinstance(want, str):  # one NCCL result, as its name or ncclGetErrorString's text
         want = nccl_result_name(want)
     if name == "signal" and signal_number(want) is not None:  # one signal: 9, "SIGKILL" and "Killed" alike
-        return any(signal_number(finding.facts[k]) == signal_number(want) for k in ("signal", "signal_number")
+        return any(bool(signal_number(finding.facts[k]) == signal_number(want)) for k in ("signal", "signal_number")
                    if k in finding.facts)
     if name not in finding.facts:
         return False

@@ -132,7 +132,9 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
         for r in listed
     )
-    return rules, LineMatcher([anchor_after_prefix(r["match"], loose=True) for r in listed], case_sensitive=True)
+    # A rule's `candidate` (a cheaper superset of its `match`) finds its lines; `match` then decides (classify).
+    return rules, LineMatcher([anchor_after_prefix(r.get("candidate", r["match"]), loose=True) for r in listed],
+                              case_sensitive=True)
 
 
 class DiagnoseLogsInput(InputModel):

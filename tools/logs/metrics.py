@@ -13,9 +13,9 @@ prose (`Loss is Infinity`, `NaN loss`). It adds, where the line (or the record i
 - `nonfinite`: the worst kind that went non-finite: loss, grad_norm, loss_scale, or best_loss (a `best_loss: inf`
   that only starts a minimum);
 - `recovered`: the lines just below show the same field finite again.
-`metric_level` turns these into a severity: a non-finite loss is crit; a grad norm alone (the loss finite) is warn,
-and info when it happened once and the next lines are finite again (an fp16 scaler calibrating its first step); a
-`best_loss: inf` is info.
+`metric_level` turns these into a severity: a non-finite loss is crit, and so is a grad norm (the loss finite) that
+stays non-finite over several lines; a grad norm non-finite once is warn, and info when the next lines are finite
+again (an fp16 scaler calibrating its first step); a `best_loss: inf` is info.
 
 Python's `re` runs only on lines a rule already matched, on at most METRIC_LINE_CHARS of each; every pattern is
 linear (no nested repeats).
@@ -140,8 +140,8 @@ def metric_level(level: Level, facts: dict[str, FactValue], hits: int) -> Level:
     kind = facts.get("nonfinite")
     if kind == "best_loss":
         return "info"
-    if kind in ("grad_norm", "loss_scale"):
-        if hits == 1 and facts.get("recovered") is True:
+    if kind in ("grad_norm", "loss_scale") and hits == 1 and "error" not in facts:  # an exception stopped the run
+        if facts.get("recovered") is True:
             return "info"
         return "warn" if level == "crit" else level
     return level

@@ -12,7 +12,8 @@ The forms come from real logs:
 - torchrun / mpirun: `[rank3]:`, `[default0]:`, `[1,0]<stdout>:`;
 - containers and Kubernetes: `2024-05-01T12:00:00.123456789Z `, CRI's `... stdout F `;
 - syslog / journal: `May  1 12:00:00 host kernel: `, dmesg's `[ 1234.567890] ` and `[Sun Mar 30 08:24:00 2025] `;
-- Python logging: `2024-05-01 12:00:00,123 - name - ERROR - `, `ERROR:torch.distributed.x:`, glog `E0501 12:00:00.123 42 x.py:12] `.
+- Python logging: `2024-05-01 12:00:00,123 - name - ERROR - `, `ERROR:torch.distributed.x:`;
+  glog's `E0501 12:00:00.123 42 x.py:12] `.
 """
 
 from __future__ import annotations

@@ -1,0 +1,169 @@
+"""Issue 31's mechanisms on real excerpts (tests/data/logs/round2/dev, labels and sources in its cases.jsonl): metric
+values (tools/logs/metrics.py), process exits (sop/exits.toml, tools/logs/exits.py) and line repair
+(tools/logs/prefixes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.helpers import DATA
+from tools.core.context import ToolContext
+from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, LogFinding, classify, diagnose_logs
+from tools.logs.exits import signal_number
+from tools.logs.prefixes import anchor_after_prefix
+
+DEV = DATA / "logs" / "round2" / "dev"
+
+
+def diagnose(name: str, root: Path = DEV) -> DiagnoseLogsResult:
+    return anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[name]), ToolContext(roots=(root.resolve(),)))
+
+
+def finding(result: DiagnoseLogsResult, rule: str) -> LogFinding:
+    found = [f for f in result.findings if f.rule == rule]
+    assert found, [(f.rule, f.severity) for f in result.findings]
+    return found[0]
+
+
+@pytest.mark.parametrize(("name", "rule", "severity", "facts"), [
+    # Megatron's '|' table: grad norm nan, the loss scale beside it, the iteration as the step.
+    ("nan_inf__megatron-deepspeed-396.log", "metric_nonfinite", "crit",
+     {"step": 5426, "grad_norm": "nan", "loss_scale": 1.0, "field": "grad norm", "nonfinite": "grad_norm"}),
+    # The same table wrapped by the user: the step comes from the iteration line two lines above (one line: warn).
+    ("nan_inf__nvidia-nemo-megatron-bridge-5306.log", "metric_nonfinite", "warn",
+     {"step": 5, "grad_norm": "nan", "loss_scale": 1.0}),
+    # DINOv2's MetricLogger 'key: value (avg)': total_loss inf, the step from '[ 40/5000000]'.
+    ("nan_inf__dinov2-143.log", "metric_nonfinite", "crit", {"step": 40, "loss": "inf", "field": "total_loss"}),
+    # Space-separated fields: every loss_* nan at iter 4500.
+    ("nan_inf__nlut-12.log", "metric_nonfinite", "crit", {"step": 4500, "loss": "nan", "field": "loss_mn"}),
+    # Prose: 'Loss is Infinity.' at [Iteration 45459].
+    ("nan_inf__ipex-llm-1486.log", "metric_nonfinite", "crit", {"step": 45459, "loss": "inf"}),
+    # A running average: 'grad_norm: 0.3922 (nan)' with the loss finite and the fp16 loss scale beside it.
+    ("nan_inf__microsoft-unilm-598.log", "metric_nonfinite", "crit", {"grad_norm": "nan", "loss_scale": 8192.0}),
+    # 'epoch: N loss: nan': the epoch stands for the step.
+    ("nan_inf__gradnorm-tf-17.log", "nan_loss", "crit", {"step": 3451, "loss": "nan"}),
+    # 'loss nan ... grad_norm nan rank 2': both fields, space-separated.
+    ("nan_inf__qwenaudio-cosyvoice-652.log", "nan_loss", "crit", {"loss": "nan", "grad_norm": "nan"}),
+    # One grad_norm inf and nothing after it: warn, not crit.
+    ("nan_inf__solofusion-19.log", "nan_grad_norm", "warn", {"step": 50, "grad_norm": "inf"}),
+    # DeepSpeed's loss scaler at its floor.
+    ("nan_inf__deepspeedai-deepspeedexamples-418.log", "loss_scale_minimum", "crit",
+     {"error": "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."}),
+    # A framework's own NaN check (an exception: the run stopped) names the grad norm: crit though it is one line.
+    ("nan_inf__pai-megatron-patch-366.log", "metric_nonfinite", "crit", {"grad_norm": "nan"}),
+])
+def test_metric_values(name: str, rule: str, severity: str, facts: dict[str, Any]) -> None:
+    found = finding(diagnose(name), rule)
+    assert found.category == "nan_inf" and found.severity == severity
+    for key, value in facts.items():
+        assert found.facts.get(key) == value, (key, found.facts)
+
+
+def test_one_early_nan_grad_norm_that_recovers_is_info() -> None:
+    # mmocr under fp16: grad_norm nan in the first logged window only, finite in the next (the scaler calibrating).
+    result = diagnose("benign__tablemaster-mmocr-32.log")
+    found = finding(result, "nan_grad_norm")
+    assert found.severity == "info" and found.facts["recovered"] is True
+    assert all(f.severity == "info" for f in result.findings)
+
+
+def test_a_best_loss_of_inf_is_no_fault_and_finite_lines_are_not_metric_findings() -> None:
+    assert classify(b"epoch 3 | best_loss: inf | loss: 0.53") is not None  # matched, then judged below
+    assert classify(b"step 12 loss 2.0012 lr 3.0e-04 grad_norm 0.123 infinite_sampler=on") is None
+    assert classify(b"Epoch 1: val_loss improved from inf to 0.52, saving model") is None
+
+
+@pytest.mark.parametrize(("name", "rule", "severity", "facts"), [
+    # Kubernetes: the yaml of lastState.terminated (exitCode above reason: OOMKilled), kubectl exec, eviction.
+    ("process_exit__ray-project-kuberay-1.log", "k8s_oom_killed", "crit",
+     {"exitcode": 137, "signal_number": 9, "signal": "SIGKILL"}),
+    ("process_exit__jupyter-docker-stacks-1.log", "k8s_terminated", "crit", {"exitcode": 137, "signal_number": 9}),
+    ("process_exit__kubeflow-kubeflow-1.log", "k8s_eviction", "crit", {"resource": "memory"}),
+    # Slurm's time limit, with and without the node's name.
+    ("process_exit__marbl-canu-1.log", "slurm_time_limit", "crit",
+     {"host": "node023", "job": 3884617, "killed_by": "Slurm: the job's time limit"}),
+    ("process_exit__zettaai-zetta-utils-1.log", "slurm_time_limit", "crit", {}),
+    # The kernel's OOM killer (dmesg -T and ISO timestamps).
+    ("process_exit__0jc1-py-autovod-1.log", "kernel_oom_kill", "crit", {"pid": 7899, "process": "python"}),
+    ("process_exit__equinor-ert-1.log", "kernel_oom_kill", "crit", {"pid": 1440763, "process": "perl"}),
+    # Ray: its memory monitor, and an actor whose worker died (pid and ip on their own lines below).
+    ("process_exit__real-stanford-flingbot-1.log", "ray_oom_kill", "crit", {"pid": 4331, "host": "192.168.0.107"}),
+    ("process_exit__simple-efficient-rl-factory-1.log", "ray_actor_died", "crit",
+     {"pid": 20174, "host": "10.164.37.106"}),
+    ("process_exit__hkust-nlp-simplerl-reason-1.log", "ray_actor_died", "crit", {"pid": 71876}),
+    # mpirun and a launcher that name the signal.
+    ("process_exit__paddlepaddle-paddle-1.log", "mpirun_signal", "crit",
+     {"pid": 363, "host": "10.87.102.19", "signal_number": 9}),
+    ("process_exit__huggingface-text-generation-inference-1.log", "signaled", "crit",
+     {"signal_number": 4, "signal": "SIGILL"}),
+    # SkyPilot's return-code list: the first code that is not the cleanup's 137.
+    ("process_exit__skypilot-org-skypilot-1.log", "return_code_list", "warn", {"exitcode": 1}),
+    ("process_exit__skypilot-org-skypilot-2.log", "return_code_list", "warn", {"exitcode": 1}),
+])
+def test_process_exits(name: str, rule: str, severity: str, facts: dict[str, Any]) -> None:
+    found = finding(diagnose(name), rule)
+    assert found.category == "process_exit" and found.severity == severity
+    for key, value in facts.items():
+        assert found.facts.get(key) == value, (key, found.facts)
+    if name.startswith("process_exit__paddlepaddle"):
+        assert found.ranks == [140]
+
+
+def test_torchrun_summary_as_retyped_still_gives_rank_and_signal() -> None:
+    found = finding(diagnose("process_exit__zhehengjianglancaster-amvur-1.log"), "child_failed")
+    assert found.severity == "crit" and found.facts["exitcode"] == -9 and found.facts["signal_number"] == 9
+    assert 2 in found.ranks
+
+
+def test_an_abort_after_a_cuda_error_is_its_consequence() -> None:
+    result = diagnose("cuda_error__vina-cuda-3.log")
+    assert finding(result, "cuda_error").severity == "crit"
+    abort = finding(result, "shell_signal")
+    assert abort.severity == "info" and abort.facts["signal_number"] == 6 and abort.facts["consequence"] is True
+
+
+@pytest.mark.parametrize(("printed", "number"), [
+    (9, 9), (-9, 9), ("9", 9), ("SIGKILL", 9), ("Killed", 9), ("已杀死", 9), ("SIGSEGV", 11),
+    ("Segmentation fault", 11), ("Bus error", 7), ("signal 4", 4), ("Aborted", 6), ("nonsense", None),
+])
+def test_signal_number(printed: object, number: int | None) -> None:
+    assert signal_number(printed) == number
+
+
+@pytest.mark.parametrize("prefix", [
+    "(RayWorkerWrapper pid=123, ip=10.0.0.1) ",
+    "(pid=123) ",
+    "[rank3]:",
+    "[default0]:",
+    "2024-05-01T12:00:00.123456789Z stdout F ",
+    "2024-05-01T12:00:00.123456789Z ",
+    "May  1 12:00:00 gpu-node-3 kernel: ",
+    "[ 1234.567890] ",
+    "2024-05-01 12:00:00,123 - train - ERROR - ",
+    "(pid=123) [rank3]:",
+])
+def test_rules_anchored_at_the_line_start_match_after_a_prefix(prefix: str) -> None:
+    for line, rule in ((b"Killed", "death_signal"), (b"Segmentation fault (core dumped)", "shell_signal"),
+                       (b"  exitCode: 137", "k8s_exit_code")):
+        classified = classify(prefix.encode() + line)
+        assert classified is not None and classified[0].id == rule, (prefix, line)
+    assert classify(b"the job was Killed") is None  # not at the start of the line, after no known prefix
+
+
+def test_anchor_rewrites_only_line_anchors() -> None:
+    assert anchor_after_prefix(r"[^x]\^a") == r"[^x]\^a"
+    assert anchor_after_prefix(r"(?:^|x)a").startswith("(?:^(?:")
+    assert anchor_after_prefix(r"^a", loose=True) == r"(?:^|[\s:\])>])a"
+
+
+def test_a_prefixed_killed_line_in_a_file(tmp_path: Path) -> None:
+    (tmp_path / "worker.log").write_text(
+        "(RayWorkerWrapper pid=5521, ip=10.0.0.7) step 10 loss 1.02\n"
+        "(RayWorkerWrapper pid=5521, ip=10.0.0.7) Killed\n")
+    result = diagnose("worker.log", tmp_path)
+    found = finding(result, "death_signal")
+    assert found.category == "process_exit" and found.facts["signal_number"] == 9
