@@ -20,8 +20,10 @@ Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 
 
 Round 2 (issue 31, tests/data/logs/round2): 315 excerpts from 282 repositories new to the project, split by
 repository before any tuning into development (round2/dev) and held out (round2/heldout, labels frozen with their
-SHA-256 in round2/split_2026-12-01.json). By default the development sets are scored (the older sets and round 2's
-development part, each with its own figure); `--held-out` adds the held-out figure beside them. Targets (issue 31),
+SHA-256 in round2/split_2026-12-01.json); round 3 (tests/data/logs/round3): 114 excerpts from 108 more repositories,
+collected after the work on round 2's development part began, all held out. By default the development sets are
+scored (the older sets and round 2's development part, each with its own figure); `--held-out` adds both held-out
+figures beside them. Targets (issue 31),
 held out: recall >= 0.95, facts >= 0.9, benign 100 % quiet.
 
 Usage: .venv/bin/python benchmarks/accuracy_logs.py [--held-out] [--misses] [--category C]
@@ -56,7 +58,7 @@ from tools.logs.exits import signal_number  # noqa: E402
 WILD = REPO / "tests" / "data" / "logs" / "wild"
 PUBLIC = REPO / "tests" / "data" / "logs" / "public"
 ROUND2 = REPO / "tests" / "data" / "logs" / "round2"
-SPLIT = ROUND2 / "split_2026-12-01.json"
+ROUND3 = REPO / "tests" / "data" / "logs" / "round3"  # all held out: collected after round 2's tuning began
 SERIOUS = frozenset({"warn", "crit"})
 # Facts of the process rather than of the failure: the contract reports how a process ended in its own
 # process_exit finding (torchrun's summary, a signal), so they count there too.
@@ -94,10 +96,10 @@ def _labelled(manifest: Path) -> list[Case]:
     return cases
 
 
-def load_heldout() -> list[Case]:
-    """Round 2's held-out excerpts, from the frozen labels; refused when they changed after the split."""
-    split = json.loads(SPLIT.read_text())
-    labels = ROUND2 / split["heldout_labels"]
+def load_heldout(round_folder: Path) -> list[Case]:
+    """A round's held-out excerpts, from the frozen labels; refused when they changed after the split."""
+    split = json.loads((round_folder / "split_2026-12-01.json").read_text())
+    labels = round_folder / split["heldout_labels"]
     if hashlib.sha256(labels.read_bytes()).hexdigest() != split["heldout_labels_sha256"]:
         sys.exit(f"{labels} changed after it was frozen on {split['date']}: held-out labels are never edited; "
                  "collect a fresh round instead.")
@@ -237,7 +239,8 @@ def main() -> None:
     sets = [("development: wild + public (issues 16-22)", load_cases()),
             ("development: round 2 (issue 31)", load_round2_dev())]
     if args.held_out:
-        sets.append(("HELD OUT: round 2 (issue 31, frozen 2026-12-01)", load_heldout()))
+        sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
+        sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
     for title, cases in sets:
         chosen = [c for c in cases if args.category in (None, c.category)]
         missing_files = [c.path.name for c in chosen if not c.path.is_file()]
