@@ -86,7 +86,9 @@ def test_the_report_and_a_tool_of_each_family_run_from_the_wheel(installed: Path
     }
     for name, args in calls.items():
         done = _cli(installed, tmp_path, *args, *root)
-        # 4 (unknown) is a verdict too: find-stragglers on step logs alone cannot tell compute from waiting.
+        # 4 (unknown) is a verdict too: find-stragglers on step logs alone cannot tell compute from waiting, and
+        # health-check here has no NVML (the GPUs cannot be judged; a busy host may still warn).
         assert done.returncode in (0, 1, 2, 4), (name, done.stderr[-2000:])
         severity = json.loads(done.stdout)["severity"]
-        assert severity == "unknown" if name == "find-stragglers" else severity in ("ok", "warn", "crit"), name
+        expected = {"find-stragglers": ("unknown",), "health-check": ("unknown", "warn")}
+        assert severity in expected.get(name, ("ok", "warn", "crit")), (name, severity)
