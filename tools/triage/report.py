@@ -333,9 +333,10 @@ async def _run(name: str, call: Callable[[], Awaitable[Any]], rows_of: Callable[
     severity = result.severity
     runs.append(ToolRun(tool=name, severity=severity, conclusion=result.conclusion[0] if result.conclusion else "",
                         decides=result.decides if severity is Severity.unknown else None))
-    rows.extend(rows_of(result))
-    if severity is Severity.unknown:
-        rows.append(_unknown_row(name, result))
+    own = rows_of(result)
+    rows.extend(own)
+    if severity is Severity.unknown and not any(row.severity is Severity.unknown for row in own):
+        rows.append(_unknown_row(name, result))  # once: a tool whose own rows say unknown has said it
     coverage.extend(entry.model_copy(update={"detail": f"{name}: {entry.detail}" if entry.detail else name})
                     for entry in result.coverage)
     return result

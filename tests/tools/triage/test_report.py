@@ -36,6 +36,9 @@ def test_demo_on_the_bundled_samples_from_any_folder(tmp_path: Path) -> None:
     assert {r["source"] for r in data["rows"]} >= {"dump_stacks", "analyze_flight_recorder", "diagnose_logs",
                                                    "summarize_trace", "find_stragglers"}
     assert data["rows"][0]["source"] == "dump_stacks"  # the tool that names the culprit comes before the symptom
+    # No NVML here: health_check says so in one unknown row (its own), not twice.
+    # (a busy CI host may add a host warning beside it)
+    assert [r["severity"] for r in data["rows"] if r["source"] == "health_check"].count("unknown") == 1
     assert {r["tool"] for r in data["runs"]} == {"health_check", "diagnose_logs", "find_stragglers",
                                                  "summarize_trace", "dump_stacks", "analyze_flight_recorder"}
 
