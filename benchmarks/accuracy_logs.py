@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tools.core.context import ToolContext  # noqa: E402
+from tools.logs import learned  # noqa: E402
 from tools.logs.diagnose import (  # noqa: E402
     DiagnoseLogsInput,
     DiagnoseLogsResult,
@@ -235,7 +236,13 @@ def main() -> None:
                         "with --held-out: its misses are not for tuning)")
     parser.add_argument("--category", help="only this category")
     parser.add_argument("--held-out", action="store_true", help="also score round 2's frozen held-out set")
+    parser.add_argument("--rules-only", action="store_true", help="the rules alone: the learned fallback "
+                        "(tools/logs/learned.py) off whatever sop/log_model.toml says")
+    parser.add_argument("--with-model", action="store_true", help="the learned fallback on whatever "
+                        "sop/log_model.toml says")
     args = parser.parse_args()
+    if args.rules_only or args.with_model:
+        learned.OVERRIDE = bool(args.with_model)
     sets = [("development: wild + public (issues 16-22)", load_cases()),
             ("development: round 2 (issue 31)", load_round2_dev())]
     if args.held_out:

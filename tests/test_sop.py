@@ -276,3 +276,15 @@ def test_busy_but_slow_words_reach_the_sm_activity_step() -> None:
         assert plan.branch == "gpu_utilization_low", (words, plan.alternatives)
         activity = [s for s in plan.steps if s.tool == "gpu_activity"]
         assert len(activity) == 1 and activity[0].arguments == {"samples": 5, "interval_s": 1.0}, words
+
+
+def test_every_log_rule_pattern_compiles() -> None:
+    """diagnose_logs compiles a rule's patterns on first use (start-up time): a broken one must fail here, not on
+    the first log that holds its line."""
+    from tools.logs.diagnose import load_rules
+
+    rules, matcher = load_rules()
+    assert len(rules) > 60 and len(matcher.patterns) == len(rules)
+    for rule in rules:
+        for pattern in (rule.match, *rule.facts):
+            assert pattern.compiled() is not None, rule.id

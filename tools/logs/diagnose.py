@@ -27,9 +27,12 @@ from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, Pa
 from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.xid import xid_meaning
+from tools.logs.cuda_facts import cuda_exception_facts, cuda_facts
 from tools.logs.exceptions import TRACEBACK_RULE, TracebackReader, exception_hits
 from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
+from tools.logs.learned import predict_file
+from tools.logs.lines import LineReader, network_before_timeout, with_line_rules
 from tools.logs.metrics import metric_facts, metric_level
 from tools.logs.prefixes import anchor_after_prefix
 from tools.logs.reader import (
@@ -107,6 +110,25 @@ def _compile(pattern: str) -> Any:
     return re2.compile(pattern.encode(), options)
 
 
+class _LazyRegex:
+    """A rule's RE2 pattern, compiled on its first use: a call compiles only the rules its lines matched, not the
+    several hundred patterns of every rule (a quarter of a second at start-up). tests/test_sop.py compiles them all."""
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: Any = None
+
+    def compiled(self) -> Any:
+        if self._compiled is None:  # two threads may both compile it: the same pattern, either result serves
+            self._compiled = _compile(self.pattern)
+        return self._compiled
+
+    def __getattr__(self, name: str) -> Any:  # search, match, finditer, groupindex ...
+        return getattr(self.compiled(), name)
+
+
 @cache
 def _rule_file() -> dict[str, Any]:
     return tomllib.loads(resources.files("sop").joinpath("log_rules.toml").read_text("utf-8"))
@@ -117,10 +139,10 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
     """The rules, and one matcher over every rule's `match` that also says which rules matched a line."""
     raw = _rule_file()
     # Issue 31: the exit table's rows join the rules; a rule's `^` also matches after known line prefixes.
-    listed = with_exit_rules(raw["rule"])
+    listed = with_line_rules(with_exit_rules(raw["rule"]))  # and the error lines, networks (tools/logs/lines.py)
     rules = tuple(
-        Rule(id=r["id"], category=r["category"], level=r["severity"], match=_compile(anchor_after_prefix(r["match"])),
-             facts=tuple(_compile(anchor_after_prefix(f)) for f in r["facts"]),
+        Rule(id=r["id"], category=r["category"], level=r["severity"], match=_LazyRegex(anchor_after_prefix(r["match"])),
+             facts=tuple(_LazyRegex(anchor_after_prefix(f)) for f in r["facts"]),
              size_facts=frozenset(r.get("size_facts", [])),
              group_by=tuple(r.get("group_by", [])), cross_rank=bool(r.get("cross_rank", False)),
              context_only=bool(r.get("context_only", False)), multi_node=bool(r.get("multi_node", False)),
@@ -349,16 +371,21 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     waiting: list[tuple[int, Rule, dict[str, FactValue]]] = []  # continuation lines seen before their message
     tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
     traceback_rule = _traceback_rule()
+    lines = LineReader()  # error lines and network failures (tools/logs/lines.py)
     try:
         for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats):
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
             classified = classify(match.text, match.patterns)
+            if lines.feed(match, classified):
+                continue
             if classified is None or classified[0].id == TRACEBACK_RULE:
                 continue
             rule, facts = classified
             if rule.category == "nan_inf":  # issue 31: the line read as metrics (field, value, step)
                 metric_facts(facts, match.text, match.before, match.after)
+            if rule.category in ("cuda_error", "cuda_oom"):  # issue 31: the CUDA error's own text (cuda_facts.py)
+                cuda_facts(rule.id, rule.category, facts, match.text, match.before)
             if rule.context_only:
                 earlier = summary[1] if match.number - summary[0] <= 3 else {}
                 summary = (match.number, {**earlier, **facts})
@@ -407,7 +434,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
         status = f"unreadable: {exc.message}"
     else:
         status = stats.status()
-    hits = exception_hits(file, hits, tracebacks.exceptions())
+    raised = tracebacks.exceptions()
+    hits = lines.with_error_lines(file, exception_hits(file, lines.with_network(file, hits), raised), raised)
+    cuda_exception_facts(hits)
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)
@@ -619,7 +648,7 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
     cause = rule.cause
     ambiguous = _rule_file()["ambiguous_cuda_errors"]
     error = str(facts.get("error", "")).lower()
-    if rule.category == "cuda_error" and any(error.startswith(e) for e in ambiguous["errors"]):
+    if rule.category == "cuda_error" and any(e in error for e in ambiguous["errors"]):
         facts["hardware_possible"] = True  # the same words come from a bug and from a failing GPU
         cause = f"{cause} {ambiguous['note']}"
     if rule.id == "row_remapper":
@@ -633,6 +662,37 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
         ranks=sorted(group.by_rank), first_by_rank=[_occurrence(h) for _, h in sorted(group.by_rank.items())][:16],
         facts=facts, cause=cause, fix=rule.fix, sop_branch=rule.sop_branch,
     )
+
+
+def _learned(files: list[InputFile], findings: list[LogFinding], groups: dict[str, _Group]) -> list[LogFinding]:
+    """The learned fallback's guess (tools/logs/learned.py), only where no rule produced a serious finding
+    (unclassified_error aside) nor judged the log undecided (a backend failure the rules cannot place), and never
+    of a category a rule reported: a warn that says it is a guess."""
+    if any(f.severity != "info" and f.category != "unclassified_error" for f in findings) or any(
+            g.rule.id == "dist_error_wrapper" for g in groups.values()):
+        return []
+    reported = frozenset(f.category for f in findings)
+    rules = load_rules()[0]
+    out: dict[str, LogFinding] = {}
+    for file in files:
+        guess = predict_file(file, reported)
+        if guess is None or guess.category in out:
+            continue
+        model_rule = next(r for r in rules if r.category == guess.category)
+        out[guess.category] = LogFinding(
+            category=guess.category, rule="learned_fallback", severity="warn", count=1,
+            first=Occurrence(file=file.name, line=guess.line, rank=file.rank, timestamp=None,
+                             text=display_line(guess.text.encode())),
+            ranks=[] if file.rank is None else [file.rank], facts={
+                "learned": True, "probability": guess.probability, "tokens": " ".join(guess.tokens)},
+            cause=(f"A learned guess, not a rule: no rule found a fault of a known category, and the model trained on "
+                   f"the development logs "
+                   f"(sop/log_model.json) reads this log as {guess.category} (probability {guess.probability}), "
+                   f"decided by the tokens {', '.join(guess.tokens)}. Typical cause of {guess.category}: "
+                   f"{model_rule.cause}"),
+            fix=f"Confirm from the log's own lines first (grep_logs). {model_rule.fix}",
+            sop_branch=model_rule.sop_branch)
+    return list(out.values())
 
 
 _TIMEOUT_RULES = ("nccl_watchdog_timeout", "gloo_timeout")
@@ -734,6 +794,8 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     ranks = _RanksRead(frozenset(world), printed_world, len(files))
     findings = [_finding(g, groups, world, ranks) for g in groups.values() if not g.rule.evidence_only]
     demote_consequences(findings)  # issue 31: `Aborted (core dumped)` after a CUDA error is its consequence
+    network_before_timeout(findings)  # issue 31: a timeout after a network failure is its consequence
+    findings += _learned(files, findings, groups)  # issue 31: a learned guess where the rules stop (learned.py)
     findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
     severity = [Severity.ok, Severity.warn, Severity.crit][worst]

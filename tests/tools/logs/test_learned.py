@@ -1,0 +1,81 @@
+"""diagnose_logs' learned fallback (issue 31, "learning where rules stop"; tools/logs/learned.py, sop/log_model.json
+trained by benchmarks/train_log_model.py on the development sets only): deterministic, explains itself, never
+overrides a rule, keeps every committed benign excerpt quiet."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.helpers import DATA, REPO
+from tools.core.context import ToolContext
+from tools.logs import learned
+from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
+
+DEV = DATA / "logs" / "round2" / "dev"
+BENIGN = sorted([*(DATA / "logs" / "wild").glob("benign__*.log"), *(DATA / "logs" / "public").glob("benign__*.log"),
+                 *DEV.glob("benign__*.log")])
+
+
+@pytest.fixture(autouse=True)
+def model_on() -> Iterator[None]:
+    learned.OVERRIDE = True
+    yield
+    learned.OVERRIDE = None
+
+
+def diagnose(path: Path) -> DiagnoseLogsResult:
+    return anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]), ToolContext(roots=(path.parent.resolve(),)))
+
+
+def test_training_is_deterministic_and_the_shipped_file_is_what_it_trains() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_log_model
+
+    data = train_log_model.examples(rules_too=False)
+    assert {e.case.path.parent.name for e in data} <= {"wild", "public", "dev"}  # never a held-out set
+    first, second = train_log_model.train(data), train_log_model.train(data)
+    assert first == second
+    assert (REPO / "sop" / "log_model.json").read_text() == first
+    assert json.loads(first)["cross_validation"]["model_alone_benign_quiet"] == 1.0
+
+
+def test_a_dev_excerpt_is_named_with_the_tokens_that_decided() -> None:
+    nb, thresholds = learned.model()
+    text = (DEV / "cuda_oom__360zhinao-11.log").read_text(errors="replace")
+    guess = learned.guess(text, nb, thresholds)
+    assert guess is not None and guess.category == "cuda_oom" and guess.probability >= thresholds["cuda_oom"]
+    assert "allocate" in guess.tokens and "cuda__out" in guess.tokens
+    assert learned.guess(text, nb, thresholds, exclude=frozenset({"cuda_oom"})) is None  # a rule's category
+
+
+def test_a_fault_no_rule_knows_is_a_learned_warn_with_its_tokens(tmp_path: Path) -> None:
+    # A wording no rule matches (a synthetic line: every committed fault excerpt is matched by a rule).
+    path = tmp_path / "job.log"
+    path.write_text("WARN collective operation timeout watchdog allreduce seqnum\n")
+    [finding] = diagnose(path).findings
+    assert (finding.category, finding.severity, finding.rule) == ("nccl_timeout", "warn", "learned_fallback")
+    assert finding.facts["learned"] is True and "watchdog" in str(finding.facts["tokens"])
+    assert finding.cause.startswith("A learned guess, not a rule")
+    learned.OVERRIDE = False
+    assert not diagnose(path).findings
+
+
+@pytest.mark.parametrize("name", ["cuda_oom__360zhinao-11.log", "dataloader__mmf-441.log"])
+def test_never_overrides_a_rule_that_matched(name: str) -> None:
+    path = DEV / name if (DEV / name).is_file() else DATA / "logs" / "wild" / name
+    with_model = diagnose(path)
+    learned.OVERRIDE = False
+    rules_alone = diagnose(path)
+    assert not any(f.rule == "learned_fallback" for f in with_model.findings)
+    assert [f.model_dump() for f in with_model.findings] == [f.model_dump() for f in rules_alone.findings]
+
+
+@pytest.mark.parametrize("path", BENIGN, ids=[p.name for p in BENIGN])
+def test_benign_excerpts_stay_quiet(path: Path) -> None:
+    assert not [f for f in diagnose(path).findings if f.severity != "info"]

@@ -1,0 +1,264 @@
+"""Error lines judged by meaning, and network failures by mechanism (issue 31; data in sop/error_lines.toml).
+
+- Error lines: a line printed at error level (Python logging's ERROR, glog's E1201, `level=error`, a JSON error
+  body, `error:` at a line's start...) that no rule of log_rules.toml knows and that is not a traceback's final
+  exception: its message goes through the exception taxonomy's message patterns (sop/exception_taxonomy.toml, the
+  entries that need no exception type and no frame), so "KV cache exhausted" is the same failure whether a Python
+  exception, a Rust server's ERROR line or an API's JSON body says it. An error line the taxonomy does not know is
+  no finding (a server logs errors it recovers from), nor is one that says it retries.
+- Network failures: the [[network]] rows (IB/RoCE work completions with an error status, TCP connections that fail
+  while the process group is built) are rules tried right before `traceback`; they also see the lines another rule
+  took first (NCCL's abort message that quotes the IB error as its "Last error"), and then the network failure is
+  the cause: its finding comes first and a timeout after it in the same log says `after_network_error`.
+
+`with_line_rules(rules)` adds both to log_rules.toml's rules; `LineReader` is fed every matched line in
+`_scan_one`; `with_network` / `with_error_lines` add its hits to a file's; `network_before_timeout` marks the
+findings. Every pattern is RE2 (linear); the taxonomy's are applied to one line of at most SITE_LINE_CHARS.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tools.core.files import InputFile
+from tools.core.ranks import rank_of_line
+from tools.logs.exceptions import TRACEBACK_RULE, RaisedException, first_sentence, taxonomy
+from tools.logs.sites import SITE_LINE_CHARS
+
+if TYPE_CHECKING:
+    from tools.logs.diagnose import Rule, _Hit
+    from tools.logs.exceptions import Entry
+    from tools.logs.reader import MatchedLine
+
+__all__ = ["ERROR_LINE_RULE", "LineReader", "error_line_message", "network_before_timeout", "with_line_rules"]
+
+ERROR_LINE_RULE = "error_line"  # the evidence rule whose lines are read as error lines
+_TIMEOUT_CATEGORY = "nccl_timeout"
+_NETWORK_CATEGORY = "nccl_init_network"
+_RETRY = re.compile(r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\bretried\b|\bretrying\b|\battempt \d+\s*(?:/|of)")
+# Clause boundaries inside a message: the failure the taxonomy matched is the clause it sits in and what follows.
+_CLAUSE = re.compile(r"(?::|;|\|| - |\berror:)\s+")
+_ENTRY_KINDS_SKIPPED = frozenset({"", "unclassified_error"})
+
+
+@cache
+def _table() -> dict[str, Any]:
+    return tomllib.loads(resources.files("sop").joinpath("error_lines.toml").read_text("utf-8"))
+
+
+@cache
+def _network_ids() -> frozenset[str]:
+    return frozenset(row["id"] for row in _table()["network"])
+
+
+# A superset of every error-line form: each holds one of these (tests/tools/logs/test_error_lines.py checks it).
+# Whole words only: `error_rate=0.09` and `errors=0` are on every line of some training logs (benchmarks/logs.py has
+# them), and a first pass that takes them sends every line through the forms.
+_ERROR_LINE_WORDS = (r"\b(?:ERROR|CRITICAL|FATAL|[Ee]rror|ERR|[Ff]atal|[Cc]ritical)\b|[EF]\d{3,4} \d\d:|\[[EF] |"
+                     r'level=|"level|"severity|:\s(?:failed to|unable to|could not|cannot)\s')
+
+
+def with_line_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rules` with the [[network]] rows right before the `traceback` rule and the error-line evidence rule last."""
+    rows = [{"category": _NETWORK_CATEGORY, **row} for row in _table()["network"]]
+    at = next((i for i, r in enumerate(rules) if r.get("id") == TRACEBACK_RULE), len(rules))
+    error_line = {
+        "id": ERROR_LINE_RULE, "category": "unclassified_error", "severity": "info", "evidence_only": True,
+        "match": "(?:" + "|".join(_table()["error_line"]["forms"]) + ")", "facts": [],
+        # The first pass looks for the words every form holds, not for a level after every space (scan cost).
+        "candidate": _ERROR_LINE_WORDS,
+        "cause": "A line printed at error level.", "fix": "", "sop_branch": "triage",
+    }
+    return [*rules[:at], *rows, *rules[at:], error_line]
+
+
+@cache
+def _forms() -> tuple[Any, ...]:
+    from tools.logs.diagnose import _compile
+    from tools.logs.prefixes import anchor_after_prefix
+
+    return tuple(_compile(anchor_after_prefix(form)) for form in _table()["error_line"]["forms"])
+
+
+def error_line_message(line: bytes) -> str | None:
+    """The message of an error-level line (the text after its level), or None when the line is not one."""
+    line = line[:SITE_LINE_CHARS].rstrip(b"\r\n")
+    for form in _forms():
+        found = form.search(line)
+        if found is not None:
+            groups = {(k.decode() if isinstance(k, bytes) else k): v for k, v in found.groupdict().items()}
+            value = groups.get("message") or b""
+            return value.decode("utf-8", "replace").strip() if isinstance(value, bytes) else str(value).strip()
+    return None
+
+
+@cache
+def _line_entries() -> tuple[Entry, ...]:
+    """The taxonomy's entries that judge a message alone: no exception type needed (or any type), no frame."""
+    entries, _ = taxonomy()
+    return tuple(e for e in entries if e.message is not None and e.frame is None
+                 and (e.type is None or e.type.pattern == ".") and e.category not in _ENTRY_KINDS_SKIPPED)
+
+
+def _clause(message: str, start: int) -> str:
+    """The clause of `message` in which the taxonomy's match starts, to the end of its sentence."""
+    begin = 0
+    for boundary in _CLAUSE.finditer(message, 0, start + 1):
+        if boundary.end() <= start:
+            begin = boundary.end()
+    return first_sentence(message[begin:]).strip(" \"'{}")
+
+
+def _entry_facts(entry: Entry, message: str, context: Sequence[str]) -> dict[str, str | int]:
+    """The entry's facts from the message, then (for names still missing) from the lines around it, nearest first."""
+    facts: dict[str, str | int] = {}
+    for source in (message, *context):
+        for pattern in entry.facts:
+            found = pattern.search(source)
+            if found is None:
+                continue
+            for name, value in found.groupdict().items():
+                if value is not None:
+                    facts.setdefault(name, int(value) if value.isdigit() else value.strip())
+    return facts
+
+
+@dataclass
+class _ErrorLine:
+    number: int
+    text: bytes
+    message: str
+    before: list[bytes]
+    after: list[bytes]
+
+
+def _decode(raw: bytes) -> str:
+    return raw[:SITE_LINE_CHARS].decode("utf-8", "replace").rstrip("\r\n")
+
+
+@dataclass
+class LineReader:
+    """Fed every line the matcher found in one file, with what `classify` made of it."""
+
+    _error_lines: list[_ErrorLine] = field(default_factory=list)
+    _network: list[tuple[Rule, int, bytes, dict[str, Any]]] = field(default_factory=list)
+
+    def feed(self, match: MatchedLine, classified: tuple[Rule, dict[str, Any]] | None) -> bool:
+        """Read the line; True when it is only an error line (evidence for this module, not for the scan)."""
+        from tools.logs.diagnose import extract_facts, load_rules
+
+        rules, _ = load_rules()
+        line = match.text.rstrip(b"\r\n")
+        chosen = classified[0] if classified is not None else None
+        for index in match.patterns:
+            rule = rules[index]
+            if rule.id in _network_ids() and rule is not chosen and rule.match.search(line) is not None:
+                self._network.append((rule, match.number, match.text, extract_facts(rule, line)))
+        if any(rules[i].id == ERROR_LINE_RULE for i in match.patterns):
+            message = error_line_message(match.text)
+            if message:
+                self._error_lines.append(_ErrorLine(match.number, match.text, message,
+                                                    [t for _, t in match.before], [t for _, t in match.after]))
+        return chosen is not None and chosen.id == ERROR_LINE_RULE
+
+    def with_network(self, file: InputFile, hits: list[tuple[Rule, _Hit]]) -> list[tuple[Rule, _Hit]]:
+        """`hits` with the network failures found on lines another rule took: on a line an nccl_init_network rule
+        took, the row's facts join that hit; else a hit of its own, before the other hits of that line."""
+        from tools.logs.diagnose import _Hit
+
+        if not self._network:
+            return hits
+        added: list[tuple[Rule, _Hit]] = []
+        for rule, number, text, facts in self._network:
+            same = next((h for r, h in hits if h.number == number and r.category == rule.category
+                         and not r.evidence_only), None)
+            if same is not None:
+                for name, value in facts.items():
+                    same.facts.setdefault(name, value)
+                continue
+            facts = dict(facts)
+            fact_rank = facts.pop("rank", None)
+            line_rank = rank_of_line(text)
+            rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
+            added.append((rule, _Hit(file, number, rank, text, facts, through=number)))
+        # Stable: the network hit goes before the other hits of its line (it is their cause).
+        return sorted([*added, *hits], key=lambda pair: pair[1].number)
+
+    def with_error_lines(self, file: InputFile, hits: list[tuple[Rule, _Hit]], raised: Sequence[RaisedException]
+                         ) -> list[tuple[Rule, _Hit]]:
+        """`hits` with the error lines the taxonomy knows: not on a line a rule took, not a traceback's lines, not
+        one that retries, and not the same entry an exception of this file already reported."""
+        from tools.logs.diagnose import _convert, _Hit
+        from tools.logs.exceptions import _rule
+
+        if not self._error_lines:
+            return hits
+        taken = {h.number for r, h in hits if r.id != ERROR_LINE_RULE}
+        spans = [(min([e.start, *(c.start for c in e.causes)]), e.number) for e in raised]
+        reported = {r.id for r, _ in hits}
+        added: list[tuple[Rule, _Hit]] = []
+        for line in self._error_lines:
+            if line.number in taken or any(start <= line.number <= end for start, end in spans):
+                continue
+            entry = next((e for e in _line_entries() if e.message is not None and e.message.search(line.message)),
+                         None)
+            if entry is None:
+                continue
+            if _RETRY.search(line.message) or any(_RETRY.search(_decode(a)) for a in line.after[:2]):
+                continue
+            rule = _rule(entry, entry.severity)
+            if rule.id in reported:
+                continue  # the traceback's exception (or an earlier line) already says it
+            assert entry.message is not None
+            found = entry.message.search(line.message)
+            assert found is not None
+            context = [_decode(b) for b in reversed(line.before[-4:])]
+            raw_facts = _entry_facts(entry, line.message, [_decode(line.text), *context])
+            facts: dict[str, Any] = {}
+            for name, value in raw_facts.items():
+                key, converted = _convert(name, str(value), frozenset({"requested"}))
+                facts.setdefault(key, converted)
+            facts["error"] = _clause(line.message, found.start())
+            facts["message"] = first_sentence(line.message)
+            rank = facts.pop("rank", None)
+            if not isinstance(rank, int):
+                rank = rank_of_line(line.text)
+            added.append((rule, _Hit(file, line.number, rank if rank is not None else file.rank, line.text, facts,
+                                     through=line.number)))
+        if not added:
+            return hits
+        return sorted([*hits, *added], key=lambda pair: pair[1].number)
+
+
+class _Finding(Protocol):
+    @property
+    def category(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def facts(self) -> dict[str, Any]: ...
+    @property
+    def first(self) -> Any: ...
+
+
+def network_before_timeout(findings: Sequence[_Finding]) -> None:
+    """A collective timeout in a log where a network failure (a [[network]] row's finding) came first, or on the
+    same line, is its consequence: the timeout's finding says `after_network_error`; both stay."""
+    network = [f for f in findings if f.rule in _network_ids() and f.severity != "info"]
+    if not network:
+        return
+    for finding in findings:
+        if finding.category != _TIMEOUT_CATEGORY:
+            continue
+        cause = next((n for n in network if n.first.file == finding.first.file
+                      and n.first.line <= finding.first.line), None)
+        if cause is not None:
+            finding.facts["after_network_error"] = f"{cause.rule} at {cause.first.file}:{cause.first.line}"
