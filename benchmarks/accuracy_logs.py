@@ -235,7 +235,8 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true", help="list every missed excerpt and missing fact (never "
                         "with --held-out: its misses are not for tuning)")
     parser.add_argument("--category", help="only this category")
-    parser.add_argument("--held-out", action="store_true", help="also score round 2's frozen held-out set")
+    parser.add_argument("--held-out", action="store_true",
+                        help="also score the frozen held-out sets (round 2's held-out part, all of round 3)")
     parser.add_argument("--rules-only", action="store_true", help="the rules alone: the learned fallback "
                         "(tools/logs/learned.py) off whatever sop/log_model.toml says")
     parser.add_argument("--with-model", action="store_true", help="the learned fallback on whatever "
