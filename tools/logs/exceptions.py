@@ -34,8 +34,8 @@ from tools.logs.sites import SITE_LINE_CHARS, site_facts
 if TYPE_CHECKING:
     from tools.logs.diagnose import Rule, _Hit
 
-__all__ = ["TRACEBACK_RULE", "Classified", "RaisedException", "TracebackReader", "classify_exception", "exception_hits",
-           "taxonomy"]
+__all__ = ["TRACEBACK_RULE", "Classified", "RaisedException", "TracebackReader", "add_named_groups",
+           "classify_exception", "exception_hits", "taxonomy"]
 
 TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose lines are handed here
 
@@ -337,6 +337,13 @@ def classify_exception(exc: RaisedException) -> Classified | None:
     return Classified(entry, exc, decider, severity, _facts(entry, exc, decider))
 
 
+def add_named_groups(found: re.Match[str], facts: dict[str, str | int]) -> None:
+    """A fact pattern's named groups into `facts` (numbers as ints); a name already there keeps its value."""
+    for name, value in found.groupdict().items():
+        if value is not None:
+            facts.setdefault(name, int(value) if value.isdigit() else value.strip())
+
+
 def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict[str, str | int]:
     facts: dict[str, str | int] = {}
     for pattern in (*entry.facts, *_COMMON_FACTS):
@@ -344,9 +351,7 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
             found = pattern.search(source)
             if found is None:
                 continue
-            for name, value in found.groupdict().items():
-                if value is not None:
-                    facts.setdefault(name, int(value) if value.isdigit() else value.strip())
+            add_named_groups(found, facts)
             break
     loc_file, loc_line = facts.pop("loc_file", None), facts.pop("loc_line", None)
     facts["exception"] = exc.type

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tools.core.files import InputFile
 from tools.core.ranks import rank_of_line
-from tools.logs.exceptions import TRACEBACK_RULE, RaisedException, first_sentence, taxonomy
+from tools.logs.exceptions import TRACEBACK_RULE, RaisedException, add_named_groups, first_sentence, taxonomy
 from tools.logs.sites import SITE_LINE_CHARS
 
 if TYPE_CHECKING:
@@ -121,11 +121,8 @@ def _entry_facts(entry: Entry, message: str, context: Sequence[str]) -> dict[str
     for source in (message, *context):
         for pattern in entry.facts:
             found = pattern.search(source)
-            if found is None:
-                continue
-            for name, value in found.groupdict().items():
-                if value is not None:
-                    facts.setdefault(name, int(value) if value.isdigit() else value.strip())
+            if found is not None:
+                add_named_groups(found, facts)
     return facts
 
 
