@@ -14,7 +14,8 @@ _RANK_IN_PATH = re.compile(
     r"|attempt_\d+/0*(\d{1,5})/(?:stdout|stderr)",
     re.IGNORECASE,
 )
-_RANK_PREFIX = re.compile(rb"^\s*(?:\[(?:rank|default)(\d{1,5})\]:|(\d{1,5}): )")
+# torchrun's `[rank3]:` / `[default3]:`, srun --label's `3: `, Open MPI --tag-output's `[jobid,rank]<stderr>:`.
+_RANK_PREFIX = re.compile(rb"^\s*(?:\[(?:rank|default)(\d{1,5})\]:|(\d{1,5}): |\[\d{1,5},(\d{1,5})\]<std(?:out|err)>:)")
 
 
 def rank_of_path(relative: str) -> int | None:
@@ -28,11 +29,12 @@ def rank_of_path(relative: str) -> int | None:
 
 
 def rank_of_line(line: bytes) -> int | None:
-    """The rank a launcher prefixed the line with: `[rank3]:`, `[default3]:` (torchrun), `3: ` (srun --label)."""
+    """The rank a launcher prefixed the line with: `[rank3]:`, `[default3]:` (torchrun), `3: ` (srun --label),
+    `[1,3]<stderr>:` (mpirun --tag-output: job 1, rank 3)."""
     match = _RANK_PREFIX.match(line)
     if not match:
         return None
-    return int(match.group(1) or match.group(2))
+    return int(next(group for group in match.groups() if group is not None))
 
 
 def compact_ranges(numbers: Sequence[int]) -> str:

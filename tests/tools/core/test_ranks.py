@@ -19,6 +19,8 @@ def test_rank_from_path(path: str, rank: int | None) -> None:
 @pytest.mark.parametrize(("line", "rank"), [
     (b"[rank3]:[E501] Watchdog caught", 3), (b"[default12]:step 1", 12), (b"7: NCCL WARN x", 7),
     (b"step 7: loss 1.0", None), (b"2024-05-01 10:00:00 INFO", None),
+    (b"[1,3]<stderr>:Traceback (most recent call last):", 3), (b"[1,0]<stdout>:[2024] Stalled ranks:", 0),
+    (b"[1,3] stderr: x", None),
 ])
 def test_rank_from_line(line: bytes, rank: int | None) -> None:
     assert rank_of_line(line) == rank
