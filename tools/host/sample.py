@@ -478,7 +478,7 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
     swapping = sum(1 for v in swap if v > 0) * 2 >= max(len(swap), 1) and any(v > 0 for v in swap)
     names = ", ".join(c.kind for c in captures) or "nothing readable"
     result = _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
-                    notes)
+                    notes, memory_read=bool(swap))
     result.coverage = coverage
     _gpus_of(result, captures, params.capture_interval_s, _step_time(params, ctx, result))
     _undecided(result, captures)
@@ -594,7 +594,9 @@ def _peak(values: object) -> float | None:
 
 
 def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_available: float | None,
-           swapping: bool, source: str, notes: list[str]) -> SampleHostResult:
+           swapping: bool, source: str, notes: list[str], *, memory_read: bool = True) -> SampleHostResult:
+    """The verdict over what was read; `memory_read`: swap traffic or MemAvailable was in it (an mpstat or iostat
+    capture holds neither, so "no memory bottleneck" is not said of it)."""
     findings: list[HostFinding] = []
     # Saturated: requests wait long with a queue, or (a disk that serves one request at a time) it is busy nearly
     # all the time with a queue and waits well above a flash device's.
@@ -635,9 +637,16 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
     if util_only:
         notes.append(f"{', '.join(d.name for d in util_only)}: %util near 100 but await/queue say not saturated "
                      "(devices that serve requests in parallel read 100 % long before their limit).")
-    opening = f"{source}: {len(disks)} disk(s), {len(processes)} job process(es)."
-    conclusion = [opening, f"{verdict}: {findings[0].evidence}." if findings else "No disk, CPU or memory bottleneck "
-                  "on the host.", f"Fix: {findings[0].fix}." if findings else "The GPU side decides: summarize_trace."]
+    judged = [name for name, read in (("disk", bool(disks)), ("CPU", cpu.idle_pct is not None),
+                                      ("memory", memory_read)) if read]
+    unread = [name for name in ("disk", "CPU", "memory") if name not in judged]
+    busy = (f", CPU {100 - (cpu.idle_pct or 0):.1f} % busy" + (f" ({cpu.iowait_pct:g} % iowait)" if cpu.iowait_pct
+                                                               else "")) if cpu.idle_pct is not None else ""
+    opening = f"{source}: {len(disks)} disk(s){busy}, {len(processes)} job process(es)."
+    clear = (f"No {', '.join(judged[:-1]) + ' or ' + judged[-1] if len(judged) > 1 else judged[0] if judged else ''} "
+             "bottleneck on the host" + (f" ({' and '.join(unread)} not in what was read)." if unread else "."))
+    conclusion = [opening, f"{verdict}: {findings[0].evidence}." if findings else clear,
+                  f"Fix: {findings[0].fix}." if findings else "The GPU side decides: summarize_trace."]
     return SampleHostResult(
         severity=worst(f.severity for f in findings), verdict=verdict, source=source, disks=disks[:32], cpu=cpu,
         processes=sorted(processes, key=lambda p: -p.cpu_pct)[:32], memory_available_pct=memory_available,

@@ -217,6 +217,9 @@ def test_real_mpstat_captures_are_judged_by_their_all_rows(tmp_path: Path) -> No
     idle = sample(HOST_DATA, from_files=["mpstat__naarad-188-old-layout.txt"])
     assert idle.verdict == "none" and idle.severity.value == "ok"
     assert idle.coverage[0].status.value == "read" and (idle.cpu.idle_pct or 0) > 90
+    # An mpstat capture shows CPUs only: the all-clear names what it covers, not disks or memory it never saw.
+    assert idle.conclusion[1] == "No CPU bottleneck on the host (disk and memory not in what was read)."
+    assert "CPU 9.4 % busy" in idle.conclusion[0]
 
 
 def test_a_capture_it_cannot_read_is_unknown_never_ok(tmp_path: Path) -> None:
