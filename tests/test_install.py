@@ -92,3 +92,11 @@ def test_the_report_and_a_tool_of_each_family_run_from_the_wheel(installed: Path
         severity = json.loads(done.stdout)["severity"]
         expected = {"find-stragglers": ("unknown",), "health-check": ("unknown", "warn")}
         assert severity in expected.get(name, ("ok", "warn", "crit")), (name, severity)
+
+
+def test_the_quick_start_runs_to_its_end() -> None:
+    """README's first Quick-start command, as written: every verdict (exit 0/1/2/4; 4 is unknown, as health-check is
+    without NVML here) lets it go on; it ends by showing how to start the server."""
+    done = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert "## Triage report: crit" in done.stdout and "### 4. Start the MCP server" in done.stdout
