@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -38,6 +39,7 @@ from tools.logs.prefixes import anchor_after_prefix
 from tools.logs.reader import (
     LOG_FORMATS,
     LineMatcher,
+    MatchedLine,
     ScanStats,
     display_line,
     expand_log_inputs,
@@ -382,10 +384,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             if classified is None or classified[0].id == TRACEBACK_RULE:
                 continue
             rule, facts = classified
-            if rule.category == "nan_inf":  # issue 31: the line read as metrics (field, value, step)
-                metric_facts(facts, match.text, match.before, match.after)
-            if rule.category in ("cuda_error", "cuda_oom"):  # issue 31: the CUDA error's own text (cuda_facts.py)
-                cuda_facts(rule.id, rule.category, facts, match.text, match.before)
+            line_reader = _LINE_READERS.get(rule.category)
+            if line_reader is not None:
+                line_reader(rule, facts, match)
             if rule.context_only:
                 earlier = summary[1] if match.number - summary[0] <= 3 else {}
                 summary = (match.number, {**earlier, **facts})
@@ -605,6 +606,47 @@ def _spans_nodes(groups: dict[str, _Group]) -> bool:
     return len(hosts) > 1
 
 
+def _metric_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
+    metric_facts(facts, match.text, match.before, match.after)  # the field, its value and the step
+
+
+def _cuda_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
+    cuda_facts(rule.id, rule.category, facts, match.text, match.before)  # the CUDA error's own text
+
+
+def _oom_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
+                 ) -> tuple[dict[str, FactValue], Level]:
+    return _oom_facts(facts), level
+
+
+def _metric_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
+                    ) -> tuple[dict[str, FactValue], Level]:
+    return facts, metric_level(level, facts, hits)
+
+
+def _exit_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
+                  ) -> tuple[dict[str, FactValue], Level]:
+    return exit_facts(rule.id, facts, level)  # signal, exit code and who killed it (sop/exits.toml)
+
+
+def _xid_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
+                 ) -> tuple[dict[str, FactValue], Level]:
+    xid = facts.get("xid")
+    if isinstance(xid, int):
+        level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
+    return facts, level
+
+
+# A category's own reader (issue 31's mechanisms), by category, so that the scan loop and _finding name none:
+# what it reads from a matched line into the hit's facts, then how it turns a group's facts into the finding's.
+_LINE_READERS: dict[str, Callable[[Rule, dict[str, FactValue], MatchedLine], None]] = {
+    "nan_inf": _metric_line, "cuda_error": _cuda_line, "cuda_oom": _cuda_line,
+}
+_FINDING_READERS: dict[str, Callable[[Rule, dict[str, FactValue], Level, int], tuple[dict[str, FactValue], Level]]] = {
+    "cuda_oom": _oom_finding, "nan_inf": _metric_finding, "process_exit": _exit_finding, "gpu_hardware": _xid_finding,
+}
+
+
 def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _RanksRead | None = None
              ) -> LogFinding:
     rule = group.rule
@@ -631,15 +673,9 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
     exitcode = facts.get("exitcode")
     if rule.id == "child_failed" and isinstance(exitcode, int):
         level = "crit" if exitcode == -9 else "info" if exitcode == -15 else "warn"
-    if rule.category == "cuda_oom":
-        facts = _oom_facts(facts)
-    if rule.category == "nan_inf":
-        level = metric_level(level, facts, group.hits)
-    if rule.category == "process_exit":  # issue 31: signal, exit code and who killed it (sop/exits.toml)
-        facts, level = exit_facts(rule.id, facts, level)
-    xid = facts.get("xid")
-    if rule.category == "gpu_hardware" and isinstance(xid, int):
-        level = "crit" if xid_meaning(xid)[0] is Severity.crit else "warn"
+    finding_reader = _FINDING_READERS.get(rule.category)
+    if finding_reader is not None:
+        facts, level = finding_reader(rule, facts, level, group.hits)
     if rule.id == "xid" and "pci" in facts:  # every Xid of this GPU, in order: 13 then 31 reads as a story
         xids = [g.first.facts["xid"] for g in groups.values() if g.rule.id == "xid" and g.first is not None
                 and g.first.facts.get("pci") == facts["pci"] and isinstance(g.first.facts.get("xid"), int)]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tools.core.files import InputFile
 from tools.core.ranks import rank_of_line
-from tools.logs.sites import SITE_LINE_CHARS, site_facts
+from tools.logs.sites import SITE_LINE_CHARS, defined_at, python_frame, site_facts
 
 if TYPE_CHECKING:
     from tools.logs.diagnose import Rule, _Hit
@@ -47,7 +47,6 @@ _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failur
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
 _ERROR_RECORD = re.compile(r"(?:^|[\s\[|])(?:ERROR|CRITICAL|FATAL|E\d{4} \d\d:)\b")
 _NOT_RAISED = re.compile(r"(?:\b(?:raise|except|class|import|from|isinstance|catch|handle[sd]?)|[(,=])\s*$")
-_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line (?P<line>\d+)(?:, in (?P<function>[\w<>.]+))?')
 _HEADER = re.compile(r"(?P<original>Original )?Traceback \(most recent call last\)")
 _CHAIN = re.compile(r"The above exception was the direct cause of the following exception|"
                     r"During handling of the above exception, another exception occurred")
@@ -142,8 +141,9 @@ class TracebackReader:
 
     def feed(self, number: int, raw: bytes, before: list[bytes], after: list[bytes]) -> None:
         text = _text(raw)
-        if _FRAME.search(text) is not None:
-            self._frame(number, text, before, after)
+        frame = python_frame(text)
+        if frame is not None:
+            self._frame(number, text, frame, before, after)
             return
         header = _HEADER.search(text)
         if header is not None:
@@ -170,11 +170,10 @@ class TracebackReader:
         if parsed is not None:
             self._exception(number, raw, parsed, before, after)
 
-    def _frame(self, number: int, text: str, before: list[bytes], after: list[bytes]) -> None:
-        found = _FRAME.search(text)
-        assert found is not None
+    def _frame(self, number: int, text: str, printed: tuple[str, int, str | None], before: list[bytes],
+               after: list[bytes]) -> None:
         source = next((_text(a).strip() for a in after[:1]), "")
-        frame = Frame(found["path"], int(found["line"]), found["function"], source)
+        frame = Frame(*printed, source)
         if self._user_code and self._current is not None and number - self._current.number <= 40:
             self._current.user_frames.append(frame)
             return
@@ -311,6 +310,20 @@ def _location(exc: RaisedException) -> str | None:
     return None
 
 
+def _traceback_site(exc: RaisedException) -> dict[str, str]:
+    """`location` (the innermost user frame) and `function` (its function) of a traceback, when it printed frames."""
+    site: dict[str, str] = {}
+    location = _location(exc)
+    if location is not None:
+        site["location"] = location
+    for frames in (exc.user_frames, exc.frames):
+        user = [f for f in frames if f.function and _LIBRARY.search(f.path.replace("\\", "/")) is None]
+        if user and user[-1].function:
+            site["function"] = user[-1].function
+            break
+    return site
+
+
 def classify_exception(exc: RaisedException) -> Classified | None:
     """The entry that knows `exc` (or unclassified_error), its severity and facts; None when it is not a fault (a
     warning no entry names, a Ctrl-C, a handled unknown exception)."""
@@ -375,7 +388,7 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
         site["function"] = exc.user_frames[-1].function
     if exc.frames and not site.get("function") and exc.frames[-1].function:
         site["function"] = exc.frames[-1].function
-    location = (f"{loc_file}:{loc_line}" if loc_file and loc_line else None) or _location(exc)
+    location = (f"{loc_file}:{loc_line}" if loc_file and loc_line else None) or defined_at(exc.after) or _location(exc)
     if location is not None:
         facts["location"] = location
     for name, value in site.items():
@@ -417,8 +430,12 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
     added: list[tuple[Rule, _Hit]] = []
     for exc in raised:
         start = min([exc.start, *(c.start for c in exc.causes)])
-        if any(h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)
-               for r, h in hits):
+        owners = [h for r, h in hits
+                  if h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)]
+        if owners:
+            for hit in owners:  # the rule's; where the traceback says it was raised fills what its lines did not
+                for name, value in _traceback_site(exc).items():
+                    hit.site.setdefault(name, value)
             continue
         classified = classify_exception(exc)
         if classified is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SITE_CONTEXT_LINES", "site_facts"]
+__all__ = ["SITE_CONTEXT_LINES", "defined_at", "python_frame", "site_facts"]
 
 SITE_CONTEXT_LINES = 6  # a Python frame sits 2-4 lines above its error; "Exception raised from" up to 5 below
 SITE_LINE_CHARS = 2000
@@ -54,7 +54,15 @@ _FUNCTION_ON_LINE = [re.compile(p) for p in (
 # The last line of a Python traceback: 'RuntimeError: ...', 'torch.distributed.DistBackendError: ...' after any prefix.
 _EXCEPTION = re.compile(r"(?:^|[\s:\]|])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)")
 _RAISE = re.compile(r"(?:^|[\s\]|])raise [\w.]+\(")  # the innermost frame's source line: raise ValueError(
-_PYTHON_FRAME = re.compile(r'File "(?P<path>[^"]{1,400})", line (?P<line>\d+), in (?P<function>[\w<>.]+)')
+# A Python frame in the forms tracebacks print: CPython's own, rich's boxed one (`│ /x/y.py:397 in f`), IPython 8's
+# (`File ~/x/y.py:1130, in Module._call_impl(self, ...)`).
+_PYTHON_FRAMES = [re.compile(p) for p in (
+    r'File "(?P<path>[^"]{1,400})", line (?P<line>\d+)(?:, in (?P<function>[\w<>.]+))?',
+    r"^\W{0,3}[│|]\s*(?P<path>[^\s│|\"]{1,400}\.pyx?):(?P<line>\d+) in (?P<function>[\w<>.]+)",
+    r"^\W{0,3}File (?P<path>[^\s\"]{1,400}\.pyx?):(?P<line>\d+)(?:, in (?P<function>[\w<>.]+))?",
+)]
+# TensorFlow 1.x names where a failing op was built: [[node x/Conv3D (defined at /x/layers.py:257) ...
+_TF_DEFINED = re.compile(rf"\(defined at (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\)")
 _LUA_FRAME = re.compile(rf"(?P<path>{_PATH}\.lua):(?P<line>\d+): in function '(?P<function>[\w.:]+)'")
 _RAISED_FROM = _ON_LINE[0]
 _TF_NODE = re.compile(r"\[\[\{\{node (?P<function>[\w/.\-]+)\}\}\]\]")  # TensorFlow: [[{{node CollectiveReduceV2_2}}]]
@@ -82,13 +90,31 @@ def _from_line(text: str) -> tuple[str | None, str | None]:
     return location, function
 
 
-def _innermost_frame(before: list[str]) -> tuple[str, str] | None:
-    """The last frame of the Python traceback that ends right above the failure (`File "x", line N, in f`
-    within four lines of it: the frame, its source line, a caret line)."""
-    for text in reversed(before[-4:]):
-        found = _PYTHON_FRAME.search(text)
+def python_frame(text: str) -> tuple[str, int, str | None] | None:
+    """(path, line, function) of a traceback frame line, in any of the forms tracebacks print."""
+    for pattern in _PYTHON_FRAMES:
+        found = pattern.search(text)
         if found is not None:
-            return f"{found['path']}:{found['line']}", found["function"]
+            return found["path"], int(found["line"]), found["function"]
+    return None
+
+
+def defined_at(after: list[bytes]) -> str | None:
+    """Where TensorFlow says the failing op was defined ("path:line"), from the lines under its exception."""
+    for raw in after[:4]:
+        found = _TF_DEFINED.search(_text(raw))
+        if found is not None:
+            return f"{found['path']}:{found['line']}"
+    return None
+
+
+def _innermost_frame(before: list[str]) -> tuple[str, str | None] | None:
+    """The last frame of the Python traceback that ends right above the failure (a frame within four lines of it:
+    the frame, its source line, a caret line)."""
+    for text in reversed(before[-4:]):
+        frame = python_frame(text)
+        if frame is not None and frame[2] is not None:
+            return f"{frame[0]}:{frame[1]}", frame[2]
     return None
 
 

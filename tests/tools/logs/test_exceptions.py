@@ -146,3 +146,25 @@ def test_chained_cause_and_parsing() -> None:
     assert parse_exception("    except RuntimeError:") is None
     assert parse_exception("torch.OutOfMemoryError: CUDA out of memory.") == ("torch.OutOfMemoryError",
                                                                              "CUDA out of memory.")
+
+
+def test_frames_in_every_printed_form_reach_the_final_exception() -> None:
+    # rich's boxed traceback (sdnext's form, tests/data/logs/round2/dev/compile__sdnext-4355.log) and IPython 8's
+    # `File path:line, in f(...)`: their frames place the exception like CPython's do.
+    boxed = _read(["╭──────────── Traceback (most recent call last) ────────────╮",
+                   "│D:\\SD\\modules\\devices.py:397 in test_triton                  │",
+                   "│                                                            │",
+                   "│❱ 397 │   │   │   test_triton_func(torch.randn(32))          │",
+                   "╰────────────────────────────────────────────────────────────╯",
+                   "RuntimeError: Triton failed"])
+    assert len(boxed) == 1 and boxed[0].frames[0].path == "D:\\SD\\modules\\devices.py"
+    assert boxed[0].frames[0].line == 397 and boxed[0].frames[0].function == "test_triton"
+    notebook = _read(["RuntimeError                              Traceback (most recent call last)",
+                      "Cell In[4], line 2",
+                      "File ~/work/train.py:88, in step(batch)",
+                      "     87 def step(batch):",
+                      "---> 88     return model(batch)",
+                      "RuntimeError: expected scalar type Half but found Float"])
+    assert [(f.path, f.line, f.function) for f in notebook[0].frames] == [("~/work/train.py", 88, "step")]
+    classified = classify_exception(notebook[0])
+    assert classified is not None and classified.facts["location"] == "~/work/train.py:88"

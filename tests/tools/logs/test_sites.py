@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.logs.sites import site_facts
+from tools.logs.sites import defined_at, site_facts
 
 
 @pytest.mark.parametrize(("line", "location", "function"), [
@@ -72,3 +72,10 @@ def test_cpp_exception_raised_from_below_the_message() -> None:
              b"(most recent call first):"]
     assert site_facts(b"RuntimeError: CUDA error: unspecified launch failure", [], after) == {
         "location": "/pytorch/c10/cuda/CUDAException.cpp:43", "function": "c10_cuda_check_implementation"}
+
+
+def test_tensorflow_names_where_the_failing_op_was_defined() -> None:
+    # TensorFlow 1.x (tests/data/logs/round2/dev/cuda_error__dialogue-56.log): the op's definition is the site.
+    below = [b"         [[node cnn_aggregation/Conv3D (defined at /DAM/utils/layers.py:257)  = Conv3D[T=DT_FLOAT]"]
+    assert defined_at(below) == "/DAM/utils/layers.py:257"
+    assert defined_at([b"         [[{{node loss/Mean/_273}} = _Recv[client_terminated=false]"]) is None
