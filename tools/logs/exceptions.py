@@ -434,8 +434,8 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
                   if h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)]
         if owners:
             for hit in owners:  # the rule's; where the traceback says it was raised fills what its lines did not
-                for name, value in _traceback_site(exc).items():
-                    hit.site.setdefault(name, value)
+                for fact, text in _traceback_site(exc).items():
+                    hit.site.setdefault(fact, text)
             continue
         classified = classify_exception(exc)
         if classified is None:
