@@ -26,7 +26,10 @@ scored (the older sets and round 2's development part, each with its own figure)
 figures beside them. Targets (issue 31),
 held out: recall >= 0.95, facts >= 0.9, benign 100 % quiet.
 
-Usage: .venv/bin/python benchmarks/accuracy_logs.py [--held-out] [--misses] [--category C]
+`--wrapped N` scores the development sets with every line cut every N columns (as a terminal's copy or a paste box
+does it): what line repair (tools/logs/wraps.py) gets back of the figures above.
+
+Usage: .venv/bin/python benchmarks/accuracy_logs.py [--held-out] [--misses] [--category C] [--wrapped N]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import argparse
 import hashlib
 import json
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,6 +234,19 @@ def report(title: str, scored: list[tuple[Case, Score]], misses: bool) -> None:
     print()
 
 
+def _wrapped(cases: list[Case], columns: int, folder: Path) -> list[Case]:
+    """The cases with each excerpt's lines cut every `columns` characters into lines of their own."""
+    folder.mkdir(parents=True)
+    wrapped = []
+    for case in cases:
+        lines = case.path.read_text(encoding="utf-8", errors="replace").splitlines()
+        cut = [line[start:start + columns] for line in lines for start in range(0, max(len(line), 1), columns)]
+        target = folder / case.path.name
+        target.write_text("\n".join(cut) + "\n", encoding="utf-8")
+        wrapped.append(Case(target, case.category, case.severity, case.also, case.facts, case.source))
+    return wrapped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--misses", action="store_true", help="list every missed excerpt and missing fact (never "
@@ -241,6 +258,9 @@ def main() -> None:
                         "(tools/logs/learned.py) off whatever sop/log_model.toml says")
     parser.add_argument("--with-model", action="store_true", help="the learned fallback on whatever "
                         "sop/log_model.toml says")
+    parser.add_argument("--wrapped", type=int, metavar="COLUMNS",
+                        help="the development sets hard-wrapped at COLUMNS, as a terminal or a paste box does it: "
+                             "what line repair keeps (each excerpt rewritten into a temporary folder)")
     args = parser.parse_args()
     if args.rules_only or args.with_model:
         learned.OVERRIDE = bool(args.with_model)
@@ -249,13 +269,22 @@ def main() -> None:
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
+    with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
+        if args.wrapped:
+            sets = [(f"{title}, hard-wrapped at {args.wrapped} columns",
+                     _wrapped(cases, args.wrapped, Path(scratch) / str(i)))
+                    for i, (title, cases) in enumerate(sets) if not title.startswith("HELD OUT")]
+        score_sets(sets, args.category, args.misses)
+
+
+def score_sets(sets: list[tuple[str, list[Case]]], category: str | None, misses: bool) -> None:
     for title, cases in sets:
-        chosen = [c for c in cases if args.category in (None, c.category)]
+        chosen = [c for c in cases if category in (None, c.category)]
         missing_files = [c.path.name for c in chosen if not c.path.is_file()]
         if missing_files:
             sys.exit(f"labelled excerpts without a file: {missing_files}")
         held_out = title.startswith("HELD OUT")
-        report(title, anyio.run(run_all, chosen), args.misses and not held_out)
+        report(title, anyio.run(run_all, chosen), misses and not held_out)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from tools.core.limits import (
     LOG_SNIFF_BYTES,
 )
 from tools.core.models import Coverage
+from tools.logs.wraps import hard_wrap_width, rejoin_wrapped
 
 __all__ = ["LOG_FORMATS", "LineMatcher", "MatchedLine", "ScanStats", "compile_pattern", "display_line",
            "expand_log_inputs", "log_coverage", "map_files", "scan_file"]
@@ -55,12 +56,19 @@ class ScanStats:
     binary: bool = False
     compressed: bool = False
     changed: str | None = None  # rotated or truncated while it was read (tools/core/files.changed_while_read)
+    wrap_width: int | None = None  # the width its lines were hard-wrapped at, rejoined for matching (wraps.py)
 
     def status(self) -> str:
         """A scanned file's row status."""
         if self.binary:
             return "binary: skipped"
-        return f"scanned; {self.changed}" if self.changed else "scanned"
+        if self.changed:
+            return f"scanned; {self.changed}"
+        return f"scanned; {_REJOINED.format(width=self.wrap_width)}" if self.wrap_width else "scanned"
+
+
+# Said in a file's coverage row: its line numbers count the rejoined lines, not the file's.
+_REJOINED = "lines hard-wrapped at {width} columns were read rejoined (line numbers count rejoined lines)"
 
 
 def _re2_options(case_sensitive: bool) -> Any:
@@ -254,6 +262,8 @@ def scan_file(
             stats.binary = True
             return
         stream.seek(0)  # gzip rewinds by decompressing again: only the sniffed 8 KiB are read twice
+        stats.wrap_width = hard_wrap_width(head)
+        physical_lines = 0  # newlines a rejoin took out, for the file's line count
         tail: deque[tuple[int, bytes]] = deque(maxlen=max(context, 1))
         waiting: list[MatchedLine] = []  # matches still collecting their after-context
         newlines = 0  # newlines before the current position: line number = newlines + 1
@@ -269,6 +279,10 @@ def scan_file(
 
         for block in read_blocks(stream, deadline):
             stats.bytes += len(block)
+            if stats.wrap_width:
+                rejoined = rejoin_wrapped(block, stats.wrap_width)
+                physical_lines += block.count(b"\n") - rejoined.count(b"\n")
+                block = rejoined
             size = len(block)
             position = 0
             for line_start, line_end, ids in matcher.spans(block):
@@ -304,7 +318,7 @@ def scan_file(
                 for number, line in _last_lines(block, context, newlines):
                     tail.append((number, line))
             ends_open = not block.endswith(b"\n")
-        stats.lines = newlines + (1 if ends_open else 0)
+        stats.lines = newlines + physical_lines + (1 if ends_open else 0)
         stats.changed = changed_while_read(file.path, stream)
         yield from waiting
 
@@ -363,6 +377,8 @@ def log_coverage(name: str, status: str, lines: int, read_bytes: int = 0, what: 
     if lines == 0:
         return Coverage.not_understood(name, "empty: no line to judge", LOG_FORMATS)
     changed = status.removeprefix("scanned").lstrip("; ")
+    if changed.startswith(_REJOINED.split("{", 1)[0]):
+        return Coverage.read(name, f"{lines} line(s); {changed}{found}")
     if changed:
         return Coverage.partial(name, f"{lines} line(s) read; {changed}{found}")
     return Coverage.read(name, f"{lines} line(s){found}")

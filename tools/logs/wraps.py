@@ -1,0 +1,66 @@
+"""Line repair (issue 31): a log hard-wrapped at a fixed width, as a terminal's copy, a CI page or a paste box cuts
+it, read as the lines it was printed in.
+
+A hard wrap shows in the text: every line longer than the width was cut into pieces of exactly that width, so the
+longest lines of the file all share one length and the line after each one carries on mid-sentence instead of
+starting a record of its own. Tables and runs of same-shaped records (NCCL's ring lines, a device assert repeated
+per thread) share a length too, but each of their lines starts like the one before it: those are never joined.
+What joins is decided once per file from its first bytes; pieces are joined back with nothing between them, since
+a hard wrap drops no character.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+__all__ = ["hard_wrap_width", "rejoin_wrapped"]
+
+WRAP_MIN_COLUMNS = 60  # narrower cuts are a layout (a column of numbers), not a terminal or a page
+_MIN_CUT_LINES = 2  # one long line of the maximum length could be chance
+_CUT_SHARE = 0.25  # of the lines at least WRAP_MIN_COLUMNS long, the share that must be cut at the width
+_CONTINUED_SHARE = 0.6  # of the cut lines, the share whose next line does not start like a record of its own
+_ALIKE_SHARE = 0.8  # of the cut lines, more starting alike than this are records, not pieces
+_SHAPE_CHARS = 6
+_LETTER = re.compile(r"[^\W\d_]")
+_DIGIT = re.compile(r"\d")
+
+
+def _shape(line: str) -> str:
+    """The first characters with letters and digits abstracted: records of one kind start alike."""
+    return _DIGIT.sub("0", _LETTER.sub("a", line[:_SHAPE_CHARS]))
+
+
+def hard_wrap_width(head: bytes) -> int | None:
+    """The width every long line of the file was cut at, when its first bytes (`head`) show one; None for a log
+    whose lines have the lengths they were printed with."""
+    lines = [line.rstrip("\r") for line in head.decode("utf-8", "replace").split("\n")[:-1]]  # last: maybe cut
+    long = [len(line) for line in lines if len(line) >= WRAP_MIN_COLUMNS]
+    if len(long) < _MIN_CUT_LINES:
+        return None
+    width = max(long)
+    cut = [i for i, line in enumerate(lines[:-1]) if len(line) == width]
+    if len(cut) < _MIN_CUT_LINES or len(cut) < _CUT_SHARE * len(long):
+        return None
+    continued = sum(1 for i in cut if lines[i + 1].strip() and _shape(lines[i + 1]) != _shape(lines[i]))
+    # Records of one kind that happen to be the longest lines (a notebook's autosave line between errors) start
+    # alike; the pieces of a wrap start wherever the cut fell.
+    alike = Counter(_shape(lines[i]) for i in cut).most_common(1)[0][1]
+    if continued < _CONTINUED_SHARE * len(cut) or (len(cut) > _MIN_CUT_LINES and alike > _ALIKE_SHARE * len(cut)):
+        return None
+    return width
+
+
+def rejoin_wrapped(block: bytes, width: int) -> bytes:
+    """`block` (whole lines) with each line exactly `width` characters long joined to the line after it, unless
+    that one starts like it (a table's next row). A cut at the block's end stays cut."""
+    lines = block.decode("utf-8", "surrogateescape").split("\n")
+    joined: list[str] = []
+    for line in lines:
+        previous = joined[-1].removesuffix("\r") if joined else ""
+        # A line cut once or more is a whole number of widths long; its last piece starts the shape to compare.
+        if previous and len(previous) % width == 0 and line and _shape(line) != _shape(previous[-width:]):
+            joined[-1] = previous + line
+            continue
+        joined.append(line)
+    return "\n".join(joined).encode("utf-8", "surrogateescape")
