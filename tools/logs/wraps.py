@@ -5,8 +5,9 @@ A hard wrap shows in the text: every line longer than the width was cut into pie
 longest lines of the file all share one length and the line after each one carries on mid-sentence instead of
 starting a record of its own. Tables and runs of same-shaped records (NCCL's ring lines, a device assert repeated
 per thread) share a length too, but each of their lines starts like the one before it: those are never joined.
-What joins is decided once per file from its first bytes; pieces are joined back with nothing between them, since
-a hard wrap drops no character.
+What joins is decided once per file from its first bytes. A hard wrap drops no character, but a paste loses the
+space a cut line ended in (GitHub strips trailing blanks): a piece one short of the width was cut at a space and is
+joined back with one; a piece of the full width with nothing between.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def hard_wrap_width(head: bytes) -> int | None:
     if len(long) < _MIN_CUT_LINES:
         return None
     width = max(long)
-    cut = [i for i, line in enumerate(lines[:-1]) if len(line) == width]
+    cut = [i for i, line in enumerate(lines[:-1]) if len(line) in (width, width - 1)]
     if len(cut) < _MIN_CUT_LINES or len(cut) < _CUT_SHARE * len(long):
         return None
     continued = sum(1 for i in cut if lines[i + 1].strip() and _shape(lines[i + 1]) != _shape(lines[i]))
@@ -54,13 +55,13 @@ def hard_wrap_width(head: bytes) -> int | None:
 def rejoin_wrapped(block: bytes, width: int) -> bytes:
     """`block` (whole lines) with each line exactly `width` characters long joined to the line after it, unless
     that one starts like it (a table's next row). A cut at the block's end stays cut."""
-    lines = block.decode("utf-8", "surrogateescape").split("\n")
     joined: list[str] = []
-    for line in lines:
-        previous = joined[-1].removesuffix("\r") if joined else ""
-        # A line cut once or more is a whole number of widths long; its last piece starts the shape to compare.
-        if previous and len(previous) % width == 0 and line and _shape(line) != _shape(previous[-width:]):
-            joined[-1] = previous + line
-            continue
-        joined.append(line)
+    last_piece = ""  # the physical line the last joined line ends with
+    for line in block.decode("utf-8", "surrogateescape").split("\n"):
+        piece = last_piece.removesuffix("\r")
+        if joined and line and len(piece) in (width, width - 1) and _shape(line) != _shape(piece):
+            joined[-1] = joined[-1].removesuffix("\r") + ("" if len(piece) == width else " ") + line
+        else:
+            joined.append(line)
+        last_piece = line
     return "\n".join(joined).encode("utf-8", "surrogateescape")

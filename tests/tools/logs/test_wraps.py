@@ -53,6 +53,16 @@ def test_records_of_one_kind_are_not_a_wrap(path: Path) -> None:
 def test_rejoin_keeps_a_table_row_apart_and_joins_pieces() -> None:
     piece = "RuntimeError: CUDA out of memory. Tried to alloc"
     width = len(piece)
-    text = f"{piece}\nate 20.00 MiB (GPU 0; 10.76 GiB total capacity)\n{piece}\n{piece}\n".encode()
+    text = f"{piece}\nate 20.00 MiB (GPU 0)\n{piece}\n{piece}\n".encode()
     assert rejoin_wrapped(text, width).decode().splitlines() == [
-        piece + "ate 20.00 MiB (GPU 0; 10.76 GiB total capacity)", piece, piece]
+        piece + "ate 20.00 MiB (GPU 0)", piece, piece]
+
+
+def test_a_paste_that_lost_the_cut_space_is_joined_with_one() -> None:
+    # tests/data/logs/wild/nccl_timeout__vlm-r1-257.log: PyTorch's watchdog message wrapped at 116 columns; where a
+    # cut fell on a space, GitHub stripped it and the piece is 115 long.
+    path = WILD / "nccl_timeout__vlm-r1-257.log"
+    assert hard_wrap_width(path.read_bytes()[:8192]) == 116
+    first = rejoin_wrapped(path.read_bytes(), 116).decode().splitlines()[0]
+    assert "triggered by another thread holding the GIL" in first
+    assert "watchdog got stuck for 480 seconds" in first
