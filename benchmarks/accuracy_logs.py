@@ -21,7 +21,9 @@ Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 
 Round 2 (issue 31, tests/data/logs/round2): 315 excerpts from 282 repositories new to the project, split by
 repository before any tuning into development (round2/dev) and held out (round2/heldout, labels frozen with their
 SHA-256 in round2/split_2026-12-01.json); round 3 (tests/data/logs/round3): 114 excerpts from 108 more repositories,
-collected after the work on round 2's development part began, all held out. By default the development sets are
+collected after the work on round 2's development part began, all held out; round 4 (tests/data/logs/round4):
+150 excerpts from 148 more repositories, collected on 2026-12-02 after rounds 2 and 3 had been scored five times,
+all held out. By default the development sets are
 scored (the older sets and round 2's development part, each with its own figure); `--held-out` adds both held-out
 figures beside them. Targets (issue 31),
 held out: recall >= 0.95, facts >= 0.9, benign 100 % quiet.
@@ -64,6 +66,7 @@ WILD = REPO / "tests" / "data" / "logs" / "wild"
 PUBLIC = REPO / "tests" / "data" / "logs" / "public"
 ROUND2 = REPO / "tests" / "data" / "logs" / "round2"
 ROUND3 = REPO / "tests" / "data" / "logs" / "round3"  # all held out: collected after round 2's tuning began
+ROUND4 = REPO / "tests" / "data" / "logs" / "round4"  # all held out: collected after rounds 2-3 were looked at
 SERIOUS = frozenset({"warn", "crit"})
 # Facts of the process rather than of the failure: the contract reports how a process ended in its own
 # process_exit finding (torchrun's summary, a signal), so they count there too.
@@ -103,7 +106,7 @@ def _labelled(manifest: Path) -> list[Case]:
 
 def load_heldout(round_folder: Path) -> list[Case]:
     """A round's held-out excerpts, from the frozen labels; refused when they changed after the split."""
-    split = json.loads((round_folder / "split_2026-12-01.json").read_text())
+    split = json.loads(next(round_folder.glob("split_*.json")).read_text())
     labels = round_folder / split["heldout_labels"]
     if hashlib.sha256(labels.read_bytes()).hexdigest() != split["heldout_labels_sha256"]:
         sys.exit(f"{labels} changed after it was frozen on {split['date']}: held-out labels are never edited; "
@@ -269,6 +272,7 @@ def main() -> None:
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
+        sets.append(("HELD OUT: round 4 (issue 31, fresh, frozen 2026-12-02)", load_heldout(ROUND4)))
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
         if args.wrapped:
             sets = [(f"{title}, hard-wrapped at {args.wrapped} columns",
