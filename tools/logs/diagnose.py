@@ -33,9 +33,9 @@ from tools.logs.exceptions import TRACEBACK_RULE, TracebackReader, exception_hit
 from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
 from tools.logs.learned import predict_file
-from tools.logs.lines import LineReader, network_before_timeout, with_line_rules
+from tools.logs.lines import LineReader, error_line_message, network_before_timeout, with_line_rules
 from tools.logs.metrics import metric_facts, metric_level
-from tools.logs.prefixes import anchor_after_prefix
+from tools.logs.prefixes import anchor_after_prefix, without_prefixes
 from tools.logs.reader import (
     LOG_FORMATS,
     LineMatcher,
@@ -67,6 +67,7 @@ _TIMESTAMP = re.compile(
 )
 
 
+ERROR_TEXT_CHARS = 300  # a failure line's words kept as its `error` fact; the line itself is in the occurrence
 CONTINUATION_LINES = 8  # dynamo prints a limit's function and reason, explain() a break's reason, a few lines below
 
 
@@ -606,6 +607,15 @@ def _spans_nodes(groups: dict[str, _Group]) -> bool:
     return len(hosts) > 1
 
 
+def _printed_error(line: bytes, level: Level) -> str | None:
+    """A failure line's own words: the message after its level when it is an error line; for a fatal finding, else
+    the line after its prefixes. A warning's line (a graph break, a recompile) is a report, not an error text."""
+    message = error_line_message(line)
+    if message is None and level == "crit":
+        message = without_prefixes(line[:ERROR_TEXT_CHARS * 2].decode("utf-8", "replace").strip()).strip()
+    return message[:ERROR_TEXT_CHARS] if message else None
+
+
 def _metric_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
     metric_facts(facts, match.text, match.before, match.after)  # the field, its value and the step
 
@@ -676,6 +686,10 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
     finding_reader = _FINDING_READERS.get(rule.category)
     if finding_reader is not None:
         facts, level = finding_reader(rule, facts, level, group.hits)
+    if "error" not in facts and not rule.evidence_only:
+        printed = _printed_error(group.first.text, level)  # what the failing line says, as the program printed it
+        if printed:
+            facts["error"] = printed
     if rule.id == "xid" and "pci" in facts:  # every Xid of this GPU, in order: 13 then 31 reads as a story
         xids = [g.first.facts["xid"] for g in groups.values() if g.rule.id == "xid" and g.first is not None
                 and g.first.facts.get("pci") == facts["pci"] and isinstance(g.first.facts.get("xid"), int)]

@@ -310,9 +310,12 @@ def _location(exc: RaisedException) -> str | None:
     return None
 
 
-def _traceback_site(exc: RaisedException) -> dict[str, str]:
-    """`location` (the innermost user frame) and `function` (its function) of a traceback, when it printed frames."""
-    site: dict[str, str] = {}
+def _traceback_facts(exc: RaisedException) -> dict[str, str]:
+    """What a traceback says of the failure a rule found inside it: the final `exception` and its `message`, the
+    `location` (the innermost user frame) and its `function`, when it printed frames."""
+    site: dict[str, str] = {"exception": exc.type}
+    if exc.message:
+        site["message"] = first_sentence(exc.message)
     location = _location(exc)
     if location is not None:
         site["location"] = location
@@ -433,8 +436,8 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
         owners = [h for r, h in hits
                   if h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)]
         if owners:
-            for hit in owners:  # the rule's; where the traceback says it was raised fills what its lines did not
-                for fact, text in _traceback_site(exc).items():
+            for hit in owners:  # the rule's; what the traceback says fills in what its lines did not
+                for fact, text in _traceback_facts(exc).items():
                     hit.site.setdefault(fact, text)
             continue
         classified = classify_exception(exc)

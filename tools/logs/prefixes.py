@@ -18,7 +18,10 @@ The forms come from real logs:
 
 from __future__ import annotations
 
-__all__ = ["LINE_PREFIX", "anchor_after_prefix"]
+import re
+from functools import cache
+
+__all__ = ["LINE_PREFIX", "anchor_after_prefix", "without_prefixes"]
 
 _PREFIXES = (
     r"\([\w.:<>\-]*\s*pid=\d+[^)\n]{0,160}\)\s*",  # Ray actor / worker
@@ -31,7 +34,7 @@ _PREFIXES = (
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\s+(?:-\s+[\w.\-]+\s+-\s+)?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|"
     r"FATAL)(?:\s+-\s+|:\s*|\s+)",  # Python logging's default formats
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:",  # logging.basicConfig: ERROR:torch.distributed...:
-    r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s*",  # glog / c10 logging
+    r"[IWEFV]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s*",  # glog / c10 logging (V: torch's verbose)
 )
 LINE_PREFIX = "(?:" + "|".join(_PREFIXES) + ")"
 _AFTER_ANCHOR = "^" + LINE_PREFIX + "{0,3}"
@@ -74,3 +77,14 @@ def anchor_after_prefix(pattern: str, *, loose: bool = False) -> str:
             out.append(char)
         index += 1
     return "".join(out)
+
+
+@cache
+def _leading_prefixes() -> re.Pattern[str]:
+    return re.compile(_AFTER_ANCHOR)  # the prefixes use the syntax RE2 and Python's re share
+
+
+def without_prefixes(line: str) -> str:
+    """`line` without the launcher, container and logger prefixes in front of what the program printed."""
+    found = _leading_prefixes().match(line)
+    return line[found.end():] if found else line
