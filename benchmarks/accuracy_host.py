@@ -9,12 +9,20 @@ tests/data/host/pyspy/cases.jsonl when present (raw or speedscope), scored on th
 (nvidia_smi_query with csv_path), kind `smi_csv_periodic`.
 Printed: right / scored per input kind and per verdict, and every miss with --misses.
 
-Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--extra DIR ...] [--smi-extra DIR ...]
+Round 4 (tests/data/host/round4, issue 32: top, free, PSI, numastat, mpstat, pidstat, sar, sadf, vmstat and iostat
+captures from repositories no earlier set used, split by repository before any tuning) is its own figure: `dev/` per
+kind and per verdict (its misses with --misses), then recall on the faults, false alarms on the healthy captures, the
+captures read (not `not_understood`), and the since-boot captures answered unknown. `--held-out` adds the same figure
+for `heldout/`, after checking its frozen labels' SHA-256 against split_2026-12-02.json; its misses are never printed
+(a held-out miss read is a held-out case tuned on).
+
+Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--held-out] [--extra DIR ...] [--smi-extra DIR ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections import defaultdict
@@ -33,6 +41,8 @@ from tools.host import ProfileCpuInput, SampleHostInput, profile_cpu, sample_hos
 
 HOST = REPO / "tests" / "data" / "host"
 PYSPY = HOST / "pyspy"
+ROUND4 = HOST / "round4"
+FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
 def verdict_of(folder: Path, label: dict[str, Any]) -> str:
@@ -60,9 +70,70 @@ def _periodic_case(label: dict[str, Any], key: str) -> dict[str, Any] | None:
     return {**label, "kind": "dmon_periodic", "verdict": "periodic" if label[key] else "no_period"}
 
 
+def _labels(manifest: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+
+
+def load_heldout() -> list[dict[str, Any]]:
+    """Round 4's held-out labels, refused when they changed after the split."""
+    split = json.loads((ROUND4 / "split_2026-12-02.json").read_text())
+    labels = ROUND4 / split["heldout_labels"]
+    if hashlib.sha256(labels.read_bytes()).hexdigest() != split["heldout_labels_sha256"]:
+        sys.exit(f"{labels} changed after it was frozen on {split['date']}: held-out labels are never edited; "
+                 "collect a fresh round instead.")
+    return _labels(labels)
+
+
+def score_round(title: str, folder: Path, labels: list[dict[str, Any]], misses: bool) -> None:
+    """One round's figure: per kind, per verdict, recall on faults, false alarms, inputs read, since-boot honoured."""
+    by_kind: dict[str, list[bool]] = defaultdict(list)
+    by_verdict: dict[str, list[bool]] = defaultdict(list)
+    found = faults = alarms = healthy = read = boot_right = boots = 0
+    lines = []
+    for label in labels:
+        context = ToolContext(roots=(folder.resolve(),), timeout_s=60)
+        try:
+            result = anyio.run(sample_host, SampleHostInput(from_files=[label["file"]]), context)
+        except TriageError as exc:
+            ours, unknown, understood = f"refused ({exc})"[:80], True, True
+        else:
+            unknown = result.severity.value == "unknown"
+            understood = all(c.status.value != "not_understood" for c in result.coverage)
+            ours = "unknown" if unknown and label["verdict"] != "none" else result.verdict
+        right = ours == label["verdict"]
+        by_kind[label["kind"]].append(right)
+        by_verdict[label["verdict"]].append(right)
+        read += understood
+        if label["verdict"] in FAULTS:
+            faults += 1
+            found += right
+        else:
+            healthy += 1
+            alarms += ours in FAULTS
+        if label.get("since_boot"):
+            boots += 1
+            boot_right += unknown
+        if not right:
+            lines.append(f"  MISS {label['file']}: label {label['verdict']}, ours {ours}")
+    print(f"== {title}")
+    for heading, table in (("input kind", by_kind), ("verdict", by_verdict)):
+        print(f"{heading:20} {'n':>4} {'right':>6}")
+        for key in sorted(table):
+            print(f"{key:20} {len(table[key]):4} {sum(table[key]):6}")
+        print()
+    total = [r for results in by_kind.values() for r in results]
+    print(f"verdicts right {sum(total)}/{len(total)} = {sum(total) / max(len(total), 1):.3f}; recall {found}/{faults}"
+          f" = {found / max(faults, 1):.3f}; false alarms {alarms}/{healthy}; read {read}/{len(total)}; since-boot "
+          f"answered unknown {boot_right}/{boots}\n")
+    if misses and lines:
+        print("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--misses", action="store_true")
+    parser.add_argument("--held-out", action="store_true", help="also score round 4's held-out captures (the "
+                        "figure only, never its misses)")
     parser.add_argument("--extra", nargs="*", type=Path, default=[])
     parser.add_argument("--smi-extra", nargs="*", type=Path, default=[])
     args = parser.parse_args()
@@ -95,6 +166,7 @@ def main() -> None:
         by_verdict[label["verdict"]].append(right)
         if not right:
             misses.append(f"  MISS {label['file']}: label {label['verdict']}, ours {ours}")
+    print("== the first set (tests/data/host)")
     for title, table in (("input kind", by_kind), ("verdict", by_verdict)):
         print(f"{title:18} {'n':>4} {'right':>6}")
         for key in sorted(table):
@@ -104,6 +176,11 @@ def main() -> None:
     print(f"verdicts right {sum(total)}/{len(total)} = {sum(total) / max(len(total), 1):.3f}")
     if args.misses:
         print("\n".join(misses))
+    print()
+    score_round("round 4, development (tests/data/host/round4/dev)", ROUND4 / "dev",
+                _labels(ROUND4 / "dev" / "cases.jsonl"), args.misses)
+    if args.held_out:
+        score_round("round 4, held out (tests/data/host/round4/heldout)", ROUND4 / "heldout", load_heldout(), False)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ def _files(folder: Path, pattern: str) -> list[Path]:
 
 def _cases() -> Iterator[tuple[str, dict[str, Any]]]:
     """(tool, arguments) for each committed real input, one call an input where the tool reads one at a time."""
-    for log in _files(DATA / "logs" / "public", "*.log") + _files(DATA / "logs" / "wild", "*.log"):
+    for log in (_files(DATA / "logs" / "public", "*.log") + _files(DATA / "logs" / "wild", "*.log")
+                + _files(DATA / "logs" / "round5" / "dev", "*.log")):
         yield "diagnose_logs", {"paths": [str(log)]}
     for log in _files(DATA / "logs" / "public", "*.log")[:10]:
         yield "grep_logs", {"paths": [str(log)], "pattern": "error|Error"}
@@ -52,7 +53,8 @@ def _cases() -> Iterator[tuple[str, dict[str, Any]]]:
         yield "nvidia_smi_query", {"csv_path": str(capture)}
     for capture in _files(DATA / "activity", "*.txt") + _files(DATA / "activity", "*.prom"):
         yield "gpu_activity", {"files": [str(capture)]}
-    for capture in _files(DATA / "host", "iostat*") + _files(DATA / "host", "vmstat*"):
+    for capture in (_files(DATA / "host", "iostat*") + _files(DATA / "host", "vmstat*")
+                    + _files(DATA / "host" / "round4" / "dev", "*.txt")):
         yield "sample_host", {"from_files": [str(capture)]}
     for log in _files(WILD_NET, "*.log"):
         yield "check_interconnect", {"nccl_logs": [str(log)]}

@@ -194,3 +194,37 @@ NVLINK_IDLE_BYTES_PER_S = 1e8
 GPU_BELOW_NODE_ABS = 0.2
 GPU_BELOW_NODE_SHARE = 0.7
 GPU_BELOW_NODE_MIN_GPUS = 3
+
+# sample_host on pasted captures (issue 32). Memory: MemAvailable at MEM_AVAILABLE_PCT or less is pressure only with
+# a sign of reclaim in the same capture (swap traffic, kswapd at KSWAPD_BUSY_PCT of a core, swap used to
+# SWAP_FULL_PCT, the CPUs' system time at RECLAIM_SYSTEM_PCT, major faults at MAJOR_FAULTS_S per second, direct
+# reclaim scans): a snapshot with little free memory and none of those is a full page cache, which is healthy. PSI
+# (Documentation/accounting/psi.rst): memory `full` is time in which every non-idle task stalled at once, so a few
+# per cent is already lost work; `some` counts any one task waiting. CPU `some` also counts cgroup throttling and is
+# high on any oversubscribed but healthy host, so it alone never makes cpu_bound (it makes the answer unknown).
+KSWAPD_BUSY_PCT = 10.0
+SWAP_FULL_PCT = 90.0
+RECLAIM_SYSTEM_PCT = 50.0
+MAJOR_FAULTS_S = 100.0
+DIRECT_SCANS_S = 1000.0
+PSI_MEMORY_FULL_PCT = 5.0
+PSI_MEMORY_SOME_PCT = 20.0
+PSI_IO_FULL_PCT = 10.0
+PSI_IO_SOME_PCT = 40.0
+PSI_CPU_SOME_PCT = 50.0
+# A single-threaded main loop: at most MAIN_LOOP_MAX_HOT_CORES cores (and at most half of those listed) at
+# CPU_IDLE_PCT idle or less while the others' median idle is at least MAIN_LOOP_REST_IDLE_PCT; or one process or
+# thread at MAIN_LOOP_PROCESS_PCT of a core (no more than MAIN_LOOP_PROCESS_MAX_PCT: more is several threads) on a
+# host at least HOST_MOSTLY_IDLE_PCT idle. Runnable tasks confined to few cores: a load average of CONFINED_LOAD or
+# more and CONFINED_RUNNING tasks running on a host CONFINED_IDLE_PCT idle with no iowait.
+MAIN_LOOP_MAX_HOT_CORES = 2
+MAIN_LOOP_REST_IDLE_PCT = 70.0
+MAIN_LOOP_PROCESS_PCT = 90.0
+MAIN_LOOP_PROCESS_MAX_PCT = 110.0
+HOST_MOSTLY_IDLE_PCT = 50.0
+CONFINED_LOAD = 8.0
+CONFINED_RUNNING = 3
+CONFINED_IDLE_PCT = 90.0
+# numastat: allocations that missed their node at this share of the hits are memory placed off the job's socket.
+NUMA_MISS_SHARE = 0.1
+CONFINED_MAX_IOWAIT_PCT = 5.0

@@ -16,10 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiskSample", "GpuSeries", "HostCapture", "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor",
+__all__ = ["DiskSample", "GpuSeries", "HostCapture", "MemorySnapshot", "NumaNode", "Pressure", "ProcessSample",
+           "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor",
            "is_vmstat", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat"]
 
 _NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
+# sysstat's first line: "Linux 6.17.2-1-pve (host)   06/18/2026   _x86_64_   (96 CPU)".
+SYSSTAT_BANNER = re.compile(r"^Linux[ \t]+\S+[ \t]+\(", re.M)
 
 
 @dataclass
@@ -50,6 +53,67 @@ class GpuSeries:
 
 
 @dataclass
+class MemorySnapshot:
+    """One reading of the host's memory (top's Mem/Swap lines, free, sar -r, numastat -m), in KiB. `available_kb` is
+    the kernel's MemAvailable where the tool prints it, else free + buffers + cache (free's old -/+ buffers/cache
+    row), which `available_estimated` says."""
+
+    total_kb: float | None = None
+    free_kb: float | None = None
+    available_kb: float | None = None
+    available_estimated: bool = False
+    swap_total_kb: float | None = None
+    swap_used_kb: float | None = None
+
+    @property
+    def available_pct(self) -> float | None:
+        if self.available_kb is None or not self.total_kb:
+            return None
+        return round(100 * self.available_kb / self.total_kb, 1)
+
+    @property
+    def swap_used_pct(self) -> float | None:
+        if self.swap_used_kb is None or not self.swap_total_kb:
+            return None
+        return round(100 * self.swap_used_kb / self.swap_total_kb, 1)
+
+
+@dataclass
+class Pressure:
+    """One /proc/pressure file's lines: the share of wall time (%) in which some (or all non-idle) tasks stalled on
+    the resource, over the last 10, 60 and 300 s. `named`: the capture said which file it is."""
+
+    resource: str  # cpu, io or memory
+    some: tuple[float, float, float]
+    full: tuple[float, float, float] | None = None
+    named: bool = True
+
+
+@dataclass
+class ProcessSample:
+    """One row of a process table (top, pidstat): % of one core, its state and the core it last ran on."""
+
+    pid: int
+    command: str
+    cpu_pct: float | None = None
+    state: str | None = None
+    core: int | None = None
+    thread: bool = False  # a thread's row (top -H, toybox's THREAD column, pidstat -t's TID rows)
+    major_faults_s: float | None = None  # pidstat -r
+    io_kbs: float | None = None  # pidstat -d: read + written
+
+
+@dataclass
+class NumaNode:
+    node: str
+    hit: float | None = None
+    miss: float | None = None
+    other_node: float | None = None
+    mem_total_mb: float | None = None
+    mem_free_mb: float | None = None
+
+
+@dataclass
 class HostCapture:
     kind: str
     disks: list[DiskSample] = field(default_factory=list)  # iostat: one per device per report after the first
@@ -68,11 +132,24 @@ class HostCapture:
     cores: int | None = None  # mpstat / sar: the banner's "(N CPU)", else the per-CPU rows
     core_idle: dict[str, list[float]] = field(default_factory=dict)  # mpstat -P: each CPU's %idle per report
     core_iowait: dict[str, list[float]] = field(default_factory=dict)
+    memory: MemorySnapshot | None = None  # the last reading of the capture
+    pressure: list[Pressure] = field(default_factory=list)
+    processes: list[ProcessSample] = field(default_factory=list)  # the last report's rows
+    processes_cpu_sum: list[float] = field(default_factory=list)  # pidstat -u: the rows' %CPU summed, per report
+    load_1m: float | None = None
+    tasks_running: int | None = None
+    major_faults_s: list[float] = field(default_factory=list)  # sar -B majflt/s per interval
+    direct_scans_s: list[float] = field(default_factory=list)  # sar -B pgscand/s: reclaim by the allocating task
+    numa: list[NumaNode] = field(default_factory=list)
+    interfaces: dict[str, float | None] = field(default_factory=dict)  # sar -n DEV: interface -> peak %ifutil
+    what: str = ""  # the sections it was read from (sar -u, -r...), for coverage
 
     @property
     def host_evidence(self) -> bool:
         """Whether it holds anything about the host's disks, CPUs or memory (a dmon capture holds none)."""
-        return bool(self.disks or self.idle_pct or self.iowait_pct or self.run_queue or self.swap_in)
+        return bool(self.disks or self.idle_pct or self.iowait_pct or self.run_queue or self.swap_in
+                    or self.memory is not None or self.pressure or self.processes or self.numa or self.core_idle
+                    or self.major_faults_s or self.interfaces)
 
 
 def _number(text: str) -> float | None:
@@ -128,7 +205,10 @@ def read_iostat(text: str) -> HostCapture:
             cells = {h: _number(v) for h, v in zip(header, tokens[1:], strict=False)}
             reports[-1][0].append(_disk(tokens[0], cells))
     kept = reports[1:] if len(reports) > 1 else reports
-    capture.reports, capture.since_boot = len(kept), len(reports) == 1
+    # One report is the averages since boot only when the capture starts where iostat does (its banner): a pasted
+    # block without it may be any interval.
+    capture.reports = len(kept)
+    capture.since_boot = len(reports) == 1 and SYSSTAT_BANNER.search(text) is not None
     for disks, cpu in kept:
         capture.disks.extend(disks)
         if len(cpu) == 5:

@@ -2,7 +2,9 @@
 this host (two readings of /proc `duration_s` apart: per disk utilisation, throughput, IOPS, await and queue depth
 from /proc/diskstats; CPU user/system/iowait/steal from /proc/stat; running and blocked tasks; swap traffic and
 MemAvailable; per process CPU % over the window for the job's processes and their workers, and the ones in D state),
-or saved `iostat -x` / `vmstat` captures (tools/host/host_formats.py).
+or saved captures people paste (issue 32): `iostat -x`, `vmstat`, `mpstat`, `pidstat`, `sar` / `sadf`, `top -b`,
+`free`, /proc/pressure (PSI) and `numastat` (readers: tools/host/host_formats.py, top_format.py, memory_formats.py,
+sar_format.py, pidstat_format.py; verdicts on them: capture_verdicts.py). A since-boot summary is not a sample.
 
 %util is not saturation on devices that serve requests in parallel (SSD, NVMe, RAID): a disk counts as the
 bottleneck by its await and queue depth, with blocked tasks and workers in D state as corroboration.
@@ -57,13 +59,13 @@ from tools.core.thresholds import (
     MEM_AVAILABLE_PCT,
     WORKER_SATURATED_PCT,
 )
+from tools.host.capture_verdicts import CPU_FIX, IO_FIX, MEMORY_FIX, CaptureJudgement, judge_captures
 from tools.host.host_formats import (
     DiskSample,
     GpuSeries,
     HostCapture,
     is_iostat,
     is_mpstat,
-    is_pidstat,
     is_smi_monitor,
     is_vmstat,
     read_iostat,
@@ -72,12 +74,18 @@ from tools.host.host_formats import (
     read_vmstat,
 )
 from tools.host.job import NodeVerdict, gather_nodes, job_pids_here, label_rows, node_timeout_for
+from tools.host.memory_formats import is_free, is_numastat, is_pressure, read_free, read_numastat, read_pressure
+from tools.host.pidstat_format import is_pidstat_text, read_pidstat
+from tools.host.sar_format import is_sadf, is_sar, read_sadf, read_sar
+from tools.host.top_format import is_top, read_top
 from tools.steps import StepTime, mean_step_time
 
 __all__ = ["SampleHostInput", "SampleHostResult", "sample_host"]
 
 _BRANCH = "gpu_utilization_low"
-Verdict = Literal["io_bound", "cpu_bound", "memory_pressure", "none"]
+Verdict = Literal["io_bound", "cpu_bound", "main_loop_cpu_bound", "memory_pressure", "none"]
+# Memory exhausted explains the rest: the kernel's reclaim shows as system time and re-read pages as iowait.
+_PRECEDENCE = {"memory_pressure": 0, "io_bound": 1, "cpu_bound": 2, "main_loop_cpu_bound": 3, "periodic": 4}
 _SKIPPED_DISKS = ("loop", "ram", "zram", "sr", "fd")
 
 
@@ -400,14 +408,34 @@ def _add_dips(result: SampleHostResult, candidates: list[tuple[list[float], floa
 
 
 _FORMATS_KNOWN = ["iostat -x (text or -o JSON)", "vmstat", "mpstat -P ALL (or sar -u)", "mpstat -o JSON",
-                  "nvidia-smi dmon", "nvidia-smi pmon"]
+                  "sar (-u, -P, -r, -S, -B, -W, -d, -n DEV, -q)", "sadf -d / -p", "pidstat (-u, -r, -d, -t, -h)",
+                  "top / top -b (procps, busybox, toybox)", "free (any unit)", "/proc/pressure/{cpu,io,memory}",
+                  "numastat", "nvidia-smi dmon", "nvidia-smi pmon"]
 
 
 def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
     """One saved capture by its content, and what was made of it."""
     try:
-        if is_mpstat(text):  # before iostat: mpstat's JSON is a "sysstat" document too
+        if is_sadf(text):
+            capture = read_sadf(text)
+            if not capture.reports:
+                return None, Coverage.not_understood(name, "sadf output with no values (the -H header lists the "
+                                                     "file's activities only): pass `sadf -d FILE -- -u -r -B -d` or "
+                                                     "`sar -A -f FILE`", _FORMATS_KNOWN)
+        elif is_sar(text) and not (is_mpstat(text) and text.lstrip().startswith("{")):
+            capture = read_sar(text)
+        elif is_mpstat(text):  # before iostat: mpstat's JSON is a "sysstat" document too
             capture = read_mpstat(text)
+        elif is_top(text):
+            capture = read_top(text)
+        elif is_free(text):
+            capture = read_free(text)
+        elif is_pressure(text):
+            capture = read_pressure(text, name)
+        elif is_numastat(text):
+            capture = read_numastat(text)
+        elif is_pidstat_text(text):
+            capture = read_pidstat(text)
         elif is_iostat(text):
             capture = read_iostat(text)
         elif is_vmstat(text):
@@ -423,7 +451,7 @@ def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
     if not capture.reports or not (capture.host_evidence or capture.gpus):
         return None, Coverage.not_understood(name, f"{capture.kind} header(s) but no row of values under them",
                                              _FORMATS_KNOWN)
-    what = f"{capture.kind}: {capture.reports} report(s)" + (
+    what = (capture.what or capture.kind) + f": {capture.reports} report(s)" + (
         f", {len(capture.core_idle)} CPU(s) each" if capture.core_idle else "")
     if capture.since_boot:
         return capture, Coverage.partial(name, f"{what}: only the averages since boot, no interval")
@@ -431,10 +459,7 @@ def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
 
 
 def _looks_like(text: str) -> str:
-    """What an unread capture looked like: its kind when known, else its first line with content."""
-    if is_pidstat(text):
-        return ("pidstat -u (per-process CPU %): not read, since a process's share says nothing of the host's "
-                "cores; pass mpstat -P ALL or vmstat of the same window, or profile_cpu on the process")
+    """What an unread capture looked like: its first line with content."""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return f"not a format this tool reads; it starts {first[:80]!r}" if first else "no text in it"
 
@@ -450,8 +475,10 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
         coverage.append(covered)
         if capture is not None:
             captures.append(capture)
+    # A since-boot summary is not a sample: it neither clears the host nor faults it; only the intervals are judged.
+    live = [c for c in captures if not c.since_boot]
     disks_by_name: dict[str, list[DiskSample]] = {}
-    for capture in captures:
+    for capture in live:
         for disk in capture.disks:
             disks_by_name.setdefault(disk.name, []).append(disk)
     disks = [Disk(name=name, util_pct=_peak(s.util_pct for s in samples), await_ms=_peak(s.await_ms for s in samples),
@@ -460,7 +487,7 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
              for name, samples in disks_by_name.items()]
 
     def series(name: str) -> list[float]:
-        return [v for c in captures for v in getattr(c, name)]
+        return [v for c in live for v in getattr(c, name)]
 
     def median(name: str) -> float | None:
         values = sorted(series(name))
@@ -470,15 +497,28 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
               steal_pct=median("steal_pct"), idle_pct=median("idle_pct"), run_queue=median("run_queue"),
               blocked=median("blocked"), cores=next((c.cores for c in captures if c.cores), None))
     # Swap traffic counts only from intervals: a since-boot line's si/so is the average of the machine's life.
-    swap = [v for c in captures if not c.since_boot for v in (*c.swap_in, *c.swap_out)]
+    swap = [v for c in live for v in (*c.swap_in, *c.swap_out)]
     if any(c.since_boot for c in captures):
-        notes.append("A capture holds only its first report, the averages since boot: rerun with an interval and "
-                     "a count (iostat -x 1 10, vmstat 1 10, mpstat -P ALL 1 10) for the present.")
-    notes += _core_notes(captures)
+        notes.append("A capture holds only its first report, the averages since boot (or, for pidstat, since each "
+                     "process started): it is not a sample of the present and is not judged; rerun with an interval "
+                     "and a count (vmstat 1 10, iostat -x 1 10, mpstat -P ALL 1 10, pidstat 1 10).")
+    notes += _core_notes(live)
     swapping = sum(1 for v in swap if v > 0) * 2 >= max(len(swap), 1) and any(v > 0 for v in swap)
+    swapped = max(swap, default=0.0)
+    captured = judge_captures(live, swapping)
+    snapshots = [c.memory.available_pct for c in live if c.memory is not None and c.memory.available_pct is not None]
     names = ", ".join(c.kind for c in captures) or "nothing readable"
-    result = _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], None, swapping, f"captures: {names}",
-                    notes, memory_read=bool(swap))
+    result = _judge(sorted(disks, key=lambda d: -(d.await_ms or 0)), cpu, [], min(snapshots, default=None), swapping,
+                    f"captures: {names}", notes, memory_read=bool(swap), captured=captured,
+                    swapping_said=f"swap in/out up to {swapped:g}/s in "
+                    f"{', '.join(sorted({c.kind for c in live if c.swap_in or c.swap_out}))}" if swapping else "")
+    top = [p for c in live for p in c.processes if p.cpu_pct is not None]
+    result.processes = [HostProcess(pid=p.pid, role="other", cpu_pct=p.cpu_pct or 0.0, state=p.state or "-")
+                        for p in sorted(top, key=lambda p: -(p.cpu_pct or 0.0))[:16]]
+    if captured.undecided and not result.findings:
+        seen, decides = captured.undecided[0]
+        result.severity, result.decides = Severity.unknown, decides
+        result.conclusion[1:] = [f"Not decided: {seen}.", f"Capture {decides}."]
     result.coverage = coverage
     _gpus_of(result, captures, params.capture_interval_s, _step_time(params, ctx, result))
     _undecided(result, captures)
@@ -512,6 +552,8 @@ def _undecided(result: SampleHostResult, captures: list[HostCapture]) -> None:
         return
     host = [c for c in captures if c.host_evidence]
     unread = [c for c in result.coverage if c.status is CoverageStatus.not_understood]
+    if result.severity is Severity.unknown and result.decides:
+        return  # already undecided, with what decides it
     if host and not all(c.since_boot for c in host) and not unread:
         return
     result.severity = Severity.unknown
@@ -594,9 +636,11 @@ def _peak(values: object) -> float | None:
 
 
 def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_available: float | None,
-           swapping: bool, source: str, notes: list[str], *, memory_read: bool = True) -> SampleHostResult:
+           swapping: bool, source: str, notes: list[str], *, memory_read: bool = True,
+           captured: CaptureJudgement | None = None, swapping_said: str = "") -> SampleHostResult:
     """The verdict over what was read; `memory_read`: swap traffic or MemAvailable was in it (an mpstat or iostat
-    capture holds neither, so "no memory bottleneck" is not said of it)."""
+    capture holds neither, so "no memory bottleneck" is not said of it); `captured`: what saved captures add (their
+    own findings, and the resources they show)."""
     findings: list[HostFinding] = []
     # Saturated: requests wait long with a queue, or (a disk that serves one request at a time) it is busy nearly
     # all the time with a queue and waits well above a flash device's.
@@ -614,8 +658,7 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
                                                        if cpu.blocked is not None else ""))
         findings.append(HostFinding(kind="io_bound", severity=Severity.crit, evidence=said + (
             f"; {len(stuck)} of the job's processes in D state (waiting on I/O)" if stuck else ""),
-            fix="Faster or local storage (NVMe, a node-local cache of the dataset), more DataLoader workers to overlap "
-                "reads, larger sequential files (WebDataset, record formats) instead of many small ones"))
+            fix=IO_FIX))
     workers = [p for p in processes if p.role == "dataloader_worker"]
     busy_workers = [p for p in workers if p.cpu_pct >= WORKER_SATURATED_PCT]
     if (cpu.idle_pct is not None and cpu.idle_pct <= CPU_IDLE_PCT) or (workers and len(busy_workers) == len(workers)):
@@ -623,15 +666,24 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
                 f"({', '.join(f'{p.pid}: {p.cpu_pct:.0f} %' for p in busy_workers[:4])})" if busy_workers and
                 len(busy_workers) == len(workers) else f"the CPUs are {100 - (cpu.idle_pct or 0):.0f} % busy")
         findings.append(HostFinding(kind="cpu_bound", severity=Severity.crit if busy_workers else Severity.warn,
-                                    evidence=said, fix="More DataLoader workers if cores are free, else cheaper "
-                                    "transforms (profile_cpu names the function), decoding on the GPU (DALI, "
-                                    "torchvision.io on CUDA) or pre-decoded data"))
+                                    evidence=said, fix=CPU_FIX))
     if swapping and (memory_available is None or memory_available <= MEM_AVAILABLE_PCT):
         findings.append(HostFinding(kind="memory_pressure", severity=Severity.crit,
                                     evidence="the host swaps" + (f" with {memory_available:g} % of memory available"
-                                                                 if memory_available is not None else ""),
-                                    fix="Fewer or lighter DataLoader workers (each holds a copy of the dataset "
-                                        "object), a smaller prefetch_factor, or more host memory"))
+                                                                 if memory_available is not None else "")
+                                    + (f" ({swapping_said})" if swapping_said else ""), fix=MEMORY_FIX))
+    if captured is not None:
+        kinds = {f.kind for f in findings}
+        findings += [HostFinding(kind=e.kind, severity=e.severity, evidence=e.evidence, fix=e.fix)  # type: ignore[arg-type]
+                     for e in captured.findings if e.kind not in kinds]
+        notes += captured.notes
+    if any(f.kind == "memory_pressure" for f in findings):
+        for finding in findings:
+            if finding.kind in ("io_bound", "cpu_bound", "main_loop_cpu_bound"):
+                finding.severity = Severity.warn
+                finding.evidence += ("; with memory exhausted this is likely the kernel reclaiming and re-reading "
+                                     "evicted pages: the memory pressure comes first")
+    findings.sort(key=lambda f: _PRECEDENCE[f.kind])
     verdict: Verdict = next((f.kind for f in findings if f.kind != "periodic"), "none")
     util_only = [d for d in disks if (d.util_pct or 0) >= 90 and d not in saturated]
     if util_only:
@@ -639,6 +691,9 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
                      "(devices that serve requests in parallel read 100 % long before their limit).")
     judged = [name for name, read in (("disk", bool(disks)), ("CPU", cpu.idle_pct is not None),
                                       ("memory", memory_read)) if read]
+    if captured is not None:
+        judged = [name for name in ("disk", "CPU", "memory", "NUMA placement")
+                  if name in judged or name in captured.resources]
     unread = [name for name in ("disk", "CPU", "memory") if name not in judged]
     busy = (f", CPU {100 - (cpu.idle_pct or 0):.1f} % busy" + (f" ({cpu.iowait_pct:g} % iowait)" if cpu.iowait_pct
                                                                else "")) if cpu.idle_pct is not None else ""
@@ -660,9 +715,11 @@ async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostRe
     """Is the host starving the GPU through its disks, CPUs or memory? A bounded live sample of this host (1-60 s:
     per disk util, await, queue depth, MB/s, IOPS; CPU user/system/iowait/steal; running and blocked tasks; swap and
     MemAvailable; the job's processes and DataLoader workers by CPU % of a core over the window, and any in D state),
-    or saved iostat -x / vmstat / nvidia-smi dmon and pmon captures (SM % per GPU and its periodic dips); slurm_job
-    or hosts: every node of the job, rows labelled with their node. Verdict io_bound (await and queue depth, not
-    %util alone), cpu_bound, memory_pressure or none, with the fix.
+    or saved captures: iostat -x, vmstat, mpstat, pidstat, sar/sadf, top -b, free, /proc/pressure (PSI), numastat,
+    nvidia-smi dmon and pmon (SM % per GPU and its periodic dips); a since-boot summary is not a sample (unknown).
+    slurm_job or hosts: every node of the job, rows labelled with their node. Verdict io_bound (await and queue
+    depth, not %util alone), cpu_bound, main_loop_cpu_bound (one core or thread pinned while the rest idle),
+    memory_pressure (low available memory with reclaim, PSI memory stalls) or none, with the evidence and the fix.
     """
     backend = job_backend(params, ctx)
     if backend is not None:
