@@ -167,3 +167,40 @@ def test_a_prefixed_killed_line_in_a_file(tmp_path: Path) -> None:
     result = diagnose("worker.log", tmp_path)
     found = finding(result, "death_signal")
     assert found.category == "process_exit" and found.facts["signal_number"] == 9
+
+
+ROUND5 = DATA / "logs" / "round5" / "dev"
+
+
+@pytest.mark.parametrize(("name", "rule", "category", "severity", "facts"), [
+    # Slurm's cgroup OOM killer, behind a wrapper's prefix and inside a workflow engine's output.
+    ("process_exit__dstndstn-tractor-126.log", "slurm_oom_kill", "process_exit", "crit",
+     {"step": 43622791.67, "signal": "SIGKILL"}),
+    ("process_exit__snakemake-snakemake-executor-plugin-slurm-371.log", "slurm_oom_kill", "process_exit", "crit",
+     {"step": "JOBID.13", "signal_number": 9}),
+    # MPICH's banner with its exit code below it; Open MPI's launcher retold with a capital; gunicorn's arbiter.
+    ("process_exit__cbio-cbio-cluster-256.log", "mpich_bad_termination", "process_exit", "warn", {"exitcode": 9}),
+    ("process_exit__compas-grasp-118.log", "mpirun_signal", "process_exit", "crit",
+     {"host": "aodexiusi", "signal": "SIGKILL"}),
+    ("process_exit__natlibfi-annif-922.log", "worker_sent_signal", "process_exit", "crit",
+     {"pid": 54, "exitcode": 139, "signal": "SIGSEGV"}),
+    # PyTorch's OOM on ROCm and on Apple's MPS, Paddle's: the sizes in bytes, whatever the backend.
+    ("cuda_oom__kyuz0-amd-strix-halo-image-video-toolboxes-3.log", "cuda_oom", "cuda_oom", "crit",
+     {"total_bytes": 137438953472, "free_bytes": 818140938, "exception": "torch.OutOfMemoryError"}),
+    ("cuda_oom__pharmapsychotic-clip-interrogator-ext-74.log", "cuda_oom", "cuda_oom", "crit",
+     {"requested_bytes": 481369784, "max_allowed_bytes": 7269232148}),
+    ("cuda_oom__paddlepaddle-paddleocr-1505.log", "cuda_oom", "cuda_oom", "crit",
+     {"requested_bytes": 26216703, "free_bytes": 15925248, "gpu": 0}),  # 25.002197 MiB, truncated to bytes
+    # A serving engine that cannot load its engine file or its models; vLLM's engine core dying, in words.
+    ("inference__triton-inference-server-triton-cli-59.log", "exception_inference_model_load", "inference", "crit",
+     {"expected_version": "9.2.0.5", "found_version": "9.3.0.1"}),
+    ("inference__nvidia-ai-iot-tao-toolkit-triton-apps-11.log", "exception_inference_model_load", "inference", "crit",
+     {"error": "creating server: Internal - failed to load all models"}),
+    ("inference__ovg-project-kvcached-191.log", "exception_inference_engine_failed", "inference", "crit",
+     {"error": "EngineCore encountered a fatal error."}),
+])
+def test_round5_forms(name: str, rule: str, category: str, severity: str, facts: dict[str, Any]) -> None:
+    found = finding(diagnose(name, ROUND5), rule)
+    assert (found.category, found.severity) == (category, severity)
+    for key, value in facts.items():
+        assert found.facts.get(key) == value, (key, found.facts)
