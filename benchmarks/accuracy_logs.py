@@ -120,6 +120,10 @@ def load_round2_dev() -> list[Case]:
     return _labelled(ROUND2 / "dev" / "cases.jsonl")
 
 
+def load_round5_dev() -> list[Case]:
+    return _labelled(ROUND5 / "dev" / "cases.jsonl")
+
+
 def load_cases() -> list[Case]:
     cases: list[Case] = []
     for manifest in sorted(WILD.glob("cases_*.jsonl")):
@@ -271,7 +275,7 @@ def main() -> None:
         learned.OVERRIDE = bool(args.with_model)
     sets = [("development: wild + public (issues 16-22)", load_cases()),
             ("development: round 2 (issue 31)", load_round2_dev()),
-            ("development: round 5 (issue 31)", _labelled(ROUND5 / "dev" / "cases.jsonl"))]
+            ("development: round 5 (issue 31)", load_round5_dev())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))

@@ -1,6 +1,7 @@
 """Train the learned fallback of diagnose_logs (issue 31, "learning where rules stop"): sop/log_model.json.
 
-Data: the DEVELOPMENT sets only (tests/data/logs/wild, public, round2/dev), never round2/heldout or round3.
+Data: the DEVELOPMENT sets only (tests/data/logs/wild, public, round2/dev, round5/dev), never round2/heldout,
+round3 or round4.
 Each excerpt is read as diagnose_logs reads it (tools/logs/learned.py: its error lines' normalised tokens); its
 class is its labelled category (benign and unclassified_error included).
 
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from accuracy_logs import SERIOUS, Case, load_cases, load_round2_dev  # noqa: E402
+from accuracy_logs import SERIOUS, Case, load_cases, load_round2_dev, load_round5_dev  # noqa: E402
 
 from tools.core.context import ToolContext  # noqa: E402
 from tools.core.files import InputFile  # noqa: E402
@@ -94,7 +95,7 @@ async def _rules(cases: list[Case]) -> list[tuple[frozenset[str], frozenset[str]
 def examples(rules_too: bool = True) -> list[Example]:
     """The development excerpts, read as the model reads them; with what the rules alone report (for the printed
     rules + model figures only: the file does not depend on the rules)."""
-    cases = load_cases() + load_round2_dev()
+    cases = load_cases() + load_round2_dev() + load_round5_dev()
     learned.OVERRIDE = False  # the rules alone
     rules = anyio.run(_rules, cases) if rules_too else [(frozenset[str](), frozenset[str](), False)] * len(cases)
     part = int(learned.settings()["part_kib"]) * 1024
@@ -194,7 +195,8 @@ def train(data: list[Example], verbose: bool = False) -> str:
     # Only what depends on the data: the rules' figures (printed) change as the rules do.
     model_alone = {k: v for k, v in got.items() if k.startswith("model_alone")}
     body = {"about": "diagnose_logs' learned fallback (issue 31): trained by benchmarks/train_log_model.py on the "
-                     "development sets only (tests/data/logs/wild, public, round2/dev); read by tools/logs/learned.py",
+                     "development sets only (tests/data/logs/wild, public, round2/dev, round5/dev); read by "
+                     "tools/logs/learned.py",
             "thresholds": threshold, "cross_validation": {"folds": FOLDS, "grouped_by": "repository", **model_alone},
             "model": nb.to_json()}
     return json.dumps(body, sort_keys=True, ensure_ascii=True) + "\n"
