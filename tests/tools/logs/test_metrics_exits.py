@@ -204,3 +204,31 @@ def test_round5_forms(name: str, rule: str, category: str, severity: str, facts:
     assert (found.category, found.severity) == (category, severity)
     for key, value in facts.items():
         assert found.facts.get(key) == value, (key, found.facts)
+
+
+@pytest.mark.parametrize(("line", "rule", "category"), [
+    # nvidia-smi's and NVML's own fixed sentences (driver not loaded, library and module differ, no GPU), the ERR!
+    # of a sensor it cannot read, nvidia-smi -q's clock event reasons; PyTorch's no-device messages.
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+     "driver is installed and running.", "gpu_driver_unreachable", "gpu_hardware"),
+    ("Failed to initialize NVML: Driver/library version mismatch", "gpu_driver_unreachable", "gpu_hardware"),
+    ("No devices were found", "gpu_driver_unreachable", "gpu_hardware"),
+    ("| ERR!   ERR! ERR!    ERR! / ERR!  |      0MiB / 11019MiB |    ERR!      Default |", "gpu_unreadable_fields",
+     "gpu_hardware"),
+    ("        HW Slowdown                       : Active", "gpu_hw_slowdown", "gpu_hardware"),
+    ("        HW Slowdown                       : Not Active", None, None),
+    ("RuntimeError: No CUDA GPUs are available", None, None),  # the exception taxonomy's (cuda_no_device), below
+])
+def test_gpu_driver_and_board_lines(line: str, rule: str | None, category: str | None) -> None:
+    classified = classify(line.encode())
+    if rule is None:
+        assert classified is None or classified[0].category != "gpu_hardware"
+        return
+    assert classified is not None and (classified[0].id, classified[0].category) == (rule, category)
+
+
+def test_no_visible_gpu_is_a_cuda_error(tmp_path: Path) -> None:
+    (tmp_path / "job.log").write_text('Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+                                      '    model.cuda()\nRuntimeError: No CUDA GPUs are available\n')
+    [found] = [f for f in diagnose("job.log", tmp_path).findings if f.severity != "info"]
+    assert (found.category, found.rule, found.severity) == ("cuda_error", "exception_cuda_no_device", "crit")
