@@ -124,7 +124,7 @@ def score(title: str, folder: Path, labels: list[dict[str, Any]], misses: bool) 
             ours: set[str] = {"refused"}
         else:
             # A finding the tool itself calls unknown is not a verdict: it names what would decide.
-            ours = {f.kind for f in result.findings if f.severity in (Severity.warn, Severity.crit)}
+            ours = {str(f.kind) for f in result.findings if f.severity in (Severity.warn, Severity.crit)}
             undecided = {f.kind for f in result.findings if f.severity is Severity.unknown} - ours
             for name, ok in facts_right(label, result):
                 facts[name].append(ok)
@@ -135,7 +135,7 @@ def score(title: str, folder: Path, labels: list[dict[str, Any]], misses: bool) 
             undecided_by[kind] += kind in undecided
         for kind in ours - wanted:
             false_alarms[kind] += 1
-        rows.append((right, label["file"], sorted(wanted), sorted(ours), sorted(undecided),
+        rows.append((right, str(label["file"]), sorted(wanted), sorted(ours), sorted(undecided),
                      result if isinstance(result, str) else (result.conclusion[0][:160] if result.conclusion else "")))
     print(f"== {title} ({len(labels)} outputs)")
     print(f"{'input kind':16} {'n':>4} {'right':>6}")
@@ -157,9 +157,9 @@ def score(title: str, folder: Path, labels: list[dict[str, Any]], misses: bool) 
     all_facts = [f for results in facts.values() for f in results]
     if all_facts:
         print(f"facts right {sum(all_facts)}/{len(all_facts)} = {sum(all_facts) / len(all_facts):.3f}")
-    for right, name, wanted, ours, undecided, said in rows:
+    for right, name, labelled, reported, unsure, said in rows:
         if misses and not right:
-            print(f"  MISS {name}: label {wanted}, ours {ours}" + (f", unknown {undecided}" if undecided else "")
+            print(f"  MISS {name}: label {labelled}, ours {reported}" + (f", unknown {unsure}" if unsure else "")
                   + f" | {said}")
     print()
 

@@ -228,3 +228,17 @@ CONFINED_IDLE_PCT = 90.0
 # numastat: allocations that missed their node at this share of the hits are memory placed off the job's socket.
 NUMA_MISS_SHARE = 0.1
 CONFINED_MAX_IOWAIT_PCT = 5.0
+
+# check_interconnect on pasted node outputs (issue 32). NCCL's topology dump gives each GPU pair's NVLink bandwidth
+# per direction: a pair below this share of the node's fastest has lost links (a healthy board is uniform, and a
+# bridged pair is the same both ways). A PCIe-only box's busbw is judged against the usable one-way rate of the
+# GPUs' own PCIe generation at x16 (PCIE_USABLE_SHARE of the raw rate: 128b/130b coding and TLP overhead leave
+# ~12 GB/s of Gen3's 15.75, what nccl-tests reaches between two Gen3 cards), and only on runs that reach
+# PCIE_JUDGE_MIN_BYTES (small messages are latency-bound at any link rate).
+NVLINK_PAIR_RATIO = 0.5
+PCIE_USABLE_SHARE = 0.75
+PCIE_JUDGE_MIN_BYTES = 64 * 1024 * 1024
+# A GPU's PCIe link below its maximum speed is power saving when idle (NVIDIA GPUs drop to Gen1): it counts as
+# degraded only under load, GPU utilisation of UNDER_LOAD_PCT or more (nvidia-smi -q) or PCIe traffic of at least
+# PCIE_BUSY_KBS (its Tx/Rx throughput).
+PCIE_BUSY_KBS = 1_000_000

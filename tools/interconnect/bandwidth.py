@@ -4,6 +4,7 @@ every slow run."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -18,12 +19,21 @@ from tools.core.thresholds import (
     BUSBW_PEER_RATIO,
     FALL_OFF_MIN_BYTES,
     FALL_OFF_RATIO,
+    PCIE_JUDGE_MIN_BYTES,
 )
 from tools.interconnect.evidence import Evidence, read_capture
-from tools.interconnect.expected import expected_busbw
+from tools.interconnect.expected import expected_busbw, pcie_busbw
 from tools.interconnect.nccl_tests import NcclTestRun, read_nccl_tests
 
-__all__ = ["Bandwidth", "judge_tests"]
+__all__ = ["Bandwidth", "has_nccl_lines", "judge_tests"]
+
+# Collectives whose busbw on a PCIe ring is the link's one-way rate (alltoall and sendrecv depend on the pattern).
+_RING_COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"})
+
+
+def has_nccl_lines(file: InputFile) -> bool:
+    """Whether an nccl-tests output also holds NCCL's own INFO/WARN lines (run with NCCL_DEBUG=INFO)."""
+    return re.search(r"NCCL (?:INFO|WARN) ", read_capture(file)) is not None
 
 
 class Bandwidth(BaseModel):
@@ -65,6 +75,10 @@ def judge_tests(files: Sequence[InputFile], expected_arg: float | None, found: E
         rates = [rate for host in hosts for rate in nic_rates.get(host, [])]
         node_rates = nic_rates.get(hosts[0], []) if hosts else []
         expectation = expected_busbw(gpus, len(hosts), per_node, node_rates or (rates[:8] if rates else None))
+        largest = max((size for size, _ in run.rows), default=0)
+        if expectation is None and len(hosts) == 1 and per_node >= 2 and largest >= PCIE_JUDGE_MIN_BYTES \
+                and (run.collective is None or run.collective in _RING_COLLECTIVES):
+            expectation = pcie_busbw(gpus)
         expected = expected_arg if expected_arg is not None else (expectation.busbw_gbs if expectation else None)
         basis = "expected_busbw_gbs" if expected_arg is not None else (expectation.basis if expectation else None)
         ratio = round(peak[1] / expected, 3) if peak and expected else None

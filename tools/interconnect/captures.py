@@ -22,7 +22,7 @@ __all__ = ["CaptureKind", "EthLink", "IbPort", "NvLinkGpu", "TopoMatrix", "kind_
            "read_nvlink_errors", "read_nvlink_status", "read_topo"]
 
 CaptureKind = Literal["nccl_log", "nccl_tests", "topo", "nvlink_status", "nvlink_errors", "ibstat", "ibstatus",
-                      "ibv_devinfo", "ibdev2netdev", "ethtool", "unknown"]
+                      "ibv_devinfo", "ibdev2netdev", "ethtool", "lspci", "smi_q", "lstopo", "unknown"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LAUNCHER = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
@@ -51,6 +51,13 @@ def kind_of(text: str) -> CaptureKind:
         return "ibdev2netdev"
     if re.search(r"^Settings for \S+:", head, re.M):
         return "ethtool"
+    if re.search(r"^\s*LnkSta:\s*Speed", head, re.M):
+        return "lspci"
+    if re.search(r"^\s*GPU Link Info\s*$", head, re.M) or re.search(r"NVSMI LOG", head):
+        return "smi_q"
+    if re.search(r"^\s*(?:Machine|Package|NUMANode|HostBridge|PCIBridge|PCI|Group0|Core)(?:\(\w+\))? L#\d+", head,
+                 re.M):
+        return "lstopo"
     return "unknown"
 
 
@@ -173,6 +180,7 @@ class IbPort:
     link_layer: str | None = None  # InfiniBand, Ethernet
     netdev: str | None = None  # ibdev2netdev: the interface it backs
     ca_type: str | None = None  # the NIC model (ibstat's MT4129, ibv_devinfo's vendor_part_id 4129)
+    rate_name: str | None = None  # the speed ibstat names beside the rate: `40 (FDR10)`
 
     @property
     def up(self) -> bool:
@@ -232,8 +240,9 @@ def _set(port: IbPort, key: str, value: str) -> None:
     elif key in ("physical state", "phys state"):
         port.physical = value
     elif key == "rate":
-        number = re.match(r"([\d.]+)", value)
+        number = re.match(r"([\d.]+)(?:\s*\((\w+)\))?", value)
         port.rate_gbps = float(number.group(1)) if number else None
+        port.rate_name = number.group(2) if number else None
     elif key in ("link layer", "link_layer"):
         port.link_layer = value
 

@@ -38,7 +38,7 @@ from tools.core.models import (
     ToolResult,
     worst,
 )
-from tools.interconnect.bandwidth import Bandwidth, judge_tests
+from tools.interconnect.bandwidth import Bandwidth, has_nccl_lines, judge_tests
 from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
 from tools.interconnect.live import LiveCapture, capture_this_node
 from tools.interconnect.nodes import CAPTURE_FORMATS, judge_across_nodes, judge_capture, judge_captures
@@ -126,7 +126,9 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
     for node, answer in nodes.items():
         _merge_node(node, answer, found)
     judge_across_nodes(found)
-    transports = judge_logs(logs, deadline, found) if logs else []
+    # nccl-tests run with NCCL_DEBUG=INFO carry the job's NCCL lines: their transports are judged as a log's are.
+    embedded = [file for file in tests if has_nccl_lines(file)]
+    transports = judge_logs(logs, deadline, found, embedded) if logs or embedded else []
     if time.monotonic() > deadline:
         raise LimitExceeded("the check ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
     bandwidth = judge_tests(tests, params.expected_busbw_gbs, found) if tests else []
@@ -144,6 +146,14 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
         coverage=found.coverage)
     if not findings:
         _undecided(result)
+    elif result.severity is Severity.unknown:
+        # Every finding is one the evidence does not decide (a GPU link below its speed with no sign of load, sockets
+        # on a job whose node count is not said): the answer is unknown, and what decides is each one's fix.
+        result.verdict = "unknown"
+        result.decides = "; ".join(dict.fromkeys(f.fix for f in findings))[:600]
+        result.conclusion = [f"Cannot tell: {findings[0].kind} {('on ' + findings[0].node) if findings[0].node else ''}"
+                             f" is undecided: {findings[0].evidence}.".replace("  ", " "),
+                             f"What decides: {findings[0].fix}"]
     return result
 
 
@@ -152,6 +162,15 @@ def _undecided(result: CheckInterconnectResult) -> None:
     healthy than it is low (15 GB/s is fine on one 100G NIC and a third of what 400G RoCE gives)."""
     unjudged = [b for b in result.bandwidth if b.ratio is None and b.peak_busbw_gbs is not None]
     unread = [c for c in result.coverage if c.status is CoverageStatus.not_understood]
+    if not unjudged and not unread and result.coverage and all(c.status is CoverageStatus.partial
+                                                               for c in result.coverage):
+        # Read, but nothing in it could show a fault (lstopo gives a link's speed now, never what it can do).
+        result.severity, result.verdict = Severity.unknown, "unknown"
+        result.decides = ("lspci -vv of the GPUs and NICs (LnkCap against LnkSta), nvidia-smi -q (GPU Link Info), "
+                          "ibstat or nvidia-smi topo -m as captures")
+        result.conclusion = [f"Cannot tell: {result.coverage[0].input} was read only in part "
+                             f"({result.coverage[0].detail}).", "Pass a capture that shows the links' state."]
+        return
     if not unjudged and unread:
         # "No problem found" in what was not read is no clean bill: the link it shows may be the bad one.
         read = len(result.coverage) - len(unread)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,8 +20,8 @@ __all__ = ["BRANCH", "Evidence", "FindingKind", "Link", "NCCL_DOC", "NetFinding"
 BRANCH = "nccl_hang_or_slow"
 FindingKind = Literal["socket_fallback", "no_gdr", "wrong_interface", "p2p_disabled", "shm_instead_of_p2p",
                       "nccl_version_mismatch", "single_process_test", "busbw_low", "wrong_results", "topo_degraded",
-                      "nvlink_inactive", "nvlink_slow", "nvlink_errors", "ib_port_down", "ib_rate_low",
-                      "eth_speed_low", "nccl_warn"]
+                      "nvlink_inactive", "nvlink_slow", "nvlink_errors", "ib_port_down", "ib_port_slow",
+                      "eth_speed_low", "nccl_warn", "pcie_degraded"]
 NCCL_DOC = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
 
 
@@ -66,6 +66,10 @@ class Evidence:
         self.links: list[Link] = []
         self.notes: list[str] = []
         self.coverage: list[Coverage] = []  # per input file or live command: what was made of it
+        # What NCCL's own lines say of each node's NICs: the speed it read per NIC (Mb/s) and how many it uses.
+        self.nccl_nic_speeds: dict[str, dict[str, int]] = {}
+        self.nccl_nics: dict[str, int] = {}
+        self.topologies: dict[str, Any] = {}  # node -> its topo -m matrix (captures.TopoMatrix), for NIC affinity
 
     def nic_rates(self) -> dict[str, list[float]]:
         """Per node the rates (Gb/s) of its active rail ports, from the link rows (saved, live or collected)."""

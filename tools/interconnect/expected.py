@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tools.core.thresholds import NIC_EFFICIENCY
+from tools.core.thresholds import NIC_EFFICIENCY, PCIE_USABLE_SHARE
 
-__all__ = ["Expectation", "expected_busbw", "nvswitch_busbw"]
+__all__ = ["Expectation", "expected_busbw", "nvswitch_busbw", "pcie_busbw"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,31 @@ def expected_busbw(gpu_names: list[str], nodes: int, gpus_per_node: int,
     if board is not None and board[0] < network:
         return Expectation(board[0], f"{basis}, capped by the node's NVLink ({board[1]})")
     return Expectation(round(network, 1), basis)
+
+
+# (GPU name pattern, the PCIe generation of the card, x16): PCIe boards only; an SXM part's name never matches.
+_PCIE_CARDS = (
+    (re.compile(r"V100S?-PCIE|P100-PCIE|Tesla (?:T4|P4|P40)\b|GeForce (?:RTX 20[6-8]0|GTX 1[06][5-8]0)|"
+                r"TITAN (?:RTX|V|Xp)|Quadro RTX [4-8]000", re.I), 3),
+    (re.compile(r"A100[\w -]*PCIe|\b(?:A10|A16|A30|A40|L4|L40S?)\b|RTX A[2-6]000|GeForce RTX (?:30|40)[5-9]0|"
+                r"RTX [2-6]000 Ada", re.I), 4),
+    (re.compile(r"H100[\w -]*(?:PCIe|NVL)|H200 NVL|GeForce RTX 50[6-9]0|RTX PRO 6000", re.I), 5),
+)
+_PCIE_X16_GBS = {3: 15.75, 4: 31.5, 5: 63.0}  # raw one-way rate of an x16 link, GB/s
+
+
+def pcie_busbw(gpu_names: list[str]) -> Expectation | None:
+    """The floor a ring of PCIe cards within one node gives: the usable one-way rate of their PCIe generation at x16
+    (the slowest card's); None unless every GPU is a PCIe card this table knows."""
+    generations = []
+    for name in gpu_names:
+        generation = next((gen for pattern, gen in _PCIE_CARDS if pattern.search(name)), None)
+        if generation is None:
+            return None
+        generations.append(generation)
+    if not generations:
+        return None
+    slowest = min(generations)
+    figure = round(_PCIE_X16_GBS[slowest] * PCIE_USABLE_SHARE, 1)
+    return Expectation(figure, f"PCIe Gen{slowest} x16 of {gpu_names[0]}: {_PCIE_X16_GBS[slowest]:g} GB/s one way x "
+                       f"{PCIE_USABLE_SHARE:.0%} usable")

@@ -34,9 +34,10 @@ __all__ = ["NcclProcess", "read_nccl_log"]
 
 # Lines the scanner hands over: NCCL's own, and the bare version banner.
 _PATTERNS = (r"NCCL (?:INFO|WARN)", r"NCCL version \d", r"\d+(?:\[[0-9a-fx]+\])? -> \d+(?:\[[0-9a-fx]+\])?.* via ",
-             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks")
+             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks", r"^\s*Last error:\s*$")
 
-_LINE = re.compile(r"(?:(?P<host>[A-Za-z0-9][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
+# A host may be masked by the poster (`<host1>:3319:3329 [1] ...`): still a name that tells the nodes apart.
+_LINE = re.compile(r"(?:(?P<host>[A-Za-z0-9][\w.\-]*|<[\w.\-]+>):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
                    r"(?:(?P<src>[\w/.\-]+\.(?:cc|cpp|h):\d+) )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _INIT_RANK = re.compile(r"\bcomm 0x[0-9a-f]+ rank (\d+) n[Rr]anks (\d+)(?: nNodes (\d+) localRanks (\d+))?")
@@ -55,6 +56,17 @@ _CHANNEL = re.compile(r"(?:^|(?:Channel|CollNet|Ring) \d+(?:/\d+)? : )(\d+)(?:\[
 _NET_TRANSPORT = re.compile(r"^(?:NET|COLLNET)/(.+?)/\d+")
 _GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for")
 _P2P_DISABLED = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d+) and (\d+)")
+# 2.4-2.7 say it per channel: `Could not enable P2P between dev 3(=68000) and dev 2(=67000)`.
+_P2P_FAILED = re.compile(r"Could not enable P2P between dev (\d+)\S* and dev (\d+)")
+# NCCL's topology dump (NCCL_DEBUG_SUBSYS=GRAPH): `+ NVL[20.0] - GPU/0-65000` under the GPU it leaves from.
+_TOPO_NODE = re.compile(r"^\+ \w+\[[\d.]+\] - GPU/([0-9a-fx\-]+)")
+_TOPO_NVL = re.compile(r"^\s*\+ NVL\[([\d.]+)\] - GPU/([0-9a-fx\-]+)")
+# The NICs' link speed as NCCL reads it: `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000` (Mb/s).
+_NIC_SPEED = re.compile(r"\[(\d+)\]\s*([\w.\-]+)(?::\w+)*:\d+/\w+.*?\bspeed=(\d+)")
+# What PyTorch carries of NCCL's own error: `NCCL error in: ...cpp:1691, invalid usage (run with ...)`, and the text
+# after `Last error:` on the next line (NCCL's WARN text, kept even when NCCL_DEBUG was off).
+_TORCH_NCCL_ERROR = re.compile(r"NCCL error in: \S+, ([^(,]+?)\s*(?:\(|,)")
+_IFNAME_ENV = re.compile(r"NCCL_SOCKET_IFNAME set by environment to")
 _NO_IB = re.compile(r"^NET/IB ?: No device found")
 _IB_DISABLE = re.compile(r"NCCL_IB_DISABLE set (?:by environment )?to 1")
 # Network plugins that carry NCCL's traffic over TCP (Google's FastSocket): a job on them is on sockets.
@@ -90,6 +102,15 @@ class NcclProcess:
     # (NCCL_NET_GDR_READ), so a send channel without /GDRDMA beside receive channels with it is no fault.
     send_transports: Counter[str] = field(default_factory=Counter)
     bootstrap_link_local: bool = False  # the bootstrap interface has only an IPv6 link-local address (fe80::)
+    # The interfaces NCCL bootstraps on or lists for sockets whose address is IPv4 link-local (169.254/16, no DHCP
+    # answer), and whether the interface was chosen by NCCL_SOCKET_IFNAME (a back-to-back link set on purpose).
+    ipv4_link_local: list[str] = field(default_factory=list)
+    ifname_from_environment: bool = False
+    nic_speeds_mbps: dict[str, int] = field(default_factory=dict)  # NIC -> speed NCCL read for it
+    nvlink_bw: dict[tuple[str, str], float] = field(default_factory=dict)  # (GPU bus id, peer) -> NVL GB/s
+    topo_gpu: str | None = None  # the GPU of the topology dump's current block
+    last_error: str | None = None  # NCCL's last error as PyTorch quoted it (the line after `Last error:`)
+    error_kind: str | None = None  # PyTorch's `NCCL error in: ...` reason: invalid usage, unhandled system error...
     gdr_disabled: list[str] = field(default_factory=list)
     p2p_disabled: list[tuple[int, int, bool]] = field(default_factory=list)  # (gpu, gpu, NVLink-connected)
     warnings: Counter[str] = field(default_factory=Counter)  # WARN text with its numbers blanked -> count
@@ -127,13 +148,29 @@ def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = No
     processes: dict[tuple[str | None, str | None], NcclProcess] = {}
     stats = stats if stats is not None else ScanStats()
     last: NcclProcess | None = None
-    for match in scan_file(file, _matcher(), context=0, deadline=deadline, stats=stats):
+    # One line of context: the text after PyTorch's `Last error:` is on the line below it.
+    for match in scan_file(file, _matcher(), context=1, deadline=deadline, stats=stats):
         text = display_line(match.text, 4000)
+        if text.strip() == "Last error:":
+            said = display_line(match.after[0][1], 400).strip() if match.after else ""
+            if said and last is None:
+                last = processes.setdefault((None, None), NcclProcess(file.name, None, None))
+            if said and last is not None:
+                last.last_error = said
+                last.lines += 1
+            continue
         line = _LINE.search(text)
         if line is None and "NCCL" not in text and (_CHANNEL.search(text) or _INIT_RANK.search(text)):
             # A poster kept the message and cut the `host:pid:tid [dev] NCCL INFO` before it.
             last = processes.setdefault((None, None), NcclProcess(file.name, None, None)) if last is None else last
             _read(last, "INFO", text.strip())
+            continue
+        if line is None and (torch_error := _TORCH_NCCL_ERROR.search(text)) is not None:
+            last = processes.setdefault((None, None), NcclProcess(file.name, None, None)) if last is None else last
+            last.error_kind = torch_error.group(1).strip()
+            version = _VERSION.search(text)
+            last.version = last.version or (version.group(1) if version else None)
+            last.lines += 1
             continue
         if line is None:
             version = _VERSION.search(text)
@@ -163,6 +200,10 @@ def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = No
 def _read(process: NcclProcess, level: str, message: str) -> None:
     if (p2p := _P2P_DISABLED.search(message)) is not None:  # INFO on a PCIe path, WARN between NVLink peers
         process.p2p_disabled.append((int(p2p.group(2)), int(p2p.group(3)), bool(p2p.group(1))))
+    elif (failed := _P2P_FAILED.search(message)) is not None:
+        pair = (int(failed.group(1)), int(failed.group(2)), False)
+        if pair not in process.p2p_disabled:
+            process.p2p_disabled.append(pair)
     if level == "WARN":
         shape = _NUMBERS.sub("N", message.strip())[:200]
         process.warnings[shape] += 1
@@ -180,7 +221,17 @@ def _read(process: NcclProcess, level: str, message: str) -> None:
             if init.group(3):
                 process.nnodes, process.local_ranks = int(init.group(3)), int(init.group(4))
         return
-    for _, address in _ADDRESS.findall(message):
+    if (gpu := _TOPO_NODE.match(message)) is not None:
+        process.topo_gpu = gpu.group(1)
+    elif (nvl := _TOPO_NVL.match(message)) is not None and process.topo_gpu:
+        process.nvlink_bw[(process.topo_gpu, nvl.group(2))] = float(nvl.group(1))
+    for nic, _, speed in _NIC_SPEED.findall(message):
+        process.nic_speeds_mbps[nic] = int(speed)
+    if _IFNAME_ENV.search(message):
+        process.ifname_from_environment = True
+    for iface, address in _ADDRESS.findall(message):
+        if address.startswith("169.254.") and iface not in process.ipv4_link_local:
+            process.ipv4_link_local.append(iface)
         if address not in process.addresses and not address.startswith(("127.", "fe80")):
             process.addresses.append(address)
     if (channel := _CHANNEL.search(message)) is not None:

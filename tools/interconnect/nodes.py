@@ -22,11 +22,13 @@ from tools.interconnect.captures import (
     read_topo,
 )
 from tools.interconnect.evidence import Evidence, Link, node_of, read_capture
+from tools.interconnect.pcie import read_lspci, read_lstopo, read_smi_pcie
+from tools.interconnect.pcie_judge import judge_pcie
 
 __all__ = ["CAPTURE_FORMATS", "judge_across_nodes", "judge_capture", "judge_captures"]
 
 CAPTURE_FORMATS = ["nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi nvlink -e", "ibstat", "ibstatus",
-                   "ibv_devinfo", "ibdev2netdev", "ethtool IFACE"]
+                   "ibv_devinfo", "ibdev2netdev", "ethtool IFACE", "lspci -vv", "nvidia-smi -q", "lstopo -v"]
 
 
 def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
@@ -49,6 +51,17 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
         _ib(read_ib_ports(text, kind), node, kind, found)
     elif kind == "ethtool":
         _eth(read_ethtool(text), node, found)
+    elif kind in ("lspci", "smi_q"):
+        links = read_lspci(text) if kind == "lspci" else read_smi_pcie(text)
+        if not links:
+            found.coverage[-1] = Coverage.partial(name, f"{kind}: no PCIe link state in it (LnkSta / GPU Link Info)")
+        judge_pcie(links, node, found)
+    elif kind == "lstopo":
+        objects, figures = read_lstopo(text)
+        found.coverage[-1] = Coverage.partial(name, f"lstopo: {objects} object(s), {len(figures)} PCI link "
+                                              "figure(s): the speed a link runs at now, never what it can do")
+        found.links.extend(Link(node=node, kind="pcie", name=f"{what} {busid}", state="now", speed=f"{gbs:g} GB/s",
+                                expected="-") for what, busid, gbs in figures)
     elif kind in ("nccl_log", "nccl_tests"):
         found.notes.append(f"{name} is {kind.replace('_', '-')} output: pass it as {kind}.")
         found.coverage.append(Coverage.not_understood(name, f"{kind.replace('_', '-')} output given as a capture: "
@@ -74,7 +87,7 @@ def judge_across_nodes(found: Evidence) -> None:
         top = max(fastest.values())
         for node, rate in sorted(fastest.items()):
             if rate < top:
-                found.add("ib_rate_low", Severity.warn, f"{node}'s rails run at {rate:g} Gb/s, the other nodes' at "
+                found.add("ib_port_slow", Severity.warn, f"{node}'s rails run at {rate:g} Gb/s, the other nodes' at "
                           f"{top:g} Gb/s", "Check that node's cables, transceivers and switch ports; the slowest node "
                           "paces every collective of the job.", node)
     _eth_across(found)
@@ -114,13 +127,13 @@ def _topo(text: str, node: str, name: str, found: Evidence) -> None:
             nearest[gpu] = cell
     close = [g for g, c in nearest.items() if c in ("PIX", "PXB")]
     far = [g for g, c in nearest.items() if c in ("NODE", "PHB", "SYS")]
+    found.topologies[node] = matrix
     if close and far:
-        found.add("topo_degraded", Severity.warn,
-                  f"{', '.join(sorted(far, key=_gpu_key))} have no NIC closer than "
-                  f"{'/'.join(sorted({nearest[g] for g in far}))} while {len(close)} GPU(s) have one at PIX/PXB: "
-                  "their network traffic crosses the CPU (no GPU Direct RDMA)",
-                  "Check the NIC-to-GPU mapping (NCCL_IB_HCA, NCCL topology file) and that no NIC is missing "
-                  "(ibstat).", node)
+        # Fewer NICs than GPUs is a board's design, not a fault: a GPU with no NIC near it has none to be moved to.
+        # Affinity is wrong only where a GPU uses a far NIC while a near one exists (judged with NCCL's log).
+        found.notes.append(f"{node}: {', '.join(sorted(far, key=_gpu_key))} have no NIC closer than "
+                           f"{'/'.join(sorted({nearest[g] for g in far}))} ({len(close)} GPU(s) have one at PIX/PXB): "
+                           "their network traffic crosses the host bridge; the board has fewer NICs than GPUs.")
 
 
 def _gpu_key(name: str) -> int:
@@ -213,12 +226,20 @@ def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence) -> N
                       + f" ({sum(p.up for p in ports)} of {len(ports)} ports up)",
                       "Check the cable and the switch port (ibstat, ibportstate), the subnet manager (port_lid "
                       "65535 = none assigned); drain the node until the rail is back.", node)
+    for port in ports:
+        # FDR10 is a rate only an FDR-capable port trains at: the partner (switch port, cable, licence) held it to
+        # 40 Gb/s of the 56 the HCA does.
+        if port.up and (port.rate_name or "").upper() == "FDR10":
+            found.add("ib_port_slow", Severity.warn, f"{port.device}:{port.port} runs at {port.rate_gbps:g} Gb/s "
+                      "(FDR10): an FDR-capable port trained below its 56 Gb/s",
+                      "The switch port, cable or switch licence limits the link to FDR10: check ibportstate / the "
+                      "switch's port speed and the cable; FDR needs FDR-rated cables end to end.", node)
     for key in rails:
         same = [p for p in groups[key] if p.up and p.rate_gbps]
         fastest = max((p.rate_gbps or 0 for p in same), default=0)
         for port in same:
             if (port.rate_gbps or 0) < fastest:
-                found.add("ib_rate_low", Severity.warn, f"{port.device}:{port.port} runs at {port.rate_gbps:g} Gb/s, "
+                found.add("ib_port_slow", Severity.warn, f"{port.device}:{port.port} runs at {port.rate_gbps:g} Gb/s, "
                           f"its siblings at {fastest:g} Gb/s",
                           "A port trained at a lower rate: check the cable/transceiver and the switch port; NCCL "
                           "spreads traffic evenly, so the slow rail paces the others.", node)

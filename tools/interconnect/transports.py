@@ -14,9 +14,12 @@ from tools.core.files import InputFile
 from tools.core.limits import NET_MAX_WARN_KINDS
 from tools.core.models import Coverage, Severity
 from tools.core.ranks import compact_ranges
+from tools.core.thresholds import NVLINK_PAIR_RATIO
 from tools.interconnect.evidence import NCCL_DOC, Evidence
 from tools.interconnect.nccl_log import NcclProcess, read_nccl_log
 from tools.logs import ScanStats
+
+_NUMBERS = re.compile(r"0x[0-9a-f]+|\d+")
 
 __all__ = ["Transport", "judge_logs"]
 
@@ -24,7 +27,8 @@ __all__ = ["Transport", "judge_logs"]
 # Interfaces that are never a cluster's data path: container bridges and veths, tunnels, VPNs, loopback.
 _VIRTUAL_IFACE = re.compile(r"^(?:docker\d*|veth\w*|br-\w+|virbr\d*|cni\d*|flannel[.\w]*|cali\w+|vxlan[.\w]*|"
                             r"kube-\w+|weave\w*|tunl\d*|tun\d*|tap\w*|wg\d*|tailscale\d*|zt\w+|utun\d*|"
-                            r"CloudflareWARP|lo)$")
+                            r"CloudflareWARP)$")
+_LOOPBACK = "lo"
 # WARN lines that mean the job's communication failed, not only that NCCL noticed something.
 _FATAL_WARN = re.compile(r"ibv_\w+ failed|completion|async (?:fatal|error)|Test NCCL failure|timeout|"
                          r"unhandled|no socket interface|No usable|Failed to open libibverbs", re.I)
@@ -43,8 +47,17 @@ class Transport(BaseModel):
     file: str
 
 
-def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence) -> list[Transport]:
+def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence,
+               embedded: Sequence[InputFile] = ()) -> list[Transport]:
+    """`embedded`: nccl-tests outputs run with NCCL_DEBUG=INFO, whose NCCL lines are judged too (their coverage is
+    the test's own)."""
     processes: list[NcclProcess] = []
+    for file in embedded:
+        # A test that ran printed its table: that is the verdict on it, not the WARN lines on the way (NCCL warns
+        # of a libibverbs it does not need on a socket-only cluster); a log passed as such has them judged.
+        for process in read_nccl_log(file, deadline, ScanStats()):
+            process.warnings.clear()
+            processes.append(process)
     for file in files:
         stats = ScanStats()
         read = read_nccl_log(file, deadline, stats)
@@ -56,12 +69,16 @@ def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence) -> 
                                                       else "no NCCL INFO/WARN line in it",
                                                       ["job logs with NCCL_DEBUG=INFO lines"]))
     if not processes:
+        if not files:
+            return []
         found.notes.append("No NCCL lines in the logs: run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET.")
         return []
     by_node = _by_node(processes)
     hosted = [node for node, group in by_node.items() if any(p.host for p in group)]
     # NCCL uses its network transport only between nodes: a NET channel anywhere means the job spans two or more.
-    crosses = any(t.startswith(("NET/", "COLLNET/")) for p in processes for t in p.transports)
+    # ...unless both ends of every such channel are GPUs of the one process in the log (a local ring forced onto it).
+    local = len(processes) == 1 and _all_local(processes[0])
+    crosses = not local and any(t.startswith(("NET/", "COLLNET/")) for p in processes for t in p.transports)
     nodes = max([p.nnodes or 1 for p in processes] + [len(hosted), 2 if crosses else 1])
     rows = []
     versions = Counter(p.version for p in processes if p.version)
@@ -73,14 +90,46 @@ def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence) -> 
                   f"{', '.join(odd[:5])} differ", "Run one NCCL build everywhere (the same container image or "
                   "module on every node).", odd[0] if odd else None)
     # Whether the job spans nodes: 2 or more seen; 0 when nothing says (one host, no communicator line).
-    known_single = any(p.nnodes == 1 for p in processes) or (nodes == 1 and any(p.nranks for p in processes))
+    # One node for certain: NCCL's own nNodes 1 (2.20+), or every rank of the communicator seen on the one host.
+    local_gpus = len({(p.pid, d) for p in processes for d in p.devices})
+    said_single = any(p.nnodes == 1 for p in processes) or (
+        nodes == 1 and 0 < max((p.nranks or 0 for p in processes), default=0) <= local_gpus)
+    known_single = said_single or (nodes == 1 and any(p.nranks for p in processes))
     span = nodes if nodes > 1 or known_single else 0
     ib_in_job = any(p.ib_devices for p in processes)
     for node, group in by_node.items():
         rows.append(_transport_row(node, group, nodes))
-        _node_findings(node, group, span, ib_in_job, found)
+        _node_findings(node, group, span, ib_in_job, found, said_single)
+        _nvlink_asymmetry(node, group, found)
+        found.nccl_nic_speeds[node] = {nic: mbps for p in group for nic, mbps in p.nic_speeds_mbps.items()}
+        found.nccl_nics[node] = max((len(p.ib_devices) for p in group), default=0)
     _warn_findings(processes, found)
     return rows
+
+
+def _nvlink_asymmetry(node: str, group: list[NcclProcess], found: Evidence) -> None:
+    """NCCL's own topology (NCCL_DEBUG_SUBSYS=GRAPH) gives each GPU's NVLink bandwidth to its peer: a pair whose one
+    direction is far below the other, or below the node's other pairs, has lost links (or is modelled so)."""
+    bandwidth: dict[tuple[str, str], float] = {}
+    for process in group:
+        bandwidth.update(process.nvlink_bw)
+    if not bandwidth:
+        return
+    top = max(bandwidth.values())
+    for (gpu, peer), gbs in sorted(bandwidth.items()):
+        if gbs < NVLINK_PAIR_RATIO * top:
+            back = bandwidth.get((peer, gpu))
+            found.add("topo_degraded", Severity.warn,
+                      f"NCCL's topology: NVLink GPU {gpu} -> GPU {peer} at {gbs:g} GB/s, "
+                      + (f"the reverse at {back:g} GB/s" if back is not None else f"the node's fastest at {top:g}"),
+                      "A pair that lost NVLinks (or a topology file that says so, NCCL_TOPO_FILE): check "
+                      "nvidia-smi nvlink -s on that node and the NCCL_TOPO_FILE in the job's environment.", node)
+            return
+
+
+def _all_local(process: NcclProcess) -> bool:
+    """Every rank its channel lines name is one of the GPUs this one process drives (and no line says more nodes)."""
+    return (process.nnodes or 1) == 1 and process.max_peer is not None and len(process.devices) > process.max_peer
 
 
 def _by_node(processes: list[NcclProcess]) -> dict[str, list[NcclProcess]]:
@@ -134,8 +183,10 @@ def _transport_row(node: str, group: list[NcclProcess], nodes: int) -> Transport
                      warnings=sum(sum(p.warnings.values()) for p in group), file=first.file)
 
 
-def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bool, found: Evidence) -> None:
-    """The findings of one node's processes; `span` is the job's node count (0: not known)."""
+def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bool, found: Evidence,
+                   said_single: bool = False) -> None:
+    """The findings of one node's processes; `span` is the job's node count (0: not known); `said_single`: NCCL
+    itself said nNodes 1."""
     channels: Counter[str] = Counter()
     for process in group:
         channels.update(process.transports)
@@ -147,10 +198,16 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
     # the job ever named an IB device (2.2-2.6 logs say nothing else).
     on_sockets = network in ("Socket", "FastSocket") or no_ib or any(p.ib_disabled for p in group) or (
         network is None and not ib_in_job and any(p.socket_interfaces for p in group))
+    # Both ranks of NCCL's network channels in one process on one host: local GPUs on the network transport.
+    one = group[0]
+    local_net = len(group) == 1 and span <= 1 and _all_local(one)
     if on_sockets and not socket_channels and span == 0:
-        found.notes.append(f"{node}: NCCL's network is TCP sockets; nothing in these lines says whether the job spans "
-                           "nodes (no nranks/nNodes line, one host): pass every node's log to tell.")
-    if socket_channels or (span > 1 and on_sockets):
+        found.add("socket_fallback", Severity.unknown, "NCCL's network is TCP sockets"
+                  + (f" on {', '.join(one.socket_interfaces[:3])}" if one.socket_interfaces else "")
+                  + "; nothing in these lines says whether the job spans nodes (no nRanks/nNodes line, one host)",
+                  "Pass every node's log (or the lines with 'nRanks N nNodes M'): across nodes this is the socket "
+                  "fallback, within one node sockets carry nothing.", node, ranks)
+    if (socket_channels and not local_net) or (span > 1 and on_sockets):
         said = (f"inter-node traffic over TCP sockets ({socket_channels} channel(s) via NET/Socket" if socket_channels
                 else "NCCL's network is TCP sockets and the job spans nodes")
         said += (", 'NET/IB : No device found'" if no_ib else "") + (
@@ -169,8 +226,10 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
     ib_gdr_any = any(t.endswith("/GDRDMA") for t in channels)
     ib_plain = sum(n - (sends[t] if ib_gdr_any else 0) for t, n in plain.items())
     ib_gdr = sum(n for t, n in channels.items() if t.endswith("/GDRDMA"))
-    disabled = [line for p in group for line in p.gdr_disabled]
-    if ib_plain or (disabled and not on_sockets):
+    # NCCL says GPU Direct RDMA is off for an HCA as it opens it, whether or not any traffic will cross it: on a job
+    # known to stay within one node nothing does.
+    disabled = [line for p in group for line in p.gdr_disabled] if not said_single else []
+    if (ib_plain and not local_net) or (disabled and not on_sockets):
         said = (f"{ib_plain} network channel(s) without GPU Direct RDMA (no /GDRDMA suffix"
                 + (f"; {ib_gdr} with it" if ib_gdr else "") + ")") if ib_plain else "NCCL disables GPU Direct RDMA"
         found.add("no_gdr", Severity.warn,
@@ -180,6 +239,8 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
     interfaces = {p.bootstrap_interface for p in group if p.bootstrap_interface} | {
         i for p in group for i in p.socket_interfaces}
     virtual = sorted(i for i in interfaces if _VIRTUAL_IFACE.match(i))
+    _loopback(node, group, interfaces, span, socket_channels, ranks, found)
+    _ipv4_link_local(node, group, ranks, found)
     link_local = sorted({p.bootstrap_interface for p in group if p.bootstrap_link_local and p.bootstrap_interface})
     if link_local and not virtual:
         found.add("wrong_interface", Severity.warn,
@@ -189,10 +250,18 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                   node, ranks)
     if virtual:
         found.add("wrong_interface", Severity.crit if socket_channels else Severity.warn,
-                  f"NCCL uses {', '.join(virtual)} (a container, tunnel, VPN or loopback interface) for its sockets"
+                  f"NCCL uses {', '.join(virtual)} (a container, tunnel or VPN interface) for its sockets"
                   + (f"; NCCL_SOCKET_IFNAME={group[0].socket_ifname}" if group[0].socket_ifname else ""),
                   "Set NCCL_SOCKET_IFNAME to the cluster's data interface (e.g. =ib0 or =^docker,lo,veth).", node,
                   ranks)
+    # NCCL's network transport between GPUs of one process on one host: neither P2P nor SHM was used between them.
+    if local_net and socket_channels + ib_plain + ib_gdr:
+        net = ", ".join(sorted(t for t in channels if t.startswith("NET/")))
+        found.add("p2p_disabled", Severity.warn,
+                  f"the GPUs of one process on one host talk over NCCL's network transport ({net}): neither P2P nor "
+                  "shared memory is used between them",
+                  "P2P and SHM are off (NCCL_P2P_DISABLE / NCCL_SHM_DISABLE in the environment) or refused: unset "
+                  "them, or check nvidia-smi topo -p2p r for the pair.", node, ranks)
     for process in group:
         for a, b, nvlink in process.p2p_disabled[:1]:
             found.add("p2p_disabled", Severity.crit if nvlink else Severity.warn,
@@ -223,6 +292,45 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                                "on a PCIe box without P2P, a loss if the GPUs have NVLink (pass nvidia-smi topo -m).")
 
 
+def _loopback(node: str, group: list[NcclProcess], interfaces: set[str], span: int, socket_channels: int,
+              ranks: str, found: Evidence) -> None:
+    """Loopback as NCCL's bootstrap or socket interface: harmless while the job stays on one node, fatal across
+    nodes; when a physical interface is listed beside it, NCCL may pick lo for a peer on another node."""
+    if _LOOPBACK not in interfaces:
+        return
+    others = sorted(i for i in interfaces if i != _LOOPBACK and not _VIRTUAL_IFACE.match(i))
+    said = "NCCL uses lo (loopback) for its sockets" + (f" beside {', '.join(others)}" if others else "")
+    fix = "Set NCCL_SOCKET_IFNAME to the cluster's data interface (e.g. =eth0 or =^lo,docker), on every node."
+    if span > 1 or (others and span != 1):
+        found.add("wrong_interface", Severity.crit if socket_channels else Severity.warn,
+                  said + (f" on a job of {span} nodes" if span > 1 else "") + ": other nodes cannot reach 127.0.0.1",
+                  fix, node, ranks)
+    elif span == 0:
+        found.add("wrong_interface", Severity.unknown, said + "; these lines do not say whether the job spans nodes "
+                  "(fine within one node, a hang across nodes)", "Pass every node's log (or the 'nRanks N nNodes M' "
+                  "line): across nodes, " + fix[0].lower() + fix[1:], node, ranks)
+    else:
+        found.notes.append(f"{node}: NCCL uses lo for its sockets; harmless on this one-node job, fatal across nodes.")
+
+
+def _ipv4_link_local(node: str, group: list[NcclProcess], ranks: str, found: Evidence) -> None:
+    """An IPv4 link-local address (169.254/16: no DHCP answer) on the interface NCCL bootstraps on: reachable only on
+    the same link. Chosen by NCCL itself it is a wrong pick; named by NCCL_SOCKET_IFNAME it is a back-to-back link
+    set up on purpose."""
+    link_local = sorted({i for p in group for i in p.ipv4_link_local})
+    if not link_local:
+        return
+    if any(p.ifname_from_environment for p in group):
+        found.notes.append(f"{node}: NCCL bootstraps on {', '.join(link_local)} with a 169.254 (link-local) address, "
+                           "chosen by NCCL_SOCKET_IFNAME: a back-to-back link set up on purpose works; across a "
+                           "routed network it does not.")
+        return
+    found.add("wrong_interface", Severity.warn,
+              f"NCCL picked {', '.join(link_local)} with a 169.254 link-local address (no DHCP lease): nodes on other "
+              "links cannot reach it", "Set NCCL_SOCKET_IFNAME to the interface with the cluster's routable address "
+              "(ip -br addr), on every node.", node, ranks)
+
+
 def _warn_findings(processes: list[NcclProcess], found: Evidence) -> None:
     shapes: Counter[str] = Counter()
     where: dict[str, set[str]] = defaultdict(set)
@@ -232,6 +340,19 @@ def _warn_findings(processes: list[NcclProcess], found: Evidence) -> None:
             shapes[shape] += count
             where[shape].add(process.host or process.file)
             text.setdefault(shape, process.warning_text[shape])
+    for process in processes:
+        if process.last_error or process.error_kind:
+            said = process.last_error or process.error_kind or ""
+            shape = _NUMBERS.sub("N", said)[:200]
+            shapes[shape] += 1
+            where[shape].add(process.host or process.file)
+            text.setdefault(shape, f"{process.error_kind or 'NCCL error'}: {said}" if process.last_error else said)
+    bootstrap = next((shape for shape in shapes if "no socket interface" in shape), None)
+    if bootstrap is not None:
+        found.add("wrong_interface", Severity.crit, "NCCL found no socket interface to bootstrap on (NCCL WARN "
+                  "'Bootstrap : no socket interface found'): NCCL_SOCKET_IFNAME names none this node has, or every "
+                  "interface is excluded", "Set NCCL_SOCKET_IFNAME to an interface that exists on every node "
+                  "(ip -br addr), or unset it.", sorted(where[bootstrap])[0])
     for shape, count in shapes.most_common(NET_MAX_WARN_KINDS):
         nodes = sorted(where[shape])
         found.add("nccl_warn", Severity.crit if _FATAL_WARN.search(shape) else Severity.warn,

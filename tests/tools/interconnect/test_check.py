@@ -152,20 +152,21 @@ def test_every_real_output_parses_and_the_verdicts_hold() -> None:
     misses = []
     for label in labels:
         result = check(WILD, **{argument.get(label["kind"], "captures"): [label["file"]]})
-        if {f.kind for f in result.findings} != set(label["findings"]):
+        # A finding at severity unknown is no verdict (it names what would decide): the verdicts are warn and crit.
+        if {f.kind for f in result.findings if f.severity.value in ("warn", "crit")} != set(label["findings"]):
             misses.append(label["file"])
         if label["kind"] == "nccl_tests" and isinstance(label["facts"].get("peak_busbw_gbs"), int | float):
             peak = max(b.peak_busbw_gbs or 0 for b in result.bandwidth)
             assert abs(peak - label["facts"]["peak_busbw_gbs"]) <= 0.01 * label["facts"]["peak_busbw_gbs"]
     assert 1 - len(misses) / len(labels) >= 0.95, misses
-    # The known misses: sockets on a job whose log never shows it spans nodes (the thread says it does), and EFA
-    # without /GDRDMA on hardware the log does not name.
-    # The held-out round adds one more of the first kind, and two PCIe all_reduce/all_gather runs whose reader judged
-    # them against the same box's broadcast (no fabric figure exists for a PCIe pair).
+    # The known misses: sockets (or loopback) on a job whose log never shows it spans nodes (the thread says it does):
+    # answered unknown with what decides; EFA without /GDRDMA on hardware the log does not name; and a board with
+    # fewer NICs than GPUs labelled as a fault, which issue 32 defines as design (a GPU with no near NIC has none to
+    # be moved to: round 4's liguodongiot-llm-action-2 is labelled so).
     assert set(misses) <= {"socketifname-2node__nccl-810.log", "socket-noroute-accelerate__nccl-1105.log",
                            "fastsocket-gcp-a100__nccl-651.log", "efa-nogdr-p4-2.7.8__aws-ofi-nccl-64.log",
-                           "nccl_log__NVIDIA-nccl-tests-179.txt", "nccl_tests__Anthony-Hoo-Anthony-Hoo.github.io-1.txt",
-                           "nccl_tests__Anthony-Hoo-Anthony-Hoo.github.io-2.txt"}
+                           "lo-bootstrap-docker__nccl-300.log", "ifname-lo-bgp__nccl-1053.log",
+                           "topo__NVIDIA-nccl-1591.txt"}, misses
 
 
 def test_a_binary_built_without_mpi_is_told_from_its_output() -> None:
@@ -330,16 +331,17 @@ async def test_a_wedged_nvidia_smi_in_live_mode_ends_at_the_deadline_and_is_kill
 
 def test_a_busbw_with_no_figure_to_judge_it_by_is_unknown() -> None:
     # Issue 30: a low busbw with nothing that says what the fabric gives was "No interconnect problem found", ok.
-    folder = DATA / "interconnect" / "wild"
-    name = "nccl_tests__Anthony-Hoo-Anthony-Hoo.github.io-1.txt"  # 4 GB/s where this PCIe box gives ~11
+    # Round 4 dev, CCI-MOC/roce-testing: 2 nodes x 4 H100 on one RoCE NIC each, whose rate no line prints.
+    folder = DATA / "interconnect" / "round4" / "dev"
+    name = "nccl_tests__cci-moc-roce-testing-2.txt"
     context = ToolContext(roots=(folder.resolve(),), timeout_s=60)
     result = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name]), context)
     assert result.severity.value == "unknown" and result.verdict == "unknown" and not result.findings
     assert result.decides and "ibstat" in result.decides and "expected_busbw_gbs" in result.decides
     assert [(c.input, c.status.value) for c in result.coverage] == [(name, "read")]
-    assert "4 GB/s" in result.conclusion[0]
-    # With the figure the same run is judged: low.
-    judged = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name], expected_busbw_gbs=11),
+    assert "5.86 GB/s" in result.conclusion[0]
+    # With the figure (a 400G NIC: ~48 GB/s) the same run is judged: low.
+    judged = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name], expected_busbw_gbs=48),
                        context)
     assert judged.severity.value in ("warn", "crit") and {f.kind for f in judged.findings} == {"busbw_low"}
 
