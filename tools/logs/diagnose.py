@@ -376,7 +376,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     traceback_rule = _traceback_rule()
     lines = LineReader()  # error lines and network failures (tools/logs/lines.py)
     try:
-        for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats):
+        for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats,
+                               rejoin_wraps=True):
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
             classified = classify(match.text, match.patterns)

@@ -246,11 +246,14 @@ def _lines_before(block: bytes, line_start: int, context: int, tail: deque[tuple
 
 
 def scan_file(
-    file: InputFile, matcher: LineMatcher, *, context: int, deadline: float, stats: ScanStats
+    file: InputFile, matcher: LineMatcher, *, context: int, deadline: float, stats: ScanStats,
+    rejoin_wraps: bool = False,
 ) -> Iterator[MatchedLine]:
     """Lines of `file` that `matcher` matches, with up to `context` lines before and after, in order.
 
-    The search runs over whole blocks; Python only touches the matching lines and their context.
+    The search runs over whole blocks; Python only touches the matching lines and their context. `rejoin_wraps`:
+    a file hard-wrapped at a fixed width is read as the lines it was printed in (tools/logs/wraps.py); readers of
+    tables and of lines as they stand (grep_logs, memory summaries) leave it off.
     """
     stream, stats.compressed = open_input(file.path)
     with stream:
@@ -262,7 +265,7 @@ def scan_file(
             stats.binary = True
             return
         stream.seek(0)  # gzip rewinds by decompressing again: only the sniffed 8 KiB are read twice
-        stats.wrap_width = hard_wrap_width(head)
+        stats.wrap_width = hard_wrap_width(head) if rejoin_wraps else None
         physical_lines = 0  # newlines a rejoin took out, for the file's line count
         tail: deque[tuple[int, bytes]] = deque(maxlen=max(context, 1))
         waiting: list[MatchedLine] = []  # matches still collecting their after-context

@@ -28,7 +28,12 @@ _DIGIT = re.compile(r"\d")
 
 
 def _shape(line: str) -> str:
-    """The first characters with letters and digits abstracted: records of one kind start alike."""
+    """The first characters with letters and digits abstracted: records of one kind start alike. A line that starts
+    with a border or a bullet (a table's `|`, a box's `│`, a rule of `=`) is shaped by that character alone: a table's
+    rows start with it whatever their cells say."""
+    first = line[:1]
+    if first and not first.isalnum() and not first.isspace() and first not in "([{<'\"":
+        return first
     return _DIGIT.sub("0", _LETTER.sub("a", line[:_SHAPE_CHARS]))
 
 

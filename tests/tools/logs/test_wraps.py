@@ -45,6 +45,7 @@ def test_a_wrapped_log_reads_as_printed(tmp_path: Path, name: str, width: int) -
     DEV / "dataloader__udacity-p1-facial-keypoints-1.log",  # a notebook's autosave lines, the longest, between errors
     WILD / "nccl_init_network__nccl-398.log",  # NCCL ring lines of one length
     WILD / "process_exit__accelerate-1519.log",  # torchrun's failure summary, per rank
+    DATA / "memory" / "summary__pytorch-35901.txt",  # torch.cuda.memory_summary(): a table, every row one width
 ])
 def test_records_of_one_kind_are_not_a_wrap(path: Path) -> None:
     assert hard_wrap_width(path.read_bytes()[:8192]) is None
