@@ -58,7 +58,7 @@ _RAISE = re.compile(r"(?:^|[\s\]|])raise [\w.]+\(")  # the innermost frame's sou
 # (`File ~/x/y.py:1130, in Module._call_impl(self, ...)`).
 _PYTHON_FRAMES = [re.compile(p) for p in (
     r'File "(?P<path>[^"]{1,400})", line (?P<line>\d+)(?:, in (?P<function>[\w<>.]+))?',
-    r"^\W{0,3}[│|]\s*(?P<path>[^\s│|\"]{1,400}\.pyx?):(?P<line>\d+) in (?P<function>[\w<>.]+)",
+    r"│\s*(?P<path>[^\s│|\"]{1,400}\.pyx?):(?P<line>\d+) in (?P<function>[\w<>.]+)",
     r"^\W{0,3}File (?P<path>[^\s\"]{1,400}\.pyx?):(?P<line>\d+)(?:, in (?P<function>[\w<>.]+))?",
 )]
 # TensorFlow 1.x names where a failing op was built: [[node x/Conv3D (defined at /x/layers.py:257) ...
