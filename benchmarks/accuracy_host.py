@@ -115,18 +115,23 @@ def score_round(title: str, folder: Path, labels: list[dict[str, Any]], misses: 
             boot_right += unknown
         if not right:
             lines.append(f"  MISS {label['file']}: label {label['verdict']}, ours {ours}")
+    total = _print_tables(title, by_kind, by_verdict)
+    print(f"verdicts right {sum(total)}/{len(total)} = {sum(total) / max(len(total), 1):.3f}; recall {found}/{faults}"
+          f" = {found / max(faults, 1):.3f}; false alarms {alarms}/{healthy}; read {read}/{len(total)}; since-boot "
+          f"answered unknown {boot_right}/{boots}\n")
+    if misses and lines:
+        print("\n".join(lines) + "\n")
+
+
+def _print_tables(title: str, by_kind: dict[str, list[bool]], by_verdict: dict[str, list[bool]]) -> list[bool]:
+    """The per-kind and per-verdict tables of one set; every result, for its total."""
     print(f"== {title}")
     for heading, table in (("input kind", by_kind), ("verdict", by_verdict)):
         print(f"{heading:20} {'n':>4} {'right':>6}")
         for key in sorted(table):
             print(f"{key:20} {len(table[key]):4} {sum(table[key]):6}")
         print()
-    total = [r for results in by_kind.values() for r in results]
-    print(f"verdicts right {sum(total)}/{len(total)} = {sum(total) / max(len(total), 1):.3f}; recall {found}/{faults}"
-          f" = {found / max(faults, 1):.3f}; false alarms {alarms}/{healthy}; read {read}/{len(total)}; since-boot "
-          f"answered unknown {boot_right}/{boots}\n")
-    if misses and lines:
-        print("\n".join(lines) + "\n")
+    return [r for results in by_kind.values() for r in results]
 
 
 def main() -> None:
@@ -166,13 +171,7 @@ def main() -> None:
         by_verdict[label["verdict"]].append(right)
         if not right:
             misses.append(f"  MISS {label['file']}: label {label['verdict']}, ours {ours}")
-    print("== the first set (tests/data/host)")
-    for title, table in (("input kind", by_kind), ("verdict", by_verdict)):
-        print(f"{title:18} {'n':>4} {'right':>6}")
-        for key in sorted(table):
-            print(f"{key:18} {len(table[key]):4} {sum(table[key]):6}")
-        print()
-    total = [r for results in by_kind.values() for r in results]
+    total = _print_tables("the first set (tests/data/host)", by_kind, by_verdict)
     print(f"verdicts right {sum(total)}/{len(total)} = {sum(total) / max(len(total), 1):.3f}")
     if args.misses:
         print("\n".join(misses))
