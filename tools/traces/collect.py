@@ -57,6 +57,9 @@ _MPI_SETUP = re.compile(r"MPI_(?:Init|Finalize|Comm_|Type_|Info_|Get_|Query_thre
                         r"Free_mem|Error_)")
 
 
+_TIME_LIMIT = 2**53  # microseconds: the largest a float holds exactly
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
@@ -171,7 +174,7 @@ class Collected:
     device: int | None = None  # the GPU this rank's kernels ran on (args.device)
     device_name: str | None = None  # its name in deviceProperties
     events: int = 0
-    skipped: int = 0  # complete ('X') events without a number for ts or dur, or a category: nothing to place
+    skipped: int = 0  # complete ('X') events without a number (a finite, sane one) for ts or dur, or a category
     # The latest start seen of each kind of event (GPU work, runtime calls, other host events): a file cut short
     # holds each kind, written in time order, only up to its own latest start (tools/traces/summary.py).
     last_start: dict[str, float] = field(default_factory=dict)
@@ -233,7 +236,10 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
             raw_ts, raw_dur, cat = event.ts, event.dur, event.cat
             ts = raw_ts if type(raw_ts) is int or type(raw_ts) is float else _number(raw_ts)
             dur = raw_dur if type(raw_dur) is int or type(raw_dur) is float else _number(raw_dur)
-            if ts is None or dur is None or type(cat) is not str:
+            # A time beyond 2**53 us (285 years) is no clock's (a mutated or corrupt event; a float column cannot hold
+            # the int exactly, or at all), NaN and infinities fail the comparison too: the event is skipped, counted.
+            if (ts is None or dur is None or type(cat) is not str or not -_TIME_LIMIT < ts < _TIME_LIMIT
+                    or not -_TIME_LIMIT < dur < _TIME_LIMIT):
                 data.skipped += 1
                 continue
             if cat == "Trace":

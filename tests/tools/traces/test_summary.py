@@ -414,3 +414,17 @@ def test_a_trace_that_ends_early_is_summarised_as_far_as_it_goes(tmp_path: Path)
     (tmp_path / "head.json").write_bytes(text[:200])  # inside the metadata, before any event
     with pytest.raises(UnreadableInput, match="ends inside a value|truncated"):
         anyio.run(summarize_trace, SummarizeTraceInput(path="head.json"), ToolContext(roots=(tmp_path,)))
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, "1e400", "-1e400", "NaN", "Infinity"])
+def test_a_time_no_clock_gives_is_a_counted_skip(tmp_path: Path, value: str) -> None:
+    # A real trace (tests/data/traces/wild: HTA's MI250 mini toy) with one kernel's ts made huge or non-finite, as
+    # a corrupt or mutated file has it: that event is skipped and counted, never an internal error.
+    real = REPO / "tests" / "data" / "traces" / "wild" / "files" / "t4-hta-mi250-minitoy.json.gz"
+    trace = json.loads(gzip.decompress(real.read_bytes()))
+    kernel = next(e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel")
+    kernel["ts"] = "@@TS@@"
+    (tmp_path / "trace.json").write_text(json.dumps(trace).replace('"@@TS@@"', value))
+    result = summarize("trace.json", tmp_path)
+    assert result.coverage[0].status == "partial" and "1 of" in result.coverage[0].detail
+    assert result.ranks and result.top_kernels  # the rest of the trace is read as before
