@@ -121,23 +121,37 @@ def exit_facts(rule_id: str, facts: dict[str, FactValue], level: Level) -> tuple
     return facts, level
 
 
+class _Occurrence(Protocol):
+    @property
+    def file(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+
+
 class _Finding(Protocol):
     category: str
     rule: str
     severity: Level
     facts: dict[str, FactValue]
 
+    @property
+    def first(self) -> _Occurrence: ...
+
 
 def demote_consequences(findings: Sequence[_Finding]) -> None:
     """A crash the process reports itself (SIGABRT after std::terminate, SIGSEGV, SIGBUS...) printed by a table row
-    right after a failure another finding already names (a CUDA error, then `Aborted (core dumped)`) is that
-    failure's consequence: info. Kills from outside (SIGKILL, the OOM killers, time limits) stay: they are causes."""
-    if not any(f.severity == "crit" and f.category != "process_exit" for f in findings):
+    after a failure another finding already names (a CUDA error, then `Aborted (core dumped)`) is that failure's
+    consequence: info. A failure printed only after the crash (a server's 'shard failed to start' under its shard's
+    SIGILL) is the crash's consequence instead. Kills from outside (SIGKILL, the OOM killers, time limits) stay:
+    they are causes."""
+    causes = [f.first for f in findings if f.severity == "crit" and f.category != "process_exit"]
+    if not causes:
         return
     rows = exit_rule_ids()
     for finding in findings:
         number = finding.facts.get("signal_number")
-        if finding.rule in rows and isinstance(number, int) and number in _SELF_INFLICTED:
+        after_a_cause = any(c.file != finding.first.file or c.line <= finding.first.line for c in causes)
+        if finding.rule in rows and isinstance(number, int) and number in _SELF_INFLICTED and after_a_cause:
             finding.severity = "info"
             finding.facts["consequence"] = True
 

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.helpers import DATA
+from tests.helpers import DATA, REPO
 from tools.core.context import ToolContext
 from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, LogFinding, diagnose_logs
 from tools.logs.exceptions import TracebackReader, classify_exception, parse_exception
@@ -168,3 +168,11 @@ def test_frames_in_every_printed_form_reach_the_final_exception() -> None:
     assert [(f.path, f.line, f.function) for f in notebook[0].frames] == [("~/work/train.py", 88, "step")]
     classified = classify_exception(notebook[0])
     assert classified is not None and classified.facts["location"] == "~/work/train.py:88"
+
+
+def test_every_entry_names_a_branch_the_sop_has() -> None:
+    from tools.logs.exceptions import taxonomy
+
+    branches = {p.stem for p in (REPO / "sop" / "branches").glob("*.toml")}
+    entries, unclassified = taxonomy()
+    assert {e.sop_branch for e in (*entries, unclassified) if e.category} <= branches

@@ -198,6 +198,9 @@ ROUND5 = DATA / "logs" / "round5" / "dev"
      {"error": "creating server: Internal - failed to load all models"}),
     ("inference__ovg-project-kvcached-191.log", "exception_inference_engine_failed", "inference", "crit",
      {"error": "EngineCore encountered a fatal error."}),
+    # torch.compile with no usable Triton (ComfyUI on Windows): the backend cannot run at all.
+    ("compile__welltop-cn-comfyui-teacache-40.log", "exception_compile_toolchain_missing", "compile", "crit",
+     {"exception": "RuntimeError"}),
 ])
 def test_round5_forms(name: str, rule: str, category: str, severity: str, facts: dict[str, Any]) -> None:
     found = finding(diagnose(name, ROUND5), rule)
@@ -232,3 +235,22 @@ def test_no_visible_gpu_is_a_cuda_error(tmp_path: Path) -> None:
                                       '    model.cuda()\nRuntimeError: No CUDA GPUs are available\n')
     [found] = [f for f in diagnose("job.log", tmp_path).findings if f.severity != "info"]
     assert (found.category, found.rule, found.severity) == ("cuda_error", "exception_cuda_no_device", "crit")
+
+
+def test_a_shard_that_crashed_is_the_cause_of_the_server_not_starting() -> None:
+    # TGI (round2/dev): the shard dies on SIGILL, then the launcher says ShardCannotStart. The crash is the cause
+    # (it stays crit); the server's start failure is its consequence, an inference finding of its own.
+    result = diagnose("process_exit__huggingface-text-generation-inference-1.log")
+    crash = finding(result, "signaled")
+    assert crash.severity == "crit" and crash.facts["signal"] == "SIGILL" and "consequence" not in crash.facts
+    assert finding(result, "exception_inference_server_start").category == "inference"
+
+
+def test_dataloader_workers_that_cannot_start_on_spawn(tmp_path: Path) -> None:
+    # Python's own multiprocessing message when a script without a __main__ guard starts DataLoader workers on
+    # Windows (spawn), as it prints it (an error line of the launcher's log).
+    (tmp_path / "train.log").write_text(
+        "ERROR: RuntimeError: An attempt has been made to start a new process before the current process has "
+        "finished its bootstrapping phase.\n")
+    [found] = [f for f in diagnose("train.log", tmp_path).findings if f.severity != "info"]
+    assert (found.category, found.severity) == ("dataloader", "crit")
