@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import threading
 import zlib
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from tools.core.compiled_cache import cache_key, load_compiled, store_compiled
 from tools.core.errors import BadInput, UnreadableInput
 from tools.core.files import InputFile, changed_while_read, expand_inputs, open_input, read_blocks, size_text
 from tools.core.limits import (
@@ -188,18 +190,35 @@ def _strip_names(pattern: str) -> str:
     return _NAMED_GROUP.sub("(", pattern)
 
 
+_CACHED_SETS_FROM = 8  # patterns in a set that is kept compiled (the tools' rule sets; not a caller's grep)
+
+
 def _hyperscan_database(patterns: Sequence[str], case_sensitive: bool) -> Any:
     try:
         import hyperscan
     except ImportError:
         return None
     flags = hyperscan.HS_FLAG_MULTILINE | (0 if case_sensitive else hyperscan.HS_FLAG_CASELESS)
+    expressions = [_strip_names(p).encode() for p in patterns]
+    # A rule set is compiled once per machine and kept (tools/core/compiled_cache.py); a caller's one-off pattern
+    # compiles in milliseconds and is not kept.
+    version = str(getattr(hyperscan, "__version__", "")).encode()
+    key = (cache_key(version, platform.machine().encode(), str(flags).encode(), *expressions)
+           if len(patterns) >= _CACHED_SETS_FROM else None)
+    stored = load_compiled(key) if key else None
+    if stored is not None:
+        try:
+            return hyperscan.loadb(stored, mode=hyperscan.HS_MODE_BLOCK)
+        except (hyperscan.error, TypeError, ValueError):
+            pass  # another build's or a damaged file: compile again
     database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     try:
-        database.compile(expressions=[_strip_names(p).encode() for p in patterns], ids=list(range(len(patterns))),
-                         elements=len(patterns), flags=[flags] * len(patterns))
+        database.compile(expressions=expressions, ids=list(range(len(patterns))), elements=len(patterns),
+                         flags=[flags] * len(patterns))
     except hyperscan.error:
         return None  # a construct Hyperscan lacks: RE2 serves this pattern
+    if key:
+        store_compiled(key, hyperscan.dumpb(database))
     return database
 
 
