@@ -124,6 +124,10 @@ def achieved(counter: FlopCounter, start: float, end: float, device_name: str | 
                         "no FLOP counts (with_flops=True) or matmul shapes (record_shapes=True) in the trace: "
                         "achieved TFLOP/s and MFU cannot be told")
     total = sum(f for t, f in zip(counter.ts, counter.flops, strict=True) if start <= t < end)
+    if total <= 0:  # counted ops, none in the window (or all of zero FLOPs): no figure, which is not 0 TFLOP/s
+        return Achieved(None, None, None, None, None, device_name,
+                        f"the trace counts the FLOPs of {len(counter.ts)} op(s), none of them with FLOPs in the "
+                        "analysed window: achieved TFLOP/s and MFU cannot be told for it")
     tflops = round(total / ((end - start) * 1e-6) / 1e12, 3)
     source = " + ".join(sorted("record_shapes (matmuls only)" if s == "record_shapes" else s
                                for s in counter.sources))

@@ -4,6 +4,7 @@ a call's start on their own thread."""
 from __future__ import annotations
 
 from tools.traces.collect import HostOps
+from tools.traces.compute import FlopCounter, achieved
 
 
 def _ops(rows: list[tuple[float, float, object, str]]) -> HostOps:
@@ -35,3 +36,15 @@ def test_around_keeps_the_spans_holding_a_call_on_their_thread() -> None:
     assert [kept.names[i] for i in name] == ["aten::item", "aten::copy_", "aten::to"]
     assert [kept.threads[i] for i in thread] == [1, 2, 1]
     assert len(ops.around(HostOps())) == 0 and len(HostOps().around(calls)) == 0
+
+
+def test_flops_outside_the_window_are_no_figure_not_zero() -> None:
+    # Issue 34: the report printed 'TFLOP/s 0.0' when the trace's counted ops all fell outside the analysed steps.
+    counter = FlopCounter()
+    counter.ts.append(10.0)
+    counter.flops.append(2e12)
+    counter.sources.add("with_flops")
+    outside = achieved(counter, 1000.0, 2000.0, "NVIDIA A100-SXM4-80GB")
+    assert outside.tflops is None and outside.mfu_pct is None and "cannot be told" in (outside.note or "")
+    inside = achieved(counter, 0.0, 1_000_000.0, "NVIDIA A100-SXM4-80GB")
+    assert inside.tflops == 2.0
