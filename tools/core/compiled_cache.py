@@ -16,10 +16,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from tools.core.errors import TriageError
+from tools.core.files import read_regular
+
 __all__ = ["cache_key", "load_compiled", "store_compiled"]
 
 _KEEP = 16  # compiled sets kept; the oldest go (a rule edit makes a new one)
 _DIGEST = 32
+_MAX_BYTES = 64 * 2**20  # a compiled rule set is ~300 KiB; a bigger file is not one of ours
 
 
 def _folder() -> Path | None:
@@ -43,8 +47,11 @@ def load_compiled(key: str) -> bytes | None:
     if folder is None:
         return None
     try:
-        data = (folder / f"{key}.bin").read_bytes()
-    except OSError:
+        # Opened like a caller's file: a FIFO or a device planted there is refused, never waited on.
+        data = read_regular(folder / f"{key}.bin", _MAX_BYTES + 1)
+    except (OSError, TriageError):
+        return None
+    if len(data) > _MAX_BYTES:
         return None
     body = data[_DIGEST:]
     return body if data[:_DIGEST] == hashlib.sha256(body).digest() else None

@@ -3,6 +3,8 @@ once, loaded whole, a damaged or foreign file compiled again, nothing kept when 
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,21 @@ def test_nothing_is_kept_when_turned_off(tmp_path: Path, monkeypatch: pytest.Mon
     matcher = LineMatcher(PATTERNS, case_sensitive=False)
     assert _ids(matcher) == [frozenset({0, 5})]
     assert not (tmp_path / "gpu-triage-mcp").exists()
+
+
+def test_a_fifo_where_the_cache_file_goes_is_never_waited_on(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # Something planted at the cache path (a FIFO nobody writes to) must not hang the first call: it is refused as
+    # not a regular file and the rule set is compiled instead; a later call is served the same way.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("GPU_TRIAGE_NO_CACHE", raising=False)
+    LineMatcher(PATTERNS, case_sensitive=False)
+    [kept] = list((tmp_path / "gpu-triage-mcp").glob("*.bin"))
+    kept.unlink()
+    os.mkfifo(kept)
+    done: list[LineMatcher] = []
+    worker = threading.Thread(target=lambda: done.append(LineMatcher(PATTERNS, case_sensitive=False)), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done and _ids(done[0]) == [frozenset({0, 5})]
+    assert _ids(LineMatcher(PATTERNS, case_sensitive=False)) == [frozenset({0, 5})]
