@@ -66,7 +66,10 @@ async def test_a_saturated_worker_is_cpu_bound_through_mcp(tmp_path: Path) -> No
     # The sample reads this host's real disks too: a suite writing beside it may make the disk the worse finding.
     cpu = [f for f in data["findings"] if f["kind"] == "cpu_bound"]
     assert cpu and "every DataLoader worker (1)" in cpu[0]["evidence"]
-    assert data["verdict"] in ("cpu_bound", "io_bound")
+    # The verdict is the CPU's, unless this host's disks were saturated at the same time: then that finding is there.
+    assert data["verdict"] == "cpu_bound" or (
+        data["verdict"] == "io_bound" and any(f["kind"] == "io_bound" and f["severity"] in ("warn", "crit")
+                                              for f in data["findings"]))
     assert data["source"] == "live 2 s" and data["cpu"]["cores"] >= 1
     assert data["disks"], "the host's block devices are read from /proc/diskstats"
 
