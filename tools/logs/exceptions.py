@@ -301,13 +301,18 @@ def _decider_order(exc: RaisedException) -> list[RaisedException]:
     return order + exc.causes
 
 
-def _location(exc: RaisedException) -> str | None:
+def _user_frame(exc: RaisedException) -> Frame | None:
     """The innermost user frame (Dynamo's "from user code:" first), else None."""
     for frames in (exc.user_frames, exc.frames):
         user = [f for f in frames if _LIBRARY.search(f.path.replace("\\", "/")) is None]
         if user:
-            return f"{user[-1].path}:{user[-1].line}"
+            return user[-1]
     return None
+
+
+def _location(exc: RaisedException) -> str | None:
+    frame = _user_frame(exc)
+    return f"{frame.path}:{frame.line}" if frame is not None else None
 
 
 def _traceback_facts(exc: RaisedException) -> dict[str, str]:
@@ -316,14 +321,11 @@ def _traceback_facts(exc: RaisedException) -> dict[str, str]:
     site: dict[str, str] = {"exception": exc.type}
     if exc.message:
         site["message"] = first_sentence(exc.message)
-    location = _location(exc)
-    if location is not None:
-        site["location"] = location
-    for frames in (exc.user_frames, exc.frames):
-        user = [f for f in frames if f.function and _LIBRARY.search(f.path.replace("\\", "/")) is None]
-        if user and user[-1].function:
-            site["function"] = user[-1].function
-            break
+    frame = _user_frame(exc)
+    if frame is not None:
+        site["location"] = f"{frame.path}:{frame.line}"
+        if frame.function:
+            site["function"] = frame.function
     return site
 
 
