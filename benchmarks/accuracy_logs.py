@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import tempfile
 from collections import defaultdict
@@ -147,14 +148,25 @@ def _same(want: Any, got: Any) -> bool:
     return "".join(str(want).strip(strip).lower().split()) == "".join(str(got).strip(strip).lower().split())
 
 
+_FRAME_TEXT = re.compile(r'^(?P<path>.+?)",? line (?P<line>\d+)(?:, in .*)?$')  # a label copied from a frame
+
+
 def _same_location(want: str, got: str) -> bool:
-    """'path:line' pairs: the same line of the same file, one path possibly a suffix of the other."""
+    """'path:line' pairs: the same line of the same file, one path possibly a suffix of the other (a label copied
+    from a traceback's frame, `x.py", line 80, in f`, and Windows paths read alike)."""
+    frame = _FRAME_TEXT.match(want)
+    if frame is not None:
+        want = f"{frame['path']}:{frame['line']}"
+    want, got = want.replace("\\", "/"), got.replace("\\", "/")
     want_path, _, want_line = want.rpartition(":")
     got_path, _, got_line = got.rpartition(":")
     if want_line != got_line:
         return False
     short, long = sorted((want_path, got_path), key=len)
     return long == short or long.endswith("/" + short.lstrip("./"))
+
+
+FREE_TEXT_FACTS = frozenset({"error", "message", "reason"})  # a message's words: where a quote of it ends is taste
 
 
 def _same_text(want: str, got: str) -> bool:
@@ -179,7 +191,7 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     got = finding.facts[name]
     if name == "location" and isinstance(want, str) and isinstance(got, str):
         return _same_location(want, got)
-    if name == "error" and isinstance(want, str) and isinstance(got, str):
+    if name in FREE_TEXT_FACTS and isinstance(want, str) and isinstance(got, str):
         return _same_text(want, got)
     return _same(want, got)
 

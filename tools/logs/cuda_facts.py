@@ -38,7 +38,7 @@ from tools.logs.exceptions import parse_exception
 if TYPE_CHECKING:
     from tools.logs.diagnose import FactValue, Rule, _Hit
 
-__all__ = ["cuda_exception_facts", "cuda_facts", "cuda_error_text"]
+__all__ = ["cuda_exception_facts", "cuda_facts", "cuda_error_text", "native_function"]
 
 # The driver API's name, and its string when printed after it.
 _DRIVER = re.compile(r"\b(?P<name>CUDA_ERROR_[A-Z][A-Z_]*[A-Z])\b(?::\s*(?P<text>[a-z][a-z ]{2,98}[a-z]))?")
@@ -57,6 +57,16 @@ _MESSAGE_END = re.compile(r",\s+(?:so try|please|see|consider)\b|\\n")
 _OP_CALL = re.compile(r"^\s*(?:[\w.,\s]+=\s*)?(?:return\s+)?(?:torch(?:\.nn\.functional|\._C\.\w+)?|F|_VF)\."
                       r"(?P<op>[a-z_]\w*)\(")
 _CALLED = re.compile(r"when calling `\w+\(")  # the line names the library call itself (cuBLAS): that one
+# glog's CHECK: `Check failed: status == CUBLAS_STATUS_SUCCESS (13 vs. 0)  CUBLAS_STATUS_EXECUTION_FAILED`. The
+# condition names the success the code expected; the error is what the check prints after it (caffe, MXNet, TF).
+_OPERAND = r"[\w:.\->\[\]]+(?:\(\))?"
+_CHECK_FAILED = re.compile(r"\bCheck failed: (?:" + _OPERAND + r"\s*(?:==|!=|<=|>=|<|>)\s*" + _OPERAND
+                           + r"(?:\s*(?:\|\||&&)\s*)?)+(?:\s*\([^()\s]+ vs\. [^()\s]+\))?\s+(?P<text>\S.{2,200})")
+_NEXT_RECORD = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d")  # another thread's glog record run into the line
+# A native stack's frames (glog's `*** Check failure stack trace: ***`, `@ 0x7f2f6f1d36a5  caffe::gemv<>()`): the
+# innermost one with a name, past the logging and abort machinery, is the function that failed.
+_NATIVE_FRAME = re.compile(rb"^\s*@\s+0x[0-9a-f]+\s+(?P<name>\S.*?)\s*$")
+_NATIVE_MACHINERY = re.compile(r"^(?:\(unknown\)|\(nil\)|google::|abort|raise|gsignal|__libc|_start|main$)")
 _TF_REQUESTED = re.compile(r"failed to allocate [\d.]+ ?[KMGT]?i?B? \((?P<bytes>\d+) bytes\)")
 _WHOLE_MESSAGE = 200  # an exception's message up to this long is its error; a longer one, its first sentences
 
@@ -82,10 +92,32 @@ def cuda_error_text(text: str) -> tuple[str | None, int | None]:
     return (name["name"] if name else None), code  # the name is all that was printed
 
 
+def native_function(after: Sequence[tuple[int, bytes]]) -> str | None:
+    """The innermost named frame of the native stack printed under a line, past glog's and libc's own frames."""
+    for _, line in after:
+        frame = _NATIVE_FRAME.match(line.rstrip(b"\r\n"))
+        if frame is None:
+            if line.strip() and not line.lstrip().startswith(b"***"):
+                return None  # the stack ended before a named frame
+            continue
+        name = frame["name"].decode("utf-8", "replace")
+        if not _NATIVE_MACHINERY.match(name):
+            return name
+    return None
+
+
 def cuda_facts(rule_id: str, category: str, facts: dict[str, FactValue], raw: bytes,
-               before: Sequence[tuple[int, bytes]] = ()) -> None:
+               before: Sequence[tuple[int, bytes]] = (), after: Sequence[tuple[int, bytes]] = ()) -> None:
     """Fill in (or correct) a cuda_error's or cuda_oom's facts from its line's form (and the source line above)."""
     text = raw.decode("utf-8", "replace")
+    checked = _CHECK_FAILED.search(text)
+    if checked is not None and category == "cuda_error":
+        text = checked["text"]  # the expected success named in the condition is not the error
+        next_record = _NEXT_RECORD.search(text)
+        text = text[:next_record.start()].strip() if next_record else text.strip()
+        function = native_function(after)
+        if function is not None:
+            facts.setdefault("function", function)
     above = next((t for _, t in reversed(before) if t.strip()), b"")
     op = _OP_CALL.search(above.decode("utf-8", "replace"))
     if op is not None and category == "cuda_error" and _CALLED.search(text) is None:
@@ -102,6 +134,8 @@ def cuda_facts(rule_id: str, category: str, facts: dict[str, FactValue], raw: by
         facts.setdefault("error", "device-side assert triggered")  # what PyTorch then raises for it
         return
     error, code = cuda_error_text(text)
+    if error is None and checked is not None and category == "cuda_error":
+        error = text
     if error is not None:
         facts["error"] = error
     elif isinstance(facts.get("error"), str):

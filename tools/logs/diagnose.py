@@ -35,7 +35,7 @@ from tools.logs.grep import FileTotal
 from tools.logs.learned import predict_file
 from tools.logs.lines import LineReader, error_line_message, network_before_timeout, with_line_rules
 from tools.logs.metrics import metric_facts, metric_level
-from tools.logs.prefixes import anchor_after_prefix, without_prefixes
+from tools.logs.prefixes import anchor_after_prefix, prefix_facts, without_prefixes
 from tools.logs.reader import (
     LOG_FORMATS,
     LineMatcher,
@@ -622,7 +622,7 @@ def _metric_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) ->
 
 
 def _cuda_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
-    cuda_facts(rule.id, rule.category, facts, match.text, match.before)  # the CUDA error's own text
+    cuda_facts(rule.id, rule.category, facts, match.text, match.before, match.after)  # the CUDA error's own text
 
 
 def _oom_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
@@ -666,6 +666,10 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
     for name, value in rule.sets.items():
         facts.setdefault(name, value)
     for name, value in group.site.items():
+        facts.setdefault(name, value)
+    # Where the line's own prefix says it came from (a worker's pid, the logging call's file:line), when nothing
+    # nearer (a traceback's frame, the message) said it.
+    for name, value in prefix_facts(group.first.text[:ERROR_TEXT_CHARS * 2].decode("utf-8", "replace")).items():
         facts.setdefault(name, value)
     for lender in groups.values():
         if lender.rule.lends and lender.rule.category == rule.category and lender.first is not None:

@@ -68,6 +68,7 @@ _COMMON_FACTS = [re.compile(p) for p in (
 )]
 _GAP = 8  # frames further apart than this are two tracebacks
 _CONTINUES = 6  # an exception line up to this many lines under the last frame ends that traceback
+_FRAMES_AFTER = 16  # frames starting up to this many lines under a bare exception may be its own (ComfyUI)
 
 
 def _text(raw: bytes) -> str:
@@ -221,8 +222,15 @@ class TracebackReader:
 
     def _close_cut(self) -> None:
         """A traceback whose final line is missing (cut in the paste): its innermost frame's `raise Type(` names
-        the exception, with no message."""
+        the exception, with no message. Frames with no header and no final line of their own right under a bare
+        exception are that exception's: ComfyUI's error report prints the exception first, then its frames."""
         if not self._frames:
+            return
+        current = self._current
+        if (current is not None and current.bare and not current.frames and self._header is None
+                and 0 < self._frames_at[0] - current.number <= _FRAMES_AFTER):
+            current.frames, current.bare = self._frames, False
+            self._frames = []
             return
         last = self._frames[-1]
         raised = _RAISE.search(last.source)
@@ -362,6 +370,22 @@ def add_named_groups(found: re.Match[str], facts: dict[str, str | int]) -> None:
             facts.setdefault(name, int(value) if value.isdigit() else value.strip())
 
 
+_BACKEND_NAMED = re.compile(r"\bbackend='(?P<backend>[\w.]+)' raised\b")
+_INDUCTOR_FRAME = re.compile(r"[/\\]torch[/\\]_inductor[/\\]")
+
+
+def _compile_backend(exc: RaisedException) -> str | None:
+    """The torch.compile backend that failed: as Dynamo names it (`backend='inductor' raised:`, in the message or
+    the line above), else inductor when the traceback runs through torch/_inductor."""
+    for text in (exc.message, *(_text(b) for b in exc.before[-2:])):
+        named = _BACKEND_NAMED.search(text)
+        if named is not None:
+            return named["backend"]
+    if any(_INDUCTOR_FRAME.search(f.path) for f in exc.frames):
+        return "inductor"
+    return None
+
+
 def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict[str, str | int]:
     facts: dict[str, str | int] = {}
     for pattern in (*entry.facts, *_COMMON_FACTS):
@@ -388,6 +412,10 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
             facts["reason"] = raised["type"]  # the wrapped exception's line was cut: the raise above names it
         else:
             facts["reason"] = first_sentence(exc.message) or exc.type
+    if entry.category == "compile" and "backend" not in facts:
+        backend = _compile_backend(exc)
+        if backend is not None:
+            facts["backend"] = backend
     site = site_facts(exc.text, exc.before, exc.after)
     if exc.user_frames and exc.user_frames[-1].function:  # Dynamo's internals raised it; the user's code is the site
         site["function"] = exc.user_frames[-1].function

@@ -13,7 +13,15 @@ The forms come from real logs:
 - containers and Kubernetes: `2024-05-01T12:00:00.123456789Z `, CRI's `... stdout F `;
 - syslog / journal: `May  1 12:00:00 host kernel: `, dmesg's `[ 1234.567890] ` and `[Sun Mar 30 08:24:00 2025] `;
 - Python logging: `2024-05-01 12:00:00,123 - name - ERROR - `, `ERROR:torch.distributed.x:`;
-  glog's `E0501 12:00:00.123 42 x.py:12] `.
+  glog's `E0501 12:00:00.123 42 x.py:12] `;
+- the loggers of the ML stacks: vLLM/SGLang's `ERROR 10-25 11:17:27 [core.py:720] ` (older `llm_engine.py:123] `),
+  TensorFlow's C++ `2023-05-01 19:07:50.044545: W tensorflow/x.cc:501] `, loguru's `2024-05-01 12:00:00.123 | ERROR
+  | mod:func:12 - `, DeepSpeed's `[2024-05-01 12:00:00,123] [INFO] [engine.py:12:func] `, transformers'
+  `[INFO|trainer.py:123] 2024-05-01 12:00:00,123 >> `, bracketed fields `[name][WARNING][2025-10-25 11:17:27][x.py:1] `.
+
+`prefix_facts` reads what a line's prefixes say about where it came from: the process (a Ray or vLLM worker's
+`pid=N`) and the source line of the logging call (`[core.py:720]`, `x.cc:501]`); a progress bar redrawn without its
+newline in a paste (`... 3.19it/s](EngineCore_DP0 pid=10311) ERROR ...`) ends before the record that follows it.
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ from __future__ import annotations
 import re
 from functools import cache
 
-__all__ = ["LINE_PREFIX", "anchor_after_prefix", "without_prefixes"]
+__all__ = ["LINE_PREFIX", "anchor_after_prefix", "prefix_facts", "record_start", "without_prefixes"]
+
+_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_SOURCE = r"[\w./\-]+\.(?:py|pyx|cc|cpp|cu|cuh|c|h|hpp|rs|go):\d+"  # a logging call's file:line
 
 _PREFIXES = (
     r"\([\w.:<>\-]*\s*pid=\d+[^)\n]{0,160}\)\s*",  # Ray actor / worker
@@ -35,6 +46,14 @@ _PREFIXES = (
     r"FATAL)(?:\s+-\s+|:\s*|\s+)",  # Python logging's default formats
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:",  # logging.basicConfig: ERROR:torch.distributed...:
     r"[IWEFV]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./\-]+:\d+\]\s*",  # glog / c10 logging (V: torch's verbose)
+    _LEVEL + r" \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[" + _SOURCE + r"\]|" + _SOURCE + r"\])\s*",  # vLLM, SGLang
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] [\w./\-]+:\d+\]\s*",  # TensorFlow's C++ logging
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL)\s*"
+    r"\| [\w.<>\-]+:[\w.<>\-]+:\d+ - ",  # loguru
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?\] \[" + _LEVEL + r"\] "
+    r"(?:\[[\w./\-]+:\d+:[\w<>]+\]\s*)?",  # DeepSpeed
+    r"\[" + _LEVEL + r"\|" + _SOURCE + r"\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)? >> ",  # transformers
+    r"(?:\[[\w.\-]+\])?\[" + _LEVEL + r"\]\[[\d\-/ :,.]+\](?:\[" + _SOURCE + r"\])?\s*",  # [name][LEVEL][time][x.py:N]
 )
 LINE_PREFIX = "(?:" + "|".join(_PREFIXES) + ")"
 _AFTER_ANCHOR = "^" + LINE_PREFIX + "{0,3}"
@@ -80,11 +99,50 @@ def anchor_after_prefix(pattern: str, *, loose: bool = False) -> str:
 
 
 @cache
-def _leading_prefixes() -> re.Pattern[str]:
-    return re.compile(_AFTER_ANCHOR)  # the prefixes use the syntax RE2 and Python's re share
+def _prefixes_at() -> re.Pattern[str]:
+    # The prefixes use the syntax RE2 and Python's re share; no `^`, which would not match at match()'s pos.
+    return re.compile(LINE_PREFIX + "{0,3}")
 
 
 def without_prefixes(line: str) -> str:
     """`line` without the launcher, container and logger prefixes in front of what the program printed."""
-    found = _leading_prefixes().match(line)
-    return line[found.end():] if found else line
+    start = record_start(line)
+    found = _prefixes_at().match(line, start)
+    return line[found.end():] if found else line[start:]
+
+
+# A progress bar's end (tqdm's rate and bracket) right before a record's prefix: the bar was redrawn with '\r' and
+# the paste kept both on one line.
+_BAR_END = re.compile(r"(?:/s|s/it)(?:, [^\]\n]{0,200})?\]")
+_PID = re.compile(r"\bpid=(?P<pid>\d+)")
+_SOURCE_IN_PREFIX = re.compile(r"(?:^|[\[\s|])(?P<location>" + _SOURCE + r")(?::[\w<>]+)?\]")
+
+
+def record_start(line: str) -> int:
+    """Where the last log record in `line` starts: after a progress bar that runs into a record's prefix, else 0."""
+    if "]" not in line:
+        return 0
+    start = 0
+    for bar in _BAR_END.finditer(line):
+        record = _prefixes_at().match(line, bar.end())
+        if record is not None and record.end() > bar.end():
+            start = bar.end()
+    return start
+
+
+def prefix_facts(line: str) -> dict[str, str | int]:
+    """What the prefixes of `line`'s last record say: `pid` (a Ray / vLLM worker's) and `location` (the logging
+    call's file:line). Empty when the line has no prefix."""
+    start = record_start(line)
+    found = _prefixes_at().match(line, start)
+    if found is None or found.end() == start:
+        return {}
+    prefix = line[start:found.end()]
+    facts: dict[str, str | int] = {}
+    pid = _PID.search(prefix)
+    if pid is not None:
+        facts["pid"] = int(pid["pid"])
+    source = _SOURCE_IN_PREFIX.search(prefix)
+    if source is not None:
+        facts["location"] = source["location"]
+    return facts

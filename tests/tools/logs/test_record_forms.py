@@ -1,0 +1,80 @@
+"""What a record's form says beyond its words (issue 31): the ML stacks' logger prefixes (the worker's pid, the
+logging call's file:line), a progress bar run into the record after it, glog's CHECK whose condition names the
+success it expected, the native stack under it, ComfyUI's report that prints the exception before its frames, and
+the torch.compile backend a traceback names. Lines are real, from the development sets (tests/data/logs/round5/dev
+and wild; their manifests name each source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tools.core.context import ToolContext
+from tools.logs.cuda_facts import cuda_facts
+from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
+from tools.logs.prefixes import prefix_facts, without_prefixes
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
+ROUND5 = DATA / "round5" / "dev"
+
+
+def diagnose(path: Path) -> DiagnoseLogsResult:
+    return anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]), ToolContext(roots=(path.parent.resolve(),)))
+
+
+@pytest.mark.parametrize(("line", "facts", "rest"), [
+    # vLLM's V1 engine core behind its Ray-style process prefix, after a progress bar redrawn without its newline.
+    ("Processed prompts:   6%|█▋          | 29/512 [00:08<02:31,  3.19it/s, est. speed input: 1680.77 toks/s, output: "
+     "7.16 toks/s](EngineCore_DP0 pid=10311) ERROR 10-25 11:17:27 [core.py:720] EngineCore encountered a fatal error.",
+     {"pid": 10311, "location": "core.py:720"}, "EngineCore encountered a fatal error."),
+    # TensorFlow's C++ logging: the source is the logging call's.
+    ("2023-05-01 19:07:50.044545: W external/local_xla/xla/tsl/framework/bfc_allocator.cc:501] Allocator (GPU_0_bfc) "
+     "ran out of memory", {"location": "external/local_xla/xla/tsl/framework/bfc_allocator.cc:501"},
+     "Allocator (GPU_0_bfc) ran out of memory"),
+    ("[2024-05-01 12:00:00,123] [INFO] [engine.py:12:step] loss scale reduced", {"location": "engine.py:12"},
+     "loss scale reduced"),
+    ("[kvcached][WARNING][2025-10-25 11:17:27][kv_cache_manager.py:164] available_size()=9.0 < need_size=30",
+     {"location": "kv_cache_manager.py:164"}, "available_size()=9.0 < need_size=30"),
+    ("2024-05-01 12:00:00.123 | ERROR    | app.main:run:12 - boom", {}, "boom"),
+    # A progress bar with nothing after it is the line itself; a plain line has no prefix.
+    (" 50%|█████     | 5/10 [00:01<00:01,  4.10it/s]", {}, " 50%|█████     | 5/10 [00:01<00:01,  4.10it/s]"),
+    ("Epoch 3 loss 0.25", {}, "Epoch 3 loss 0.25"),
+])
+def test_a_prefix_says_where_the_record_came_from(line: str, facts: dict[str, object], rest: str) -> None:
+    assert prefix_facts(line) == facts
+    assert without_prefixes(line) == rest
+
+
+def test_glog_check_failed_is_the_error_it_printed_not_the_success_it_expected() -> None:
+    lines = (ROUND5 / "cuda_error__chengyangfu-caffe-6.log").read_bytes().splitlines()
+    at = next(i for i, line in enumerate(lines) if b"Check failed" in line)
+    facts: dict[str, object] = {}
+    after = list(enumerate(lines[at + 1:at + 9]))
+    cuda_facts("cuda_error", "cuda_error", facts, lines[at], after=after)  # type: ignore[arg-type]
+    assert facts["error"] == "CUBLAS_STATUS_EXECUTION_FAILED"
+    assert facts["function"] == "caffe::caffe_gpu_gemv<>()"  # past the four (unknown) frames of glog's machinery
+    other: dict[str, object] = {}
+    cuda_facts("cuda_error", "cuda_error", other,  # type: ignore[arg-type]
+               b"Check failed: e == cudaSuccess || e == cudaErrorCudartUnloading CUDA: invalid device ordinal")
+    assert other["error"] == "CUDA: invalid device ordinal"
+
+
+def test_two_threads_checks_run_together_are_one_finding() -> None:
+    found = [f for f in diagnose(DATA / "wild" / "cuda_error__maskyolo-caffe-55.log").findings
+             if f.category == "cuda_error"]
+    assert [f.facts["error"] for f in found] == ["misaligned address"]
+
+
+def test_a_comfyui_report_prints_the_exception_then_its_frames() -> None:
+    result = diagnose(ROUND5 / "compile__if-ai-comfyui-if-ai-wishperspeechnode-6.log")
+    compile_ = next(f for f in result.findings if f.category == "compile")
+    assert compile_.facts["backend"] == "inductor"  # "backend='inductor' raised:" on the line above
+    assert str(compile_.facts["location"]).endswith("IFWhisperSpeechNode.py:114")  # the user's frame, below it
+
+
+def test_the_engine_core_prefix_gives_the_pid() -> None:
+    result = diagnose(ROUND5 / "inference__ovg-project-kvcached-191.log")
+    engine = next(f for f in result.findings if f.category == "inference")
+    assert engine.facts["pid"] == 10311 and engine.facts["location"] == "core.py:720"
