@@ -61,6 +61,11 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])")
 _LIBRARY = re.compile(r"(?:site-packages|dist-packages|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen |^<string>|"
                       r"[/\\]torch[/\\](?:nn|autograd|utils|_dynamo|_inductor|distributed|cuda)[/\\]|"
                       r"^\.\./aten/|^/opt/pytorch/)")
+# Python's own modules: under lib/pythonX.Y/ (or Windows' Lib/) but not in site-packages, frozen, or printed by its
+# bare name (`File "subprocess.py"`, an embedded Python's).
+_STDLIB = re.compile(r"(?:^|/)(?:lib/python\d[\d.]*|Lib)/(?!site-packages/|dist-packages/)[^/]+(?:/[^/]+)?$|^<frozen |"
+                     r"^(?:subprocess|threading|runpy|functools|contextlib|selectors|socket|ssl|queue|pickle|shutil|os|"
+                     r"importlib|asyncio|concurrent|multiprocessing)\b[\w/.]*\.py$")
 # Facts every exception may carry, from its message.
 _COMMON_FACTS = [re.compile(p) for p in (
     r'INTERNAL ASSERT FAILED at "(?P<loc_file>[^"]{1,300})":(?P<loc_line>\d+)',
@@ -272,8 +277,15 @@ class Entry:
         if self.message is not None and self.message.search(exc.message) is None:
             return False
         if self.frame is not None:
-            return bool(exc.frames) and self.frame.search(exc.frames[-1].path) is not None
+            raised_in = _raised_in(exc)
+            return raised_in is not None and self.frame.search(raised_in.path) is not None
         return True
+
+
+def _raised_in(exc: RaisedException) -> Frame | None:
+    """The innermost frame outside Python's standard library: `subprocess.check_call` raising for Triton's build is
+    Triton's failure, not subprocess's."""
+    return next((f for f in reversed(exc.frames) if _STDLIB.search(f.path.replace("\\", "/")) is None), None)
 
 
 def _entry(raw: dict[str, Any], id: str) -> Entry:
@@ -354,8 +366,8 @@ def classify_exception(exc: RaisedException) -> Classified | None:
     around = [_text(a) for a in exc.after[:4]]
     logged_as_warning = _WARNING_RECORD.search(_text(exc.text)) is not None
     handled = exc.handled or any(_RETRY.search(t) for t in around)
-    if (handled or logged_as_warning) and entry is unclassified:
-        return None
+    if (handled or logged_as_warning) and (entry is unclassified or (entry.type is None and entry.message is None)):
+        return None  # known only by where it was raised (a frame entry): a handled one says nothing
     if handled:
         severity = "info"  # printed and handled ("Exception ignored in", a retry): shown, never serious
     elif logged_as_warning and severity == "crit":

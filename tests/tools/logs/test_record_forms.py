@@ -78,3 +78,28 @@ def test_the_engine_core_prefix_gives_the_pid() -> None:
     result = diagnose(ROUND5 / "inference__ovg-project-kvcached-191.log")
     engine = next(f for f in result.findings if f.category == "inference")
     assert engine.facts["pid"] == 10311 and engine.facts["location"] == "core.py:720"
+
+
+# YuzheWangPKU/DiffPepBuilder#25 (batch2k, 2024): the traceback's last frames, as posted (home directory masked;
+# the long site-packages path written once, as COLLATE).
+_COLLATE_PATH = "/home/<user>/.conda/envs/diffpepbuilder/lib/python3.9/site-packages/torch/utils/data/_utils/collate.py"
+_COLLATE = """\
+  File "COLLATE", line 127, in <dictcomp>
+    return elem_type({key: collate([d[key] for d in batch], collate_fn_map=collate_fn_map) for key in elem})
+  File "COLLATE", line 119, in collate
+    return collate_fn_map[elem_type](batch, collate_fn_map=collate_fn_map)
+  File "COLLATE", line 162, in collate_tensor_fn
+    return torch.stack(batch, 0, out=out)
+RuntimeError: stack expects each tensor to be equal size, but got [62] at entry 0 and [63] at entry 1
+"""
+
+
+def test_a_generic_exception_raised_in_the_data_loading_code_is_the_input_pipeline(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_text(_COLLATE.replace("COLLATE", _COLLATE_PATH))
+    found = [f for f in diagnose(path).findings if f.severity != "info"]
+    assert [(f.category, f.rule) for f in found] == [("dataloader", "exception_dataloader_frame")]
+    assert found[0].facts["exception"] == "RuntimeError" and "equal size" in str(found[0].facts["message"])
+    # The same exception raised in the user's own code is not the loader's.
+    path.write_text(_COLLATE.replace("COLLATE", "/home/<user>/DiffPepBuilder/train.py"))
+    assert [f.category for f in diagnose(path).findings if f.severity != "info"] == ["unclassified_error"]
