@@ -665,6 +665,10 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
     facts = dict(group.latest)
     for name, value in rule.sets.items():
         facts.setdefault(name, value)
+    first_step = group.first.facts.get("step")
+    if rule.latest and first_step is not None and facts.get("step") != first_step:
+        # A run of hits shown at its latest values (the loss scale falling skip by skip) began at the first one.
+        facts["last_step"], facts["step"] = facts.get("step", first_step), first_step
     for name, value in group.site.items():
         facts.setdefault(name, value)
     # Where the line's own prefix says it came from (a worker's pid, the logging call's file:line), when nothing
@@ -734,12 +738,22 @@ def _learned(files: list[InputFile], findings: list[LogFinding], groups: dict[st
         if guess is None or guess.category in out:
             continue
         model_rule = next(r for r in rules if r.category == guess.category)
+        facts: dict[str, FactValue] = {
+            "learned": True, "probability": guess.probability, "tokens": " ".join(guess.tokens)}
+        # Facts still come from what was read, not from the model: the exception the rules could not place (the
+        # same failure, now given a family), else the deciding line's own words.
+        for unplaced in (f for f in findings if f.category == "unclassified_error" and f.first.file == file.name):
+            for name in ("exception", "message", "location", "function", "error"):
+                if name in unplaced.facts:
+                    facts.setdefault(name, unplaced.facts[name])
+        printed = _printed_error(guess.text.encode(), "crit")
+        if printed and "error" not in facts:
+            facts["error"] = printed
         out[guess.category] = LogFinding(
             category=guess.category, rule="learned_fallback", severity="warn", count=1,
             first=Occurrence(file=file.name, line=guess.line, rank=file.rank, timestamp=None,
                              text=display_line(guess.text.encode())),
-            ranks=[] if file.rank is None else [file.rank], facts={
-                "learned": True, "probability": guess.probability, "tokens": " ".join(guess.tokens)},
+            ranks=[] if file.rank is None else [file.rank], facts=facts,
             cause=(f"A learned guess, not a rule: no rule found a fault of a known category, and the model trained on "
                    f"the development logs "
                    f"(sop/log_model.json) reads this log as {guess.category} (probability {guess.probability}), "

@@ -52,6 +52,7 @@ _STEPS = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:iteration|iter)['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?!\.\d)",
     r"\bbatch\s*[:=]?\s*\[?\s*(?P<n>\d+)\s*/\s*\d+",
     r"\[\s*(?P<n>\d+)\s*/\s*\d+\s*\]",
+    r"\|\s*(?P<n>\d+)/\d+\s*\[\d",  # tqdm's counter (`| 378/2724 [13:58:09<...`): the bar the record ran into
 )]
 _EPOCH = re.compile(r"\bepoch['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?![.\d])", re.IGNORECASE)
 _BEST = re.compile(r"(?:^|[_\s.])(?:best|min|lowest|prev(?:ious)?)(?:$|[_\s.])", re.IGNORECASE)
@@ -102,6 +103,7 @@ def metric_facts(facts: dict[str, FactValue], line: bytes, before: Sequence[tupl
     for kind_name, count in counters.items():
         facts.setdefault(f"{kind_name}_iterations", count)
     if not found and not counters.get("nan"):
+        _step_fact(facts, text, before)  # a finite line the rule matched (an fp16 overflow skip) still has its step
         return
     if found:
         ranked = sorted(found, key=lambda f: _WORST.index(f[0]))
@@ -122,6 +124,10 @@ def metric_facts(facts: dict[str, FactValue], line: bytes, before: Sequence[tupl
     scale = _LOSS_SCALE.search(text)
     if scale:
         facts.setdefault("loss_scale", float(scale.group("value")))
+    _step_fact(facts, text, before)
+
+
+def _step_fact(facts: dict[str, FactValue], text: str, before: Sequence[tuple[int, bytes]]) -> None:
     step = _step(text)
     if step is None:
         for _, earlier in reversed(before[-LOOK_BACK:]):

@@ -103,3 +103,11 @@ def test_a_generic_exception_raised_in_the_data_loading_code_is_the_input_pipeli
     # The same exception raised in the user's own code is not the loader's.
     path.write_text(_COLLATE.replace("COLLATE", "/home/<user>/DiffPepBuilder/train.py"))
     assert [f.category for f in diagnose(path).findings if f.severity != "info"] == ["unclassified_error"]
+
+
+def test_overflow_skips_under_a_progress_bar_begin_at_the_bars_step() -> None:
+    # DeepSpeed's fp16 scaler halving the scale skip after skip, each record run into tqdm's bar.
+    result = diagnose(ROUND5 / "nan_inf__ymcui-chinese-llama-alpaca-534.log")
+    overflow = next(f for f in result.findings if f.rule == "overflow_skip")
+    assert overflow.facts["step"] == 378 and overflow.facts["last_step"] == 382  # where it began, where it got to
+    assert overflow.facts["loss_scale"] == 2 and overflow.facts["location"] == "loss_scaler.py:181"
