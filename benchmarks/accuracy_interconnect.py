@@ -20,6 +20,10 @@ repository before any tuning into development (round4/dev, scored by default bes
 figure, after checking the digest, and never lists their misses). Targets (issue 32): held-out recall >= 0.9 with
 no false alarm; the wild set stays >= 0.95.
 
+Affinity (issue 32, tests/data/interconnect/affinity): a handful of real excerpts for the kinds added after round 4
+was split (nic_affinity, cpu_affinity, topo -p2p refusals, NCCL_P2P_DISABLE), labelled by the one who wrote their
+rules: scored beside the development sets, a development figure only.
+
 Usage: .venv/bin/python benchmarks/accuracy_interconnect.py [--cases DIR] [--held-out] [--misses]
 """
 
@@ -45,6 +49,7 @@ from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, 
 
 DEFAULT = REPO / "tests" / "data" / "interconnect" / "wild"
 ROUND4 = REPO / "tests" / "data" / "interconnect" / "round4"
+AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 
 
@@ -52,7 +57,7 @@ async def run(folder: Path, label: dict[str, Any]) -> CheckInterconnectResult | 
     argument = _ARGUMENT.get(label["kind"], "captures")
     context = ToolContext(roots=(folder.resolve(),), timeout_s=60)
     try:
-        return await check_interconnect(CheckInterconnectInput(**{argument: [label["file"]]}), context)
+        return await check_interconnect(CheckInterconnectInput.model_validate({argument: [label["file"]]}), context)
     except TriageError as exc:
         return f"refused: {exc}"
 
@@ -125,7 +130,7 @@ def score(title: str, folder: Path, labels: list[dict[str, Any]], misses: bool) 
         else:
             # A finding the tool itself calls unknown is not a verdict: it names what would decide.
             ours = {str(f.kind) for f in result.findings if f.severity in (Severity.warn, Severity.crit)}
-            undecided = {f.kind for f in result.findings if f.severity is Severity.unknown} - ours
+            undecided = {str(f.kind) for f in result.findings if f.severity is Severity.unknown} - ours
             for name, ok in facts_right(label, result):
                 facts[name].append(ok)
         right = ours == wanted
@@ -175,6 +180,8 @@ def main() -> None:
         return
     score("wild", DEFAULT, load_labels(DEFAULT), args.misses)
     score("round 4, development", ROUND4 / "dev", load_labels(ROUND4 / "dev"), args.misses)
+    score("affinity and P2P (development, labelled by their rules' author)", AFFINITY, load_labels(AFFINITY),
+          args.misses)
     if args.held_out:
         score("round 4, held out (frozen 2026-12-02)", ROUND4 / "heldout", load_heldout(ROUND4), misses=False)
 

@@ -18,11 +18,11 @@ from typing import Literal
 
 from tools.interconnect.nccl_tests import is_nccl_tests
 
-__all__ = ["CaptureKind", "EthLink", "IbPort", "NvLinkGpu", "TopoMatrix", "kind_of", "read_ethtool", "read_ib_ports",
-           "read_nvlink_errors", "read_nvlink_status", "read_topo"]
+__all__ = ["CaptureKind", "EthLink", "IbPort", "NvLinkGpu", "P2pMatrix", "TopoMatrix", "kind_of", "parse_cpu_list",
+           "read_ethtool", "read_ib_ports", "read_nvlink_errors", "read_nvlink_status", "read_p2p", "read_topo"]
 
-CaptureKind = Literal["nccl_log", "nccl_tests", "topo", "nvlink_status", "nvlink_errors", "ibstat", "ibstatus",
-                      "ibv_devinfo", "ibdev2netdev", "ethtool", "lspci", "smi_q", "lstopo", "unknown"]
+CaptureKind = Literal["nccl_log", "nccl_tests", "topo", "topo_p2p", "nvlink_status", "nvlink_errors", "ibstat",
+                      "ibstatus", "ibv_devinfo", "ibdev2netdev", "ethtool", "lspci", "smi_q", "lstopo", "unknown"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LAUNCHER = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
@@ -35,6 +35,9 @@ def kind_of(text: str) -> CaptureKind:
         return "nccl_log"
     if is_nccl_tests(head) or re.search(r'"(?:bus_bw|busbw)"', head):
         return "nccl_tests"
+    # topo -p2p's legend also says `X = Self`: its own words (or rows of status codes only) come first.
+    if re.search(r"^\s*(?:OK\s*=\s*Status Ok|CNS\s*=\s*Chipset not supported)", head, re.M) or _P2P_ROW.search(head):
+        return "topo_p2p"
     if re.search(r"X\s*=\s*Self|^\s*GPU0(?:\s+GPU1)?.*(?:CPU Affinity|NIC0|mlx5)", head, re.M):
         return "topo"
     if re.search(r"Link \d+: (?:Replay|Recovery|CRC)", head):
@@ -74,9 +77,36 @@ class TopoMatrix:
     links: dict[tuple[str, str], str]  # (GPUi, GPUj), i < j -> NV12, SYS, PIX...
     nic_links: dict[tuple[str, str], str] = field(default_factory=dict)  # (GPUi, NICk or mlx5_0) -> PIX, SYS...
     nic_names: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0 (NIC Legend)
+    # The CPUs and NUMA node local to each GPU (the CPU Affinity / NUMA Affinity columns), as printed.
+    cpu_affinity: dict[str, str] = field(default_factory=dict)  # GPU0 -> "0-31,64-95"
+    numa_affinity: dict[str, str] = field(default_factory=dict)  # GPU0 -> "0"
+
+    def nic_device(self, column: str) -> str:
+        """The device a NIC column stands for: the legend's name (NIC0 -> mlx5_0), or the column itself (old
+        drivers head their NIC columns with the device name)."""
+        return self.nic_names.get(column, column)
 
 
 _CELL = re.compile(r"^(?:X|NV\d+|SYS|NODE|PHB|PXB|PIX|NVB|C2C|PXN|P2C|N/A)$")
+_CPU_LIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+
+
+def parse_cpu_list(text: str) -> set[int] | None:
+    """`0-31,64-95` (a Linux CPU list) or NCCL's hex mask in 32-bit groups (`ffff,0000ffff`) as a set of CPUs; None
+    when it is neither."""
+    text = text.strip()
+    if _CPU_LIST.match(text) and not re.search(r"[a-f]", text):
+        cpus: set[int] = set()
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            if int(high or low) - int(low) > 65_536:
+                return None
+            cpus.update(range(int(low), int(high or low) + 1))
+        return cpus
+    if re.match(r"^[0-9a-fA-F]+(?:,[0-9a-fA-F]+)*$", text):
+        value = int(text.replace(",", ""), 16)
+        return {bit for bit in range(value.bit_length()) if value >> bit & 1}
+    return None
 
 
 def read_topo(text: str) -> TopoMatrix | None:
@@ -86,6 +116,8 @@ def read_topo(text: str) -> TopoMatrix | None:
     links: dict[tuple[str, str], str] = {}
     nic_links: dict[tuple[str, str], str] = {}
     names: dict[str, str] = {}
+    cpu_affinity: dict[str, str] = {}
+    numa_affinity: dict[str, str] = {}
     for line in lines:
         tokens = line.split()
         if not tokens:
@@ -108,6 +140,11 @@ def read_topo(text: str) -> TopoMatrix | None:
             cells = [c for c in tokens[1:] if _CELL.match(c)][: len(header)]
         if row.startswith("GPU"):
             gpus.append(row)
+            rest = tokens[1 + len(cells):] if cells == tokens[1 : 1 + len(cells)] else []
+            if rest and _CPU_LIST.match(rest[0]):
+                cpu_affinity[row] = rest[0]
+                if len(rest) > 1 and re.match(r"^\d+(?:[-,]\d+)*$", rest[1]):
+                    numa_affinity[row] = rest[1]
             for column, cell in zip(header, cells, strict=False):
                 if column.startswith("GPU") and column != row:
                     links[tuple(sorted((row, column), key=_gpu_index))] = cell  # type: ignore[index]
@@ -115,7 +152,49 @@ def read_topo(text: str) -> TopoMatrix | None:
                     nic_links[(row, column)] = cell
     if not gpus:
         return None
-    return TopoMatrix(gpus, links, nic_links, names)
+    return TopoMatrix(gpus, links, nic_links, names, cpu_affinity, numa_affinity)
+
+
+# ---------------------------------------------------------------- nvidia-smi topo -p2p r|w|n|a|p
+
+# The status codes of topo -p2p (its legend): OK, CNS chipset, GNS GPU, TNS topology not supported, NS not supported,
+# DR disabled by regkey, U unknown.
+_P2P_CODE = r"(?:X|OK|NS|CNS|GNS|TNS|DR|U)"
+_P2P_ROW = re.compile(rf"^\s*GPU\d+\s+{_P2P_CODE}(?:\s+{_P2P_CODE})+\s*$", re.M)
+
+
+@dataclass
+class P2pMatrix:
+    gpus: list[str]
+    status: dict[tuple[str, str], str]  # (GPUi, GPUj), i != j -> OK, NS, CNS...
+    mode: str | None  # r, w, n, a, p (the command's argument when the capture names it), else None
+
+
+def read_p2p(text: str) -> P2pMatrix | None:
+    lines = _lines(text)
+    mode = re.search(r"topo\s+(?:-p2p|--p2pstatus)\s+([rwnap]+)\b", text)
+    header: list[str] | None = None
+    gpus: list[str] = []
+    status: dict[tuple[str, str], str] = {}
+    for line in lines:
+        tokens = line.split()
+        if not tokens:
+            continue
+        if header is None and tokens[0] == "GPU0" and all(t.startswith("GPU") for t in tokens):
+            header = tokens
+            continue
+        if header is None or not re.match(r"^GPU\d+$", tokens[0]):
+            continue
+        cells = tokens[1:]
+        if len(cells) != len(header) or not all(re.match(rf"^{_P2P_CODE}$", c) for c in cells):
+            continue
+        gpus.append(tokens[0])
+        for column, cell in zip(header, cells, strict=True):
+            if column != tokens[0]:
+                status[(tokens[0], column)] = cell
+    if not gpus:
+        return None
+    return P2pMatrix(gpus, status, mode.group(1) if mode else None)
 
 
 def _gpu_index(name: str) -> int:

@@ -7,7 +7,9 @@ Joins what the job and the nodes left behind into one verdict that names the lin
   (expected.py, or expected_busbw_gbs), wrong results, mpirun'd binaries built without MPI, and the run below its
   peers when several runs of one test are given (one per node pair, or a suspect against a healthy node);
 - node captures (captures.py): GPU pairs below the board's norm, inactive or slow NVLinks and their error counters,
-  IB ports not Active or slower than their siblings, Ethernet links slower than the others.
+  IB ports not Active or slower than their siblings, Ethernet links slower than the others, P2P refused (topo -p2p);
+- affinity (affinity.py): each GPU's NIC from topo -m's NIC columns, joined with the NIC NCCL's channels use, and
+  each rank's CPUs against its GPU's CPU Affinity (NCCL's `Setting affinity` lines, or job_pids live).
 The judges live beside it (transports.py, bandwidth.py, nodes.py, over evidence.py); this module holds the tool's
 input and result and the one verdict.
 SOP: nccl_hang_or_slow (the network step), straggler.
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 import anyio.to_thread
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tools.cluster import collect_from_nodes, job_backend, node_name
 from tools.core.context import ToolContext
@@ -38,9 +40,10 @@ from tools.core.models import (
     ToolResult,
     worst,
 )
+from tools.interconnect.affinity import judge_live_cpu_affinity
 from tools.interconnect.bandwidth import Bandwidth, has_nccl_lines, judge_tests
 from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
-from tools.interconnect.live import LiveCapture, capture_this_node
+from tools.interconnect.live import LiveCapture, capture_this_node, pids_on_gpus
 from tools.interconnect.nodes import CAPTURE_FORMATS, judge_across_nodes, judge_capture, judge_captures
 from tools.interconnect.transports import Transport, judge_logs
 
@@ -53,9 +56,9 @@ class CheckInterconnectInput(NodesInput):
     nccl_tests: list[PathArg] = Field(default_factory=list, max_length=64, description="nccl-tests outputs (text or "
                                       "-J JSON; several runs are compared, e.g. one per node pair).")
     captures: list[PathArg] = Field(default_factory=list, max_length=64, description="Saved outputs of nvidia-smi "
-                                    "topo -m, nvidia-smi nvlink -s / -e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, "
-                                    "ethtool IFACE (the kind is told from the content; the node from the folder or "
-                                    "file name).")
+                                    "topo -m / -p2p r, nvidia-smi nvlink -s / -e, ibstat, ibstatus, ibv_devinfo, "
+                                    "ibdev2netdev, ethtool IFACE (the kind is told from the content; the node from the "
+                                    "folder or file name).")
     expected_busbw_gbs: float | None = Field(default=None, gt=0, le=10_000, description="What the fabric should "
                                              "give at large messages (GB/s), when the hardware tables do not know it.")
     live: bool = Field(default=False, description="Also capture this node now: nvidia-smi topo -m and nvlink -s/-e, "
@@ -64,6 +67,16 @@ class CheckInterconnectInput(NodesInput):
     interfaces: list[NameArg] = Field(default_factory=list, max_length=32, description="The interfaces ethtool "
                                       "reads in live mode (default: every physical one); each must exist on the "
                                       "node.")
+    job_pids: list[int] = Field(default_factory=list, max_length=64, description="Live mode: the job's process ids "
+                                "on this node; each one's allowed CPUs (its affinity mask) are checked against the "
+                                "CPU Affinity of the GPU it runs on (nvidia-smi topo -m and --query-compute-apps).")
+
+    @field_validator("job_pids")
+    @classmethod
+    def _positive(cls, pids: list[int]) -> list[int]:
+        if any(pid <= 0 for pid in pids):
+            raise ValueError("job_pids are process ids (positive integers)")
+        return pids
 
     @model_validator(mode="after")
     def _something(self) -> CheckInterconnectInput:
@@ -71,6 +84,10 @@ class CheckInterconnectInput(NodesInput):
                 or self.hosts or self.hostfile):
             raise ValueError("pass nccl_logs, nccl_tests or captures, or live (this node) or slurm_job / hosts "
                              "(every node of a job): at least one")
+        if self.job_pids and not (self.live or self.local):
+            raise ValueError("job_pids are read live: pass live=true (this node's processes)")
+        if self.job_pids and (self.slurm_job is not None or self.hosts or self.hostfile):
+            raise ValueError("job_pids are this node's processes: drop slurm_job / hosts / hostfile, or job_pids")
         return self
 
 
@@ -110,7 +127,8 @@ def _cell(value: float | int | None) -> str:
 
 
 def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: float, live: list[LiveCapture],
-           nodes: dict[str, CheckInterconnectResult | str]) -> CheckInterconnectResult:
+           nodes: dict[str, CheckInterconnectResult | str],
+           gpu_of: dict[int, int] | None = None) -> CheckInterconnectResult:
     found = Evidence()
     captures = expand_inputs(params.captures, roots, NET_MAX_FILES) if params.captures else []
     tests = expand_inputs(params.nccl_tests, roots, NET_MAX_FILES) if params.nccl_tests else []
@@ -120,6 +138,13 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
     judge_captures(captures, found)
     for capture in live:
         judge_capture(capture.text, capture.name, node_name(), found)
+    if params.job_pids:
+        matrix = found.topologies.get(node_name())
+        if matrix is None:
+            found.notes.append("job_pids: no nvidia-smi topo -m on this node, so no GPU's CPU Affinity to judge "
+                               "them by.")
+        else:
+            judge_live_cpu_affinity(matrix, node_name(), params.job_pids, gpu_of or {}, found)
     if (params.live or params.local) and not live and not nodes:
         found.coverage.append(Coverage.not_understood("this node (live)", "none of nvidia-smi topo -m / nvlink, "
                                                       "ibstat or ethtool gave output here (see the notes)"))
@@ -260,8 +285,9 @@ async def check_interconnect(params: CheckInterconnectInput, ctx: ToolContext) -
     logs (the network and the transport of every channel per node: NET/IB with or without GDRDMA, sockets, P2P,
     SHM; interfaces, P2P refusals, versions, WARN lines), nccl-tests outputs (peak busbw at large messages against
     the fabric's expected figure, wrong results, binaries built without MPI, the run below its peers) and saved
-    captures (nvidia-smi topo -m and nvlink -s/-e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, ethtool): one
-    verdict that names the node, rank, NIC or GPU pair, with the fix.
+    captures (nvidia-smi topo -m, topo -p2p and nvlink -s/-e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, ethtool):
+    GPU-NIC affinity (a GPU on a NIC across the sockets while one is PIX/PXB), ranks pinned off their GPU's NUMA
+    node, P2P refused; one verdict that names the node, rank, NIC or GPU pair, with the fix.
     """
     if not ctx.roots and (params.nccl_logs or params.nccl_tests or params.captures):
         raise BadInput("no roots are configured.", "Start the server with --root.")
@@ -275,8 +301,13 @@ async def check_interconnect(params: CheckInterconnectInput, ctx: ToolContext) -
                                          params.node_timeout_s, extra)
     elif params.live or params.local:
         live, notes = await capture_this_node(params.interfaces, min(NET_LIVE_TIMEOUT_S, ctx.remaining_s()))
+    gpu_of: dict[int, int] = {}
+    if params.job_pids and backend is None:
+        gpu_of, said = await pids_on_gpus(min(NET_LIVE_TIMEOUT_S, ctx.remaining_s()))
+        notes.extend(said)
     deadline = time.monotonic() + ctx.remaining_s()
-    result = await anyio.to_thread.run_sync(_check, params, ctx.roots, deadline, live, nodes, abandon_on_cancel=True)
+    result = await anyio.to_thread.run_sync(_check, params, ctx.roots, deadline, live, nodes, gpu_of,
+                                            abandon_on_cancel=True)
     result.notes = (notes + result.notes)[:12]
     if params.local:
         result.node = node_name()

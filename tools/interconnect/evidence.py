@@ -21,7 +21,7 @@ BRANCH = "nccl_hang_or_slow"
 FindingKind = Literal["socket_fallback", "no_gdr", "wrong_interface", "p2p_disabled", "shm_instead_of_p2p",
                       "nccl_version_mismatch", "single_process_test", "busbw_low", "wrong_results", "topo_degraded",
                       "nvlink_inactive", "nvlink_slow", "nvlink_errors", "ib_port_down", "ib_port_slow",
-                      "eth_speed_low", "nccl_warn", "pcie_degraded"]
+                      "eth_speed_low", "nccl_warn", "pcie_degraded", "nic_affinity", "cpu_affinity"]
 NCCL_DOC = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
 
 
@@ -55,8 +55,8 @@ def node_of(name: str) -> str:
     if len(path.parts) > 1:
         return path.parts[-2]
     stem = re.sub(r"\.(?:txt|log|out)$", "", path.name)
-    stem = re.sub(r"(?i)(?:^|[-_.])(?:nvidia[-_]smi|topo(?:[-_]m)?|nvlink(?:[-_][se])?|ibstat(?:us)?|ibv[-_]devinfo|"
-                  r"ibdev2netdev|ethtool(?:[-_]\w+)?)(?=$|[-_.])", "", stem).strip("-_.")
+    stem = re.sub(r"(?i)(?:^|[-_.])(?:nvidia[-_]smi|topo(?:[-_](?:m|p2p))?|nvlink(?:[-_][se])?|ibstat(?:us)?|"
+                  r"ibv[-_]devinfo|ibdev2netdev|ethtool(?:[-_]\w+)?)(?=$|[-_.])", "", stem).strip("-_.")
     return stem or path.name
 
 

@@ -1,4 +1,5 @@
-"""The interconnect captures of this node, taken now: `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `-e`,
+"""The interconnect captures of this node, taken now: `nvidia-smi topo -m` and `topo -p2p r`, `nvidia-smi nvlink -s`
+and `-e`,
 `ibstat`, and `ethtool IFACE` for the node's physical interfaces.
 
 Read-only programs of the allow-list (tools/core/proc.py) with fixed arguments; the only variable part is an
@@ -9,6 +10,7 @@ error: a node without IB has no ibstat to run, a node without a driver no nvidia
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from tools.core.errors import BadInput, LimitExceeded, TriageError, Unavailable
 from tools.core.limits import NET_LIVE_TIMEOUT_S
 from tools.core.proc import run_program
 
-__all__ = ["LiveCapture", "capture_this_node", "physical_interfaces"]
+__all__ = ["LiveCapture", "allowed_cpus", "capture_this_node", "gpu_of_pids", "physical_interfaces", "pids_on_gpus"]
 
 _IFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$")  # IFNAMSIZ is 16 with the NUL
 _SYS_NET = Path("/sys/class/net")
@@ -74,6 +76,7 @@ async def capture_this_node(interfaces: Sequence[str] = (), timeout_s: float = N
         notes.append(f"{', '.join(virtio)}: virtio NIC(s) of a VM, which report no link speed (not read).")
     commands: list[tuple[str, str, list[str]]] = [
         ("nvidia-smi topo -m", "nvidia-smi", ["topo", "-m"]),
+        ("nvidia-smi topo -p2p r", "nvidia-smi", ["topo", "-p2p", "r"]),
         ("nvidia-smi nvlink -s", "nvidia-smi", ["nvlink", "-s"]),
         ("nvidia-smi nvlink -e", "nvidia-smi", ["nvlink", "-e"]),
         ("ibstat", "ibstat", []),
@@ -92,8 +95,9 @@ async def capture_this_node(interfaces: Sequence[str] = (), timeout_s: float = N
             notes.append(f"{label}: {exc}")
             return
         text = done.stdout.decode("utf-8", "replace")
-        if done.returncode != 0 and not text.strip():
-            said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        # A failed topo -p2p prints its complaint on stdout (old drivers, no second GPU): never a matrix to read.
+        if done.returncode != 0 and (not text.strip() or "-p2p" in args):
+            said = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
             notes.append(f"{label}: exit {done.returncode}" + (f" ({said[-1][:200]})" if said else ""))
             return
         if not text.strip():
@@ -108,3 +112,43 @@ async def capture_this_node(interfaces: Sequence[str] = (), timeout_s: float = N
                 group.start_soon(one, label, program, args)
     order = {label: i for i, (label, _, _) in enumerate(commands)}
     return sorted(captures, key=lambda c: order[c.name]), notes
+
+
+def gpu_of_pids(compute_apps_csv: str, gpus_csv: str) -> dict[int, int]:
+    """pid -> GPU index from `nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader` and
+    `--query-gpu=index,pci.bus_id --format=csv,noheader` (a header line, if any, is skipped)."""
+    index_of: dict[str, int] = {}
+    for line in gpus_csv.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            index_of[parts[1].lower()] = int(parts[0])
+    owners: dict[int, int] = {}
+    for line in compute_apps_csv.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].lower() in index_of:
+            owners[int(parts[0])] = index_of[parts[1].lower()]
+    return owners
+
+
+async def pids_on_gpus(timeout_s: float = NET_LIVE_TIMEOUT_S) -> tuple[dict[int, int], list[str]]:
+    """Which GPU each process on this node's GPUs uses (nvidia-smi, read-only queries), and notes."""
+    texts: list[str] = []
+    for args in (["--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
+                 ["--query-gpu=index,pci.bus_id", "--format=csv,noheader"]):
+        try:
+            done = await run_program("nvidia-smi", args, timeout_s=max(1.0, timeout_s / 2))
+        except (Unavailable, LimitExceeded, TriageError) as exc:
+            return {}, [f"nvidia-smi {args[0]}: {exc}"]
+        if done.returncode != 0:
+            said = (done.stdout or done.stderr).decode("utf-8", "replace").strip().splitlines()
+            return {}, [f"nvidia-smi {args[0]}: exit {done.returncode}" + (f" ({said[-1][:200]})" if said else "")]
+        texts.append(done.stdout.decode("utf-8", "replace"))
+    return gpu_of_pids(texts[0], texts[1]), []
+
+
+def allowed_cpus(pid: int) -> set[int] | None:
+    """The CPUs the kernel lets `pid` run on (its affinity mask), or None when it cannot be read (gone, not ours)."""
+    try:
+        return set(os.sched_getaffinity(pid))
+    except (OSError, AttributeError):
+        return None

@@ -45,6 +45,7 @@ _NVML_DEV = re.compile(r"\bcudaDev (\d+) nvmlDev (\d+)")
 _USING_NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _NET_USING = re.compile(r"^NET/(\w+) ?: Using (.*)$")
 _LISTED = re.compile(r"\[\d+\]([^\s\[]+)")
+_INDEXED = re.compile(r"\[(\d+)\]([^\s\[]+)")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (.*)$")
 _OLD_SOCKET = re.compile(r"^NET ?: Using interface ([^:\s]+):")  # 2.2-2.3: one line per interface
 _ADDRESS = re.compile(r"(?:^|[\s\]])([A-Za-z][\w.\-]*):((?:\d{1,3}\.){3}\d{1,3}|[0-9a-f:]+%?\w*)<\d+>")
@@ -53,6 +54,7 @@ _IFNAME = re.compile(r"NCCL_SOCKET_IFNAME set (?:by environment )?to (\S+)")
 # or the bare `9[1a000] -> 2[6b000] [send] via ...` a poster kept.
 _CHANNEL = re.compile(r"(?:^|(?:Channel|CollNet|Ring) \d+(?:/\d+)? : )(\d+)(?:\[[0-9a-fx]*\])? -> (\d+)"
                       r"(?:\[[0-9a-fx]*\])?(?: \[(send|receive)\])? via (\S+(?: \S+)*?)\s*$")
+_CHANNEL_DEVICES = re.compile(r"\d+\[([0-9a-fx]*)\] -> \d+\[([0-9a-fx]*)\]")
 _NET_TRANSPORT = re.compile(r"^(?:NET|COLLNET)/(.+?)/\d+")
 _GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for")
 _P2P_DISABLED = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d+) and (\d+)")
@@ -61,6 +63,14 @@ _P2P_FAILED = re.compile(r"Could not enable P2P between dev (\d+)\S* and dev (\d
 # NCCL's topology dump (NCCL_DEBUG_SUBSYS=GRAPH): `+ NVL[20.0] - GPU/0-65000` under the GPU it leaves from.
 _TOPO_NODE = re.compile(r"^\+ \w+\[[\d.]+\] - GPU/([0-9a-fx\-]+)")
 _TOPO_NVL = re.compile(r"^\s*\+ NVL\[([\d.]+)\] - GPU/([0-9a-fx\-]+)")
+# NCCL's paths from each GPU (NCCL_DEBUG_SUBSYS=GRAPH): `GPU/0-5000 :GPU/0-4000 (2/370.8/NVL) ... NET/0-1
+# (5/24.0/PHB)`, the GPU by its bus id, each NET by its index in NCCL's device list, with the path type NCCL computed.
+_GPU_PATHS = re.compile(r"^GPU/(?:[0-9a-fA-F]+-)?([0-9a-fA-F]+) :(.*)$")
+_NET_PATH = re.compile(r"\bNET/(?:[0-9a-fA-F]+-)?(\d+) \(\d+/[\d.]+/(\w+)\)")
+_BUS_ID = re.compile(r"\bnvmlDev (\d+) busId ([0-9a-fA-F]+)")
+# 2.3-2.4 print each GPU's distance to every IB device, in NCCL's device order: `CUDA Dev 0[0], IB NIC distance :  PHB
+# SYS` (2.4), `CUDA Dev 0, IB Ports : mlx5_0/1(PIX) mlx5_1/1(SOC)` (2.3; SOC is SYS).
+_NIC_DISTANCE = re.compile(r"CUDA Dev (\d+)(?:\[(\d+)\])?, IB (?:NIC distance|Ports) :\s*(.*)$")
 # The NICs' link speed as NCCL reads it: `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000` (Mb/s).
 _NIC_SPEED = re.compile(r"\[(\d+)\]\s*([\w.\-]+)(?::\w+)*:\d+/\w+.*?\bspeed=(\d+)")
 # What PyTorch carries of NCCL's own error: `NCCL error in: ...cpp:1691, invalid usage (run with ...)`, and the text
@@ -72,6 +82,14 @@ _IB_DISABLE = re.compile(r"NCCL_IB_DISABLE set (?:by environment )?to 1")
 # Network plugins that carry NCCL's traffic over TCP (Google's FastSocket): a job on them is on sockets.
 _SOCKET_PLUGIN = re.compile(r"^NET/(FastSocket) ?:")
 _NUMBERS = re.compile(r"0x[0-9a-f]+|\d+")
+# The NIC a network channel uses: `NET/IB/3/GDRDMA`, `NET/IBext_v8/0`; `NET/IB/3(9)/...` is sent through rank 9's
+# NIC (PXN, over NVLink first): NCCL's own routing, not this GPU's NIC.
+_NET_INDEX = re.compile(r"^(?:NET|COLLNET)/[^/]+/(\d+)(\(\d+\))?")
+# `GPU Direct RDMA Disabled for GPU 1a000 / HCA 0 (distance 7 > 5)`: NCCL checking the NIC it picked for a GPU.
+_GDR_HCA = re.compile(r"GPU Direct RDMA (?:Enabled|Disabled) for GPU \S+ / HCA (\d+) \(distance (\d+)")
+_SET_AFFINITY = re.compile(r"Setting affinity for GPU (\d+) to ([0-9a-f,\-]+)")
+_ENV = re.compile(r"\b(NCCL_IB_HCA|NCCL_P2P_DISABLE|NCCL_P2P_LEVEL|NCCL_TOPO_FILE|NCCL_CROSS_NIC) set "
+                  r"(?:by environment )?to (\S+)")
 
 
 @dataclass
@@ -112,6 +130,17 @@ class NcclProcess:
     last_error: str | None = None  # NCCL's last error as PyTorch quoted it (the line after `Last error:`)
     error_kind: str | None = None  # PyTorch's `NCCL error in: ...` reason: invalid usage, unhandled system error...
     gdr_disabled: list[str] = field(default_factory=list)
+    # The NICs NCCL listed by index (`NET/IB : Using [0]mlx5_0:1/IB ...`), device names without the port.
+    net_devices: dict[int, str] = field(default_factory=dict)
+    cuda_to_nvml: dict[int, int] = field(default_factory=dict)  # ncclCommInitRank's cudaDev -> nvmlDev
+    # Per local GPU (the `[dev]` of the line, or the nvmlDev a 2.19+ channel line prints) the NIC indexes its own
+    # network channels use, with one line that says so.
+    nic_use: dict[tuple[int, bool], dict[int, str]] = field(default_factory=dict)  # (gpu, is nvml) -> nic -> line
+    cpu_affinity: dict[int, str] = field(default_factory=dict)  # cudaDev -> the CPUs NCCL bound its thread to
+    bus_to_nvml: dict[int, int] = field(default_factory=dict)  # a GPU's PCI bus id (as a number) -> its nvmlDev
+    gpu_net_paths: dict[int, dict[int, str]] = field(default_factory=dict)  # GPU bus id -> NET index -> PIX/SYS...
+    nic_distance: dict[tuple[int, int | None], dict[int, str]] = field(default_factory=dict)  # (cudaDev, nvmlDev)
+    environment: dict[str, str] = field(default_factory=dict)  # NCCL_IB_HCA, NCCL_P2P_DISABLE... as NCCL said them
     p2p_disabled: list[tuple[int, int, bool]] = field(default_factory=list)  # (gpu, gpu, NVLink-connected)
     warnings: Counter[str] = field(default_factory=Counter)  # WARN text with its numbers blanked -> count
     warning_text: dict[str, str] = field(default_factory=dict)  # one real instance of each
@@ -189,15 +218,35 @@ def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = No
                 process.version = anonymous.version
         last = process
         process.lines += 1
-        if line.group("dev") is not None:
-            process.devices.add(int(line.group("dev")))
-        _read(process, line.group("level"), line.group("msg"))
+        dev = int(line.group("dev")) if line.group("dev") is not None else None
+        if dev is not None:
+            process.devices.add(dev)
+        _read(process, line.group("level"), line.group("msg"), dev)
     if (None, None) in processes and len(processes) > 1 and processes[(None, None)].lines == 0:
         del processes[(None, None)]  # only a banner, now carried by the processes that spoke
     return list(processes.values())
 
 
-def _read(process: NcclProcess, level: str, message: str) -> None:
+def _nic_use(process: NcclProcess, dev: int | None, channel: re.Match[str], via: str, message: str) -> None:
+    """The NIC a GPU's own network channel uses: the sending rank's on [send], the receiving rank's on [receive]."""
+    index = _NET_INDEX.match(via)
+    if index is None or index.group(2):
+        return
+    brackets = _CHANNEL_DEVICES.search(message)
+    mine = (brackets.group(2) if channel.group(3) == "receive" else brackets.group(1)) if brackets else None
+    mine = mine or ""
+    # 2.19+ print the nvmlDev in the brackets (a small decimal); 2.7-2.18 the bus id (hex, `7000`; a VM's may be
+    # as short as `80`), so a version said below 2.19 keeps the line's [dev] instead.
+    version = tuple(int(v) for v in process.version.split(".")[:2]) if process.version else None
+    nvml_brackets = version is None or version >= (2, 19)
+    key = ((int(mine), True) if nvml_brackets and mine.isdigit() and len(mine) <= 2 else
+           (dev, False) if dev is not None else None)
+    if key is None or key[0] is None:
+        return
+    process.nic_use.setdefault((int(key[0]), key[1]), {}).setdefault(int(index.group(1)), message.strip()[:200])
+
+
+def _read(process: NcclProcess, level: str, message: str, dev: int | None = None) -> None:
     if (p2p := _P2P_DISABLED.search(message)) is not None:  # INFO on a PCIe path, WARN between NVLink peers
         process.p2p_disabled.append((int(p2p.group(2)), int(p2p.group(3)), bool(p2p.group(1))))
     elif (failed := _P2P_FAILED.search(message)) is not None:
@@ -214,6 +263,32 @@ def _read(process: NcclProcess, level: str, message: str) -> None:
         return
     if (nvml := _NVML_DEV.search(message)) is not None:
         process.nvml_devices.add(int(nvml.group(2)))
+        process.cuda_to_nvml[int(nvml.group(1))] = int(nvml.group(2))
+    if (bus := _BUS_ID.search(message)) is not None:
+        process.bus_to_nvml[int(bus.group(2), 16)] = int(bus.group(1))
+    if (distance := _NIC_DISTANCE.search(message)) is not None:
+        nearness: dict[int, str] = {}
+        for position, token in enumerate(distance.group(3).split()):
+            port = re.match(r"^([\w.\-]+)/\d+\((\w+)\)$", token)
+            if port is not None:
+                process.net_devices.setdefault(position, port.group(1))
+            path = port.group(2) if port is not None else token
+            nearness[position] = "SYS" if path == "SOC" else path
+        key = (int(distance.group(1)), int(distance.group(2)) if distance.group(2) else None)
+        process.nic_distance[key] = nearness
+        return
+    if (paths := _GPU_PATHS.match(message.strip())) is not None:
+        nets = {int(index): path for index, path in _NET_PATH.findall(paths.group(2))}
+        if nets:
+            process.gpu_net_paths[int(paths.group(1), 16)] = nets
+        return
+    if (env := _ENV.search(message)) is not None:
+        process.environment[env.group(1)] = env.group(2).rstrip(".")
+    if (affinity := _SET_AFFINITY.search(message)) is not None:
+        process.cpu_affinity[int(affinity.group(1))] = affinity.group(2).rstrip(",")
+        return
+    if (gdr := _GDR_HCA.search(message)) is not None and dev is not None:
+        process.nic_use.setdefault((dev, False), {}).setdefault(int(gdr.group(1)), message.strip()[:200])
     if (init := _INIT_RANK.search(message)) is not None:
         nranks = int(init.group(2))
         if process.nranks is None or nranks >= process.nranks:  # the largest communicator: the job's world
@@ -235,6 +310,7 @@ def _read(process: NcclProcess, level: str, message: str) -> None:
         if address not in process.addresses and not address.startswith(("127.", "fe80")):
             process.addresses.append(address)
     if (channel := _CHANNEL.search(message)) is not None:
+        _nic_use(process, dev, channel, channel.group(4), message)
         transport = _transport(channel.group(4))
         process.transports[transport] += 1
         if channel.group(3) == "send" and transport.startswith(("NET/", "COLLNET/")):
@@ -247,6 +323,9 @@ def _read(process: NcclProcess, level: str, message: str) -> None:
         return
     if (listing := _NET_USING.match(message)) is not None:
         names = _LISTED.findall(listing.group(2).split("; OOB")[0])
+        if listing.group(1) != "Socket":
+            for index, name in _INDEXED.findall(listing.group(2).split("; OOB")[0]):
+                process.net_devices[int(index)] = name.split(":")[0]
         if listing.group(1) == "Socket":
             process.socket_interfaces = [n.split(":")[0] for n in names]
         elif listing.group(1) == "IB":

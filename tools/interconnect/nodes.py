@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from tools.core.files import InputFile
 from tools.core.models import Coverage, Severity
+from tools.interconnect.affinity import judge_matrix_affinity
 from tools.interconnect.captures import (
     CaptureKind,
     EthLink,
@@ -19,6 +20,7 @@ from tools.interconnect.captures import (
     read_ib_ports,
     read_nvlink_errors,
     read_nvlink_status,
+    read_p2p,
     read_topo,
 )
 from tools.interconnect.evidence import Evidence, Link, node_of, read_capture
@@ -27,8 +29,9 @@ from tools.interconnect.pcie_judge import judge_pcie
 
 __all__ = ["CAPTURE_FORMATS", "judge_across_nodes", "judge_capture", "judge_captures"]
 
-CAPTURE_FORMATS = ["nvidia-smi topo -m", "nvidia-smi nvlink -s", "nvidia-smi nvlink -e", "ibstat", "ibstatus",
-                   "ibv_devinfo", "ibdev2netdev", "ethtool IFACE", "lspci -vv", "nvidia-smi -q", "lstopo -v"]
+CAPTURE_FORMATS = ["nvidia-smi topo -m", "nvidia-smi topo -p2p r|w|n", "nvidia-smi nvlink -s", "nvidia-smi nvlink -e",
+                   "ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev", "ethtool IFACE", "lspci -vv", "nvidia-smi -q",
+                   "lstopo -v"]
 
 
 def judge_captures(files: Sequence[InputFile], found: Evidence) -> None:
@@ -43,6 +46,8 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
         found.coverage.append(Coverage.read(name, kind))
     if kind == "topo":
         _topo(text, node, name, found)
+    elif kind == "topo_p2p":
+        _p2p(text, node, name, found)
     elif kind == "nvlink_status":
         _nvlink_status(text, node, found)
     elif kind == "nvlink_errors":
@@ -118,22 +123,46 @@ def _topo(text: str, node: str, name: str, found: Evidence) -> None:
                                     expected=norm))
         found.links.append(Link(node=node, kind="gpu_pair", name=f"{len(pairs)} GPU pairs", state=norm, speed="-",
                                 expected=norm))
-    # GPU-NIC affinity: a GPU whose nearest NIC is across the CPU socket (no GPU Direct RDMA) while others have one
-    # behind their PCIe switch.
-    nearest: dict[str, str] = {}
-    order = ["PIX", "PXB", "NODE", "PHB", "SYS"]
-    for (gpu, _nic), cell in matrix.nic_links.items():
-        if cell in order and (gpu not in nearest or order.index(cell) < order.index(nearest[gpu])):
-            nearest[gpu] = cell
-    close = [g for g, c in nearest.items() if c in ("PIX", "PXB")]
-    far = [g for g, c in nearest.items() if c in ("NODE", "PHB", "SYS")]
     found.topologies[node] = matrix
-    if close and far:
-        # Fewer NICs than GPUs is a board's design, not a fault: a GPU with no NIC near it has none to be moved to.
-        # Affinity is wrong only where a GPU uses a far NIC while a near one exists (judged with NCCL's log).
-        found.notes.append(f"{node}: {', '.join(sorted(far, key=_gpu_key))} have no NIC closer than "
-                           f"{'/'.join(sorted({nearest[g] for g in far}))} ({len(close)} GPU(s) have one at PIX/PXB): "
-                           "their network traffic crosses the host bridge; the board has fewer NICs than GPUs.")
+    judge_matrix_affinity(matrix, node, found)
+
+
+# topo -p2p's codes that say P2P is refused, and why (its legend); U (unknown) says nothing.
+_P2P_REFUSED = {"NS": "not supported", "CNS": "chipset not supported (ACS/IOMMU or a root complex that does not "
+                "forward P2P)", "TNS": "topology not supported", "GNS": "GPU not supported (a GeForce/consumer "
+                "board: the driver offers no P2P)", "DR": "disabled by regkey"}
+
+
+def _p2p(text: str, node: str, name: str, found: Evidence) -> None:
+    """nvidia-smi topo -p2p: a pair of GPUs refused P2P talks through host memory (NCCL's SHM); OK is P2P. In NVLink
+    mode (-p2p n) NS only says the pair has no NVLink, which a PCIe board never has: that is no refusal."""
+    matrix = read_p2p(text)
+    if matrix is None:
+        found.coverage[-1] = Coverage.not_understood(name, "topo -p2p legend with no GPU row under it",
+                                                     CAPTURE_FORMATS)
+        return
+    refused = {pair: code for pair, code in matrix.status.items() if code in _P2P_REFUSED and pair[0] < pair[1]}
+    found.links.extend(Link(node=node, kind="gpu_p2p", name=f"{a}-{b}", state=code, speed="-", expected="OK")
+                       for (a, b), code in sorted(refused.items()))
+    if matrix.mode == "n":
+        if refused:
+            found.notes.append(f"{node}: topo -p2p n (NVLink) says {len(refused)} GPU pair(s) have no NVLink P2P: a "
+                               "PCIe board has none; an NVLink board should show OK everywhere.")
+        return
+    if not refused:
+        return
+    codes = sorted(set(refused.values()))
+    pairs = sorted(refused, key=lambda pair: (_gpu_key(pair[0]), _gpu_key(pair[1])))
+    said = ", ".join(f"{a}-{b}" for a, b in pairs[:6]) + (f" and {len(pairs) - 6} more" if len(pairs) > 6 else "")
+    consumer = codes == ["GNS"]
+    found.add("p2p_disabled", Severity.warn,
+              f"nvidia-smi topo -p2p{(' ' + matrix.mode) if matrix.mode else ''}: P2P refused between {said} of "
+              f"{len(matrix.gpus)} GPU(s) ({'; '.join(f'{c} = {_P2P_REFUSED[c]}' for c in codes)}): NCCL moves their "
+              "data through host memory (SHM)",
+              "A GeForce board has no P2P to enable: expect SHM/host-memory bandwidth between its GPUs." if consumer
+              else "CNS/NS on PCIe: disable ACS on the PCIe switches and root ports (setpci, or the BIOS), boot "
+              "with iommu=pt (or off), and outside a VM; check the pair again with topo -p2p r. In a VM, P2P needs "
+              "the hypervisor's support.", node)
 
 
 def _gpu_key(name: str) -> int:

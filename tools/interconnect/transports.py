@@ -15,6 +15,7 @@ from tools.core.limits import NET_MAX_WARN_KINDS
 from tools.core.models import Coverage, Severity
 from tools.core.ranks import compact_ranges
 from tools.core.thresholds import NVLINK_PAIR_RATIO
+from tools.interconnect.affinity import judge_log_affinity
 from tools.interconnect.evidence import NCCL_DOC, Evidence
 from tools.interconnect.nccl_log import NcclProcess, read_nccl_log
 from tools.logs import ScanStats
@@ -101,6 +102,7 @@ def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence,
         rows.append(_transport_row(node, group, nodes))
         _node_findings(node, group, span, ib_in_job, found, said_single)
         _nvlink_asymmetry(node, group, found)
+        judge_log_affinity(node, group, found)
         found.nccl_nic_speeds[node] = {nic: mbps for p in group for nic, mbps in p.nic_speeds_mbps.items()}
         found.nccl_nics[node] = max((len(p.ib_devices) for p in group), default=0)
     _warn_findings(processes, found)
@@ -262,6 +264,18 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                   "shared memory is used between them",
                   "P2P and SHM are off (NCCL_P2P_DISABLE / NCCL_SHM_DISABLE in the environment) or refused: unset "
                   "them, or check nvidia-smi topo -p2p r for the pair.", node, ranks)
+    # P2P turned off by the job's environment: NCCL_P2P_DISABLE=1, or NCCL_P2P_LEVEL=LOC (0), which allows it nowhere.
+    switched_off = next((f"{key}={value}" for p in group for key, value in p.environment.items()
+                         if (key, value) in (("NCCL_P2P_DISABLE", "1"), ("NCCL_P2P_LEVEL", "LOC"),
+                                             ("NCCL_P2P_LEVEL", "0"))), None)
+    local_gpus = sorted({d for p in group for d in (p.nvml_devices or p.devices)})
+    if switched_off and (len(local_gpus) > 1 or channels.get("SHM")):
+        found.add("p2p_disabled", Severity.warn,
+                  f"{switched_off} in the job's environment (NCCL says so): no P2P between GPUs "
+                  f"{', '.join(map(str, local_gpus)) or '?'} of this node, their data goes through host memory"
+                  + (f" ({channels['SHM']} channel(s) via SHM)" if channels.get("SHM") else ""),
+                  f"Unset {switched_off.split('=')[0]} unless it works around a known fault (a hang with P2P on a "
+                  "board whose ACS/IOMMU breaks it: fix that instead, see nvidia-smi topo -p2p r).", node, ranks)
     for process in group:
         for a, b, nvlink in process.p2p_disabled[:1]:
             found.add("p2p_disabled", Severity.crit if nvlink else Severity.warn,
@@ -280,7 +294,7 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                   f"{', '.join(map(str, sorted({d for p in group for d in p.nvml_devices})))}), so P2P cannot be used",
                   "Let every rank see all the node's GPUs (no per-process CUDA_VISIBLE_DEVICES; select the device in "
                   "the program with LOCAL_RANK), or run them in one container with --ipc=host.", node, ranks)
-    elif channels.get("SHM"):
+    elif channels.get("SHM") and not switched_off:
         if node in found.nvlink_nodes():
             found.add("shm_instead_of_p2p", Severity.warn,
                       f"{channels['SHM']} channel(s) via SHM between GPUs that the capture shows NVLink-connected",
