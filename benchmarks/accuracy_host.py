@@ -42,6 +42,7 @@ from tools.host import ProfileCpuInput, SampleHostInput, profile_cpu, sample_hos
 HOST = REPO / "tests" / "data" / "host"
 PYSPY = HOST / "pyspy"
 ROUND4 = HOST / "round4"
+ROUND5 = HOST / "round5"  # all held out: collected after round 4's tuning, frozen unread
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -74,10 +75,10 @@ def _labels(manifest: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
 
 
-def load_heldout() -> list[dict[str, Any]]:
-    """Round 4's held-out labels, refused when they changed after the split."""
-    split = json.loads((ROUND4 / "split_2026-12-02.json").read_text())
-    labels = ROUND4 / split["heldout_labels"]
+def load_heldout(round_folder: Path = ROUND4) -> list[dict[str, Any]]:
+    """A round's held-out labels, refused when they changed after the split."""
+    split = json.loads((round_folder / "split_2026-12-02.json").read_text())
+    labels = round_folder / split["heldout_labels"]
     if hashlib.sha256(labels.read_bytes()).hexdigest() != split["heldout_labels_sha256"]:
         sys.exit(f"{labels} changed after it was frozen on {split['date']}: held-out labels are never edited; "
                  "collect a fresh round instead.")
@@ -180,6 +181,8 @@ def main() -> None:
                 _labels(ROUND4 / "dev" / "cases.jsonl"), args.misses)
     if args.held_out:
         score_round("round 4, held out (tests/data/host/round4/heldout)", ROUND4 / "heldout", load_heldout(), False)
+        score_round("round 5, held out (tests/data/host/round5/heldout, fresh)", ROUND5 / "heldout",
+                    load_heldout(ROUND5), False)
 
 
 if __name__ == "__main__":

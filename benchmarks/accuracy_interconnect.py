@@ -49,6 +49,7 @@ from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, 
 
 DEFAULT = REPO / "tests" / "data" / "interconnect" / "wild"
 ROUND4 = REPO / "tests" / "data" / "interconnect" / "round4"
+ROUND5 = REPO / "tests" / "data" / "interconnect" / "round5"  # all held out: collected after round 4's tuning
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 
@@ -184,6 +185,7 @@ def main() -> None:
           args.misses)
     if args.held_out:
         score("round 4, held out (frozen 2026-12-02)", ROUND4 / "heldout", load_heldout(ROUND4), misses=False)
+        score("round 5, held out (fresh, frozen 2026-12-02)", ROUND5 / "heldout", load_heldout(ROUND5), misses=False)
 
 
 if __name__ == "__main__":
