@@ -7,10 +7,11 @@ class is its labelled category (benign and unclassified_error included).
 
 The threshold and the two smoothing knobs are chosen by 5-fold cross-validation GROUPED BY REPOSITORY (no
 repository's excerpts are in both a training and a test fold), so the figures are those of logs from repositories
-the model did not see: each category's threshold is the lowest (at least 0.5) at which no benign excerpt of any
-test fold gets a guess of it where diagnose_logs would voice that guess (no rule found a serious fault, no rule
-reported that category: so the thresholds follow what the rules report, and the file is retrained when they change;
-benign quiet stays 100 %), and among the knobs the one whose guesses are right most often at those thresholds. It
+the model did not see: each category's threshold is the lowest (at least 0.5) at which no excerpt of another family
+(benign, or a fault of another category) in any test fold gets a guess of it where diagnose_logs would voice that
+guess (no rule found a serious fault, no rule reported that category: so the thresholds follow what the rules report,
+and the file is retrained when they change; benign quiet stays 100 % and no voiced guess is wrong), and among the
+knobs the one whose guesses are right most often at those thresholds. It
 then
 trains on all of the development sets. The cross-validation figures (the model alone on every excerpt, as if no rule
 had matched; and rules + model, the model consulted where it would be) are printed and stored in the file.
@@ -168,14 +169,16 @@ def consulted(example: Example, klass: str) -> bool:
     return not example.rules_serious and klass not in example.rules_any
 
 
-def benign_safe(data: list[Example], guesses: list[tuple[str, float]]) -> dict[str, float]:
+def safe_thresholds(data: list[Example], guesses: list[tuple[str, float]]) -> dict[str, float]:
     """Per category, the lowest threshold (at least FLOOR: the guess more likely than the rest together) at which no
-    benign excerpt of any test fold gets a guess of that category where the guess would be voiced (a benign log whose
-    allocator notice a rule already reported as an info cuda_oom never hears the model's cuda_oom)."""
+    excerpt of another family (benign, unclassified or another fault) in any test fold gets a guess of that category
+    where the guess would be voiced: a wrong guess is worse than none (a benign log whose allocator notice a rule
+    already reported as an info cuda_oom never hears the model's cuda_oom, so it does not count)."""
     out = {}
     for klass in sorted({e.case.category for e in data} - learned.SILENT_CLASSES):
+        # Wrong where it would be voiced: a benign excerpt, or a fault of another family (unclassified included).
         loud = [p for e, (k, p) in zip(data, guesses, strict=True)
-                if e.case.category == "benign" and k == klass and consulted(e, klass)]
+                if e.case.category != klass and k == klass and consulted(e, klass)]
         out[klass] = next((t for t in THRESHOLDS if t >= FLOOR and all(p < t for p in loud)), 1.01)
     return out
 
@@ -186,7 +189,7 @@ def train(data: list[Example], verbose: bool = False) -> str:
     for alpha in ALPHAS:
         for temperature in TEMPERATURES:
             guesses = cross_validate(data, alpha, temperature)
-            threshold = benign_safe(data, guesses)
+            threshold = safe_thresholds(data, guesses)
             got = figures(data, guesses, threshold)
             if verbose:
                 print(f"  alpha {alpha:4} temperature {temperature:4}: thresholds {threshold} {got}")

@@ -43,7 +43,9 @@ def test_training_is_deterministic_and_the_shipped_file_is_what_it_trains() -> N
     assert first == second
     assert (REPO / "sop" / "log_model.json").read_text() == first
     # Benign logs stay quiet where the model is consulted (no rule found a fault, none reported its category).
-    assert json.loads(first)["cross_validation"]["rules_plus_model_benign_quiet"] == 1.0
+    figures = json.loads(first)["cross_validation"]
+    assert figures["rules_plus_model_benign_quiet"] == 1.0
+    assert figures["guesses_added_wrong"] == 0 and figures["guesses_added_right"] > 0  # no voiced guess was wrong
 
 
 def test_a_dev_excerpt_is_named_with_the_tokens_that_decided() -> None:
