@@ -19,9 +19,10 @@ The forms come from real logs:
   | mod:func:12 - `, DeepSpeed's `[2024-05-01 12:00:00,123] [INFO] [engine.py:12:func] `, transformers'
   `[INFO|trainer.py:123] 2024-05-01 12:00:00,123 >> `, bracketed fields `[name][WARNING][2025-10-25 11:17:27][x.py:1] `.
 
-`prefix_facts` reads what a line's prefixes say about where it came from: the process (a Ray or vLLM worker's
-`pid=N`) and the source line of the logging call (`[core.py:720]`, `x.cc:501]`); a progress bar redrawn without its
-newline in a paste (`... 3.19it/s](EngineCore_DP0 pid=10311) ERROR ...`) ends before the record that follows it.
+A progress bar redrawn without its newline in a paste (`... 3.19it/s](EngineCore_DP0 pid=10311) ERROR ...`,
+`... 7.10it/s]Killed`) is a prefix too, up to its rate's closing bracket. `prefix_facts` reads what a line's
+prefixes say about where it came from: the process (a Ray or vLLM worker's `pid=N`) and the source line of the
+logging call (`[core.py:720]`, `x.cc:501]`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ from __future__ import annotations
 import re
 from functools import cache
 
-__all__ = ["LINE_PREFIX", "anchor_after_prefix", "prefix_facts", "record_start", "without_prefixes"]
+__all__ = ["LINE_PREFIX", "anchor_after_prefix", "prefix_facts", "without_prefixes"]
 
 _LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 _SOURCE = r"[\w./\-]+\.(?:py|pyx|cc|cpp|cu|cuh|c|h|hpp|rs|go):\d+"  # a logging call's file:line
 
 _PREFIXES = (
+    # A progress bar redrawn with '\r' that a paste kept on the record's line (tqdm's `... 7.10it/s, loss=0.5]`):
+    # up to its rate's closing bracket. Unbounded negated classes: linear in RE2, no repeat to unroll.
+    r"[^\[\]\n]*\[[^\[\]\n]*(?:/s|s/it)[^\[\]\n]*\]",
     r"\([\w.:<>\-]*\s*pid=\d+[^)\n]{0,160}\)\s*",  # Ray actor / worker
     r"\[(?:rank|default)\d{1,5}\]:\s*",  # torchrun --tee / log prefixes
     r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>:\s*",  # mpirun --tag-output
@@ -106,38 +110,21 @@ def _prefixes_at() -> re.Pattern[str]:
 
 def without_prefixes(line: str) -> str:
     """`line` without the launcher, container and logger prefixes in front of what the program printed."""
-    start = record_start(line)
-    found = _prefixes_at().match(line, start)
-    return line[found.end():] if found else line[start:]
+    found = _prefixes_at().match(line)
+    return line[found.end():] if found else line
 
 
-# A progress bar's end (tqdm's rate and bracket) right before a record's prefix: the bar was redrawn with '\r' and
-# the paste kept both on one line.
-_BAR_END = re.compile(r"(?:/s|s/it)(?:, [^\]\n]{0,200})?\]")
 _PID = re.compile(r"\bpid=(?P<pid>\d+)")
 _SOURCE_IN_PREFIX = re.compile(r"(?:^|[\[\s|])(?P<location>" + _SOURCE + r")(?::[\w<>]+)?\]")
 
 
-def record_start(line: str) -> int:
-    """Where the last log record in `line` starts: after a progress bar that runs into a record's prefix, else 0."""
-    if "]" not in line:
-        return 0
-    start = 0
-    for bar in _BAR_END.finditer(line):
-        record = _prefixes_at().match(line, bar.end())
-        if record is not None and record.end() > bar.end():
-            start = bar.end()
-    return start
-
-
 def prefix_facts(line: str) -> dict[str, str | int]:
-    """What the prefixes of `line`'s last record say: `pid` (a Ray / vLLM worker's) and `location` (the logging
-    call's file:line). Empty when the line has no prefix."""
-    start = record_start(line)
-    found = _prefixes_at().match(line, start)
-    if found is None or found.end() == start:
+    """What the prefixes of `line` say: `pid` (a Ray / vLLM worker's) and `location` (the logging call's file:line).
+    Empty when the line has no prefix."""
+    found = _prefixes_at().match(line)
+    if found is None or found.end() == 0:
         return {}
-    prefix = line[start:found.end()]
+    prefix = line[:found.end()]
     facts: dict[str, str | int] = {}
     pid = _PID.search(prefix)
     if pid is not None:

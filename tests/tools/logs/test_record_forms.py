@@ -38,8 +38,8 @@ def diagnose(path: Path) -> DiagnoseLogsResult:
     ("[kvcached][WARNING][2025-10-25 11:17:27][kv_cache_manager.py:164] available_size()=9.0 < need_size=30",
      {"location": "kv_cache_manager.py:164"}, "available_size()=9.0 < need_size=30"),
     ("2024-05-01 12:00:00.123 | ERROR    | app.main:run:12 - boom", {}, "boom"),
-    # A progress bar with nothing after it is the line itself; a plain line has no prefix.
-    (" 50%|█████     | 5/10 [00:01<00:01,  4.10it/s]", {}, " 50%|█████     | 5/10 [00:01<00:01,  4.10it/s]"),
+    # What a bar runs into is the record (the OOM killer's word mid-epoch); a plain line has no prefix.
+    ("Epoch 1:  45%|████▌     | 450/1000 [01:02<01:10,  7.10it/s, loss=0.52]Killed", {}, "Killed"),
     ("Epoch 3 loss 0.25", {}, "Epoch 3 loss 0.25"),
 ])
 def test_a_prefix_says_where_the_record_came_from(line: str, facts: dict[str, object], rest: str) -> None:
@@ -111,3 +111,9 @@ def test_overflow_skips_under_a_progress_bar_begin_at_the_bars_step() -> None:
     overflow = next(f for f in result.findings if f.rule == "overflow_skip")
     assert overflow.facts["step"] == 378 and overflow.facts["last_step"] == 382  # where it began, where it got to
     assert overflow.facts["loss_scale"] == 2 and overflow.facts["location"] == "loss_scaler.py:181"
+
+
+def test_killed_after_a_progress_bar_is_the_process_killed(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_text("Epoch 1:  45%|████▌     | 450/1000 [01:02<01:10,  7.10it/s, loss=0.52]Killed\n")
+    assert [(f.category, f.facts.get("signal_number")) for f in diagnose(path).findings] == [("process_exit", 9)]
