@@ -117,3 +117,38 @@ def test_killed_after_a_progress_bar_is_the_process_killed(tmp_path: Path) -> No
     path = tmp_path / "job.log"
     path.write_text("Epoch 1:  45%|████▌     | 450/1000 [01:02<01:10,  7.10it/s, loss=0.52]Killed\n")
     assert [(f.category, f.facts.get("signal_number")) for f in diagnose(path).findings] == [("process_exit", 9)]
+
+
+# gonka-ai/gonka#499 (pentoxine, 2025-12-20): an OpenAI client against an inference server answering 500 (the
+# traceback's library frames between the user's call and the raise are cut here).
+_CLIENT_500 = """\
+INFO:httpx:HTTP Request: POST http://192.241.240.19:8000/v1/chat/completions "HTTP/1.1 500 Internal Server Error"
+INFO:openai._base_client:Retrying request to /chat/completions in 0.879420 seconds
+Traceback (most recent call last):
+  File "/Users/bob/git/gonka/script.py", line 9, in <module>
+    response = client.chat.completions.create(
+  File "/Users/bob/git/gonka/.venv/lib/python3.12/site-packages/openai/_base_client.py", line 1047, in request
+    raise self._make_status_error_from_response(err.response) from None
+openai.InternalServerError: Error code: 500 - {'error': 'rpc error: code = Unknown desc = runtime error: invalid \
+memory address or nil pointer dereference: panic'}
+"""
+# vllm-project/vllm#40856 (JasonChao-yue, 2026-04-25): the server's own access log.
+_SERVER_500 = ('(APIServer pid=6051) INFO:     10.10.7.200:43364 - "POST /v1/chat/completions HTTP/1.1" 500 Internal '
+               'Server Error\n')
+
+
+def test_an_inference_api_error_is_the_serving_family_seen_from_either_side(tmp_path: Path) -> None:
+    path = tmp_path / "client.log"
+    path.write_text(_CLIENT_500)
+    found = {f.rule: f for f in diagnose(path).findings}
+    assert found["exception_inference_api_client"].facts["status"] == 500
+    assert found["exception_inference_api_client"].facts["exception"] == "openai.InternalServerError"
+    assert (found["inference_http_5xx"].facts["route"], found["inference_http_5xx"].facts["status"]) == (
+        "/v1/chat/completions", 500)
+    path.write_text(_SERVER_500)
+    server = [f for f in diagnose(path).findings if f.severity != "info"]
+    assert [(f.rule, f.facts["status"], f.facts["pid"]) for f in server] == [("inference_http_5xx", 500, 6051)]
+    # A model hub's 404 is a download, not a serving route.
+    path.write_text("requests.exceptions.HTTPError: 404 Client Error: Not Found for url: "
+                    "https://huggingface.co/org/model/resolve/main/config.json\n")
+    assert all(f.category != "inference" for f in diagnose(path).findings)
