@@ -14,6 +14,7 @@ import pytest
 from tools.core.context import ToolContext
 from tools.logs.cuda_facts import cuda_facts
 from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
+from tools.logs.exceptions import RaisedException, classify_exception
 from tools.logs.prefixes import prefix_facts, without_prefixes
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
@@ -152,3 +153,17 @@ def test_an_inference_api_error_is_the_serving_family_seen_from_either_side(tmp_
     path.write_text("requests.exceptions.HTTPError: 404 Client Error: Not Found for url: "
                     "https://huggingface.co/org/model/resolve/main/config.json\n")
     assert all(f.category != "inference" for f in diagnose(path).findings)
+
+
+@pytest.mark.parametrize(("kind", "message", "entry"), [
+    # XLA's ptxas rejecting the GPU's architecture (the form of jax-ml/jax#25853 and tensorflow/tensorflow#50110).
+    ("jaxlib.xla_extension.XlaRuntimeError", "INTERNAL: ptxas exited with non-zero error code 65280, output: ptxas "
+     "fatal   : Value 'sm_89' is not defined for option 'gpu-name'", "compile_jit_message"),
+    # A compiler's own error type, whatever its module: Inductor's C++ build, CuPy's NVRTC.
+    ("torch._inductor.exc.CppCompileError", "C++ compile error", "compile_error"),
+    ("cupy.cuda.compiler.CompileException", "nvrtc: error: invalid value for --gpu-architecture (-arch)",
+     "compile_error"),
+])
+def test_a_device_compiler_failing_is_the_compile_family(kind: str, message: str, entry: str) -> None:
+    classified = classify_exception(RaisedException(kind, message, 1, b""))
+    assert classified is not None and (classified.entry.id, classified.entry.category) == (entry, "compile")
