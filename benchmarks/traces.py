@@ -29,10 +29,18 @@ Method.
   has more than one rank; forked children share pages with their parent, so the tree sum can over-count). A child's
   ru_maxrss also counts its parent's peak RSS at spawn time, so the trace is generated in a separate process and this
   one stays small (its own peak is printed).
+- `--layouts` (issue 33): the same events written each way traces are saved (one event per line, Kineto's own
+  indentation, one line as json.dump writes it, indent=2, indent=4 with CRLF, `},\n  {`, sorted keys without spaces,
+  and a .gz of the one-line file), each in a folder of its own (HTA's default source, df_index_resolver, at 190 MB).
+  Each layout runs `gpu-triage summarize-trace FILE --json` and the bare (tracked) decode of that same file, the .gz
+  one decompressing it first; HTA runs on the first layout. One table of medians and ranges; the results of every
+  layout must be the same (the file's name aside). Targets: every layout <= 1.3x its decode, the slowest layout <=
+  1.2x the fastest, HTA >= 10x the slowest layout.
 - Printed: every run, the median wall time and the peak RSS of each side, the ratios against the targets (OK/OVER),
   and HTA's percentages next to ours (`ranks[0].idle_pct`, `compute_pct`, `non_compute_pct`) with the differences.
 
 Usage: .venv/bin/python benchmarks/traces.py [--gib 1.0] [--runs 3] [--reuse] [--source PATH] [--sides hta,ours]
+[--layouts [all|one-per-line,one-line,...]]
 `--reuse` keeps the generated trace in .cache/bench-traces/ and uses it again next time; otherwise it is deleted.
 """
 
@@ -51,14 +59,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -69,6 +78,8 @@ HTA_SIDES = {"HTA": (CACHE / "hta-venv", "holistictraceanalysis", "0.5.0"),
              "HTA-now": (CACHE / "traceinsight-venv", "traceinsight", "0.6.1")}
 TRACES = Path("/work/shared/data/traces")
 DEFAULT_SOURCE = TRACES / "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+# The issue-33 trace: HTA's df_index_resolver sample, repeated to about 190 MB.
+LAYOUTS_SOURCE = TRACES / "hta/df_index_resolver/df_index_resolver.json.gz"
 TRACE_NAME = "rank0.pt.trace.json"
 MIB = 2**20
 
@@ -114,7 +125,11 @@ class Trace(msgspec.Struct):
     traceEvents: list[Event]
 t0 = time.perf_counter()
 with open(sys.argv[1], "rb") as f:
-    trace = msgspec.json.decode(f.read(), type=Trace)
+    data = f.read()
+if data[:2] == b"\\x1f\\x8b":  # a .gz layout: the decode pays for the decompression too, as any reader does
+    import gzip
+    data = gzip.decompress(data)
+trace = msgspec.json.decode(data, type=Trace)
 print(json.dumps({"events": len(trace.traceEvents), "decode_s": time.perf_counter() - t0}))
 """
 
@@ -226,40 +241,105 @@ class Replicator:
         return out
 
 
-def generate(source: Path, path: Path, total_bytes: int) -> tuple[int, int]:
-    """Write the replicated trace to `path` (via a .partial name, so a half-written file is never reused).
+@dataclass(frozen=True)
+class Layout:
+    """One way a writer lays a trace out: the text around the top-level members and around the events, each
+    member's and event's text, and the line ending (the file is written in text mode with it)."""
+
+    name: str
+    opening: str
+    member: Callable[[str, Any], str]
+    member_separator: str
+    list_opening: str
+    event: Callable[[dict[str, Any]], str]
+    event_separator: str
+    list_closing: str
+    closing: str
+    sort_keys: bool = False
+    newline: str = "\n"
+    gzip: bool = False
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+_COMPACT_SORTED = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
+
+def _indented(width: int) -> tuple[Callable[[str, Any], str], Callable[[dict[str, Any]], str]]:
+    """json.dump(indent=width)'s members and events (the events list is one level down)."""
+    encode = json.JSONEncoder(ensure_ascii=False, indent=width).encode
+    pad = " " * width
+
+    def member(key: str, value: Any) -> str:
+        return pad + _ENCODE(key) + ": " + textwrap.indent(encode(value), pad)[width:]
+
+    return member, lambda event: textwrap.indent(encode(event), pad * 2)
+
+
+def _kineto_event(event: dict[str, Any]) -> str:
+    """Kineto's own export: one indented block an event, its args on lines of their own."""
+    fields = ", ".join(f"{_ENCODE(k)}: {_ENCODE(v)}" for k, v in event.items() if k != "args")
+    args = event.get("args")
+    if not isinstance(args, dict):
+        return "  {\n    " + fields + "\n  }"
+    inner = ", ".join(f"{_ENCODE(k)}: {_ENCODE(v)}" for k, v in args.items())
+    return "  {\n    " + fields + ',\n    "args": {\n      ' + inner + "\n    }\n  }"
+
+
+def _plain_member(key: str, value: Any) -> str:
+    return f"{_ENCODE(key)}: {_ENCODE(value)}"
+
+
+_INDENT2, _INDENT4 = _indented(2), _indented(4)
+LAYOUTS = {layout.name: layout for layout in (
+    # What the benchmark always wrote: one event per line.
+    Layout("one-per-line", "{\n", _plain_member, ",\n", "[\n", _ENCODE, ",\n", "\n]", "\n}\n"),
+    Layout("kineto", "{\n", lambda k, v: "  " + _plain_member(k, v), ",\n", "[\n", _kineto_event, ",\n", "\n]",
+           "\n}\n"),
+    # json.dump(trace): one line.
+    Layout("one-line", "{", _plain_member, ", ", "[", _ENCODE, ", ", "]", "}"),
+    # A script that re-saved the trace with json.dump(indent=2).
+    Layout("indent2", "{\n", _INDENT2[0], ",\n", "[\n", _INDENT2[1], ",\n", "\n  ]", "\n}"),
+    Layout("indent4-crlf", "{\n", _INDENT4[0], ",\n", "[\n", _INDENT4[1], ",\n", "\n    ]", "\n}", newline="\r\n"),
+    # A generator's `},\n  {`.
+    Layout("brace-comma", "{", _plain_member, ", ", "[\n  ", _ENCODE, ",\n  ", "\n]", "}"),
+    # Writers that sort keys and drop the spaces (orjson / msgspec style): every object's keys in another order.
+    Layout("sorted-compact", "{", lambda k, v: f"{_ENCODE(k)}:{_COMPACT_SORTED(v)}", ",", "[", _COMPACT_SORTED, ",",
+           "]", "}", sort_keys=True),
+    Layout("one-line-gz", "{", _plain_member, ", ", "[", _ENCODE, ", ", "]", "}", gzip=True),
+)}
+
+
+def generate(source: Path, path: Path, total_bytes: int, layout_name: str = "one-per-line") -> tuple[int, int]:
+    """Write the replicated trace to `path` in a layout (via a .partial name, so a half-written file is never
+    reused). The number of copies is set by the one-per-line size, so every layout holds the same events.
 
     Returns (copies, events). Only the source trace and one copy's events are held in memory at a time."""
+    layout = LAYOUTS[layout_name]
     data = load_trace(source)
     replicator = Replicator(data["traceEvents"])
-    encode = json.JSONEncoder(ensure_ascii=False).encode
-    first = ",\n".join(encode(e) for e in replicator.copy(0))
-    copies = max(1, round(total_bytes / len(first.encode())))
-    keys = list(data)
+    copies = max(1, round(total_bytes / sum(len(_ENCODE(e).encode()) + 2 for e in replicator.copy(0))))
+    keys = sorted(data) if layout.sort_keys else list(data)
     split = keys.index("traceEvents")
     partial = path.with_name(path.name + ".partial")
     events = 0
-    with partial.open("w", encoding="utf-8") as out:
-        out.write("{\n")
+    opener: Callable[..., IO[str]] = gzip.open if layout.gzip else open
+    with opener(partial, "wt", encoding="utf-8", newline=layout.newline) as out:
+        out.write(layout.opening)
         for key in keys[:split]:
-            out.write(f"{encode(key)}: {encode(data[key])},\n")
-        out.write('"traceEvents": [\n')
-        once = replicator.once(copies)
-        for event in once:
-            out.write(encode(event) + ",\n")
-        events += len(once)
-        out.write(first)
-        events += first.count("\n") + 1
-        del first
-        for k in range(1, copies):
-            lines = [encode(e) for e in replicator.copy(k)]
-            out.write(",\n")
-            out.write(",\n".join(lines))
+            out.write(layout.member(key, data[key]) + layout.member_separator)
+        # The key as the layout writes it ("traceEvents": with its indentation), then the list, event by event.
+        out.write(layout.member("traceEvents", []).rsplit("[", 1)[0] + layout.list_opening)
+        first = True
+        for k in [-1, *range(copies)]:  # -1: the events written once (metadata, the stretched profiler span)
+            lines = [layout.event(e) for e in (replicator.once(copies) if k < 0 else replicator.copy(k))]
+            if lines:
+                out.write(("" if first else layout.event_separator) + layout.event_separator.join(lines))
+                first = False
             events += len(lines)
-        out.write("\n]")
+        out.write(layout.list_closing)
         for key in keys[split + 1:]:
-            out.write(f",\n{encode(key)}: {encode(data[key])}")
-        out.write("\n}\n")
+            out.write(layout.member_separator + layout.member(key, data[key]))
+        out.write(layout.closing)
     partial.rename(path)
     return copies, events
 
@@ -287,6 +367,7 @@ class Run:
     code: int
     stdout: str
     stderr: str
+    cpu: float = 0.0  # user + system seconds (wait4): less moved by other load on the machine than the wall time
 
     @property
     def rss(self) -> float:
@@ -350,7 +431,7 @@ def measure(argv: list[str], cwd: Path) -> Run:
         out.seek(0)
         err.seek(0)
         return Run(wall, usage.ru_maxrss / 1024, tree / MIB, code, out.read().decode(errors="replace"),
-                   err.read().decode(errors="replace"))
+                   err.read().decode(errors="replace"), usage.ru_utime + usage.ru_stime)
 
 
 def last_json(text: str) -> Any:
@@ -392,18 +473,144 @@ def verdict(ok: bool) -> str:
     return "OK" if ok else "OVER"
 
 
+def make_trace(folder: Path, source: Path, gib: float, layout: str) -> Path:
+    """The generated trace in `folder` (written unless there already), in a layout."""
+    path = folder / (TRACE_NAME + (".gz" if LAYOUTS[layout].gzip else ""))
+    if path.exists():
+        print(f"input: reusing {path}")
+        return path
+    for stale in folder.iterdir():  # e.g. a .partial from an interrupted run
+        stale.unlink() if stale.is_file() else shutil.rmtree(stale)
+    started = time.perf_counter()
+    # In a child process: on Linux a spawned command's ru_maxrss starts from its parent's high-water RSS
+    # (exec records the old mm's peak, and vfork/fork children start on the parent's mm), so this process
+    # must never hold the source trace itself.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        copies, events = pool.submit(generate, source, path, int(gib * 2**30), layout).result()
+    print(f"input: {source.name} x {copies} copies, {events:,} events, {layout}, written in "
+          f"{time.perf_counter() - started:.1f} s")
+    return path
+
+
+def warm(path: Path) -> None:
+    with path.open("rb") as handle:  # into the page cache
+        while handle.read(1 << 24):
+            pass
+
+
+def _without(value: Any, name: str) -> Any:
+    """A result with the trace's file name blanked (the .gz layout's file has another name)."""
+    if isinstance(value, dict):
+        return {k: _without(v, name) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without(v, name) for v in value]
+    return value.replace(name, "FILE") if isinstance(value, str) else value
+
+
+def run_layouts(args: argparse.Namespace, commands: dict[str, list[str]]) -> None:
+    """The same trace in every layout of `args.layouts`: each as a whole `gpu-triage summarize-trace FILE --json`
+    process against a bare typed decode of that same file, the runs alternating; HTA on the first layout only (it
+    reads every layout with json.load). One table of medians; the results must be the same in every layout."""
+    names = list(LAYOUTS) if args.layouts == "all" else [n.strip() for n in args.layouts.split(",") if n.strip()]
+    if not names or set(names) - set(LAYOUTS):
+        sys.exit(f"--layouts takes all or any of {', '.join(LAYOUTS)}")
+    if "ours" not in commands or "decode" not in commands:
+        sys.exit("--layouts compares ours with the bare decode: --sides needs both")
+    with trace_folder(args.source, args.gib, args.reuse) as folder:
+        paths = {}
+        for name in names:
+            (folder / name).mkdir(exist_ok=True)
+            paths[name] = make_trace(folder / name, args.source, args.gib, name)
+        argv: dict[tuple[str, str], list[str]] = {}
+        for name, path in paths.items():
+            argv[(name, "decode")] = [*commands["decode"], str(path), "1"]
+            argv[(name, "ours")] = [*commands["ours"], str(path), "--json", "--root", str(path.parent),
+                                    "--timeout", "600"]
+        for side in ("HTA", "HTA-now"):
+            if side in commands:
+                argv[(names[0], side)] = [*commands[side], str(paths[names[0]].parent)]
+        results: dict[tuple[str, str], list[Run]] = {key: [] for key in argv}
+        documents: dict[str, Any] = {}
+        failures = 0
+        for run in range(args.runs):
+            for key, cmd in argv.items():
+                warm(paths[key[0]])
+                result = measure(cmd, paths[key[0]].parent)
+                results[key].append(result)
+                print(f"run {run + 1} {key[0]:15s} {key[1]:8s} {result.wall:7.2f} s (cpu {result.cpu:5.2f} s)  "
+                      f"peak RSS {result.rss:7.1f} MiB  exit {result.code}", flush=True)
+                document = last_json(result.stdout)
+                if result.code not in ((0, 1, 2, 4) if key[1] == "ours" else (0,)) or document is None:
+                    failures += 1
+                    print(f"  failed (exit {result.code}); stderr tail:\n{tail(result.stderr)}")
+                elif key[1] == "ours":
+                    documents[key[0]] = _without(document, paths[key[0]].name)
+        sizes = {name: path.stat().st_size for name, path in paths.items()}
+
+    def med(key: tuple[str, str]) -> float:
+        return statistics.median(r.wall for r in results[key])
+
+    def cpu(key: tuple[str, str]) -> float:
+        return statistics.median(r.cpu for r in results[key])
+
+    def spread(key: tuple[str, str]) -> str:
+        walls = [r.wall for r in results[key]]
+        return f"{min(walls):.2f}-{max(walls):.2f}"
+
+    print(f"\n{'layout':15s} {'size MB':>8s} {'decode s':>9s} {'(range)':>11s} {'ours s':>8s} {'(range)':>11s} "
+          f"{'ours/dec':>8s} {'cpu: dec':>9s} {'ours':>6s} {'ratio':>6s} {'ours RSS':>9s}")
+    ratios = {}
+    for name in names:
+        dec, ours = med((name, "decode")), med((name, "ours"))
+        ratios[name] = ours / dec
+        rss = max(r.rss for r in results[(name, "ours")])
+        print(f"{name:15s} {sizes[name] / 1e6:8.0f} {dec:9.2f} {spread((name, 'decode')):>11s} {ours:8.2f} "
+              f"{spread((name, 'ours')):>11s} {ratios[name]:7.2f}x {cpu((name, 'decode')):9.2f} "
+              f"{cpu((name, 'ours')):6.2f} {cpu((name, 'ours')) / cpu((name, 'decode')):5.2f}x {rss:6.0f} MiB")
+    fastest = min(med((n, "ours")) for n in names)
+    slowest = max(med((n, "ours")) for n in names)
+    worst = max(ratios.values())
+    print(f"\nworst layout / its decode = {worst:.2f}x (target <= 1.3x, our check <= 1.5x) -> "
+          f"{verdict(worst <= 1.3)} / {verdict(worst <= 1.5)}")
+    print(f"slowest / fastest layout  = {slowest / fastest:.2f}x (target <= 1.2x) -> "
+          f"{verdict(slowest / fastest <= 1.2)}")
+    for side in ("HTA", "HTA-now"):
+        if (names[0], side) in results:
+            hta = med((names[0], side))
+            hta_rss = max(r.rss for r in results[(names[0], side)])
+            ours_rss = max(r.rss for name in names for r in results[(name, "ours")])
+            print(f"{side:8s} {hta:.2f} s on {names[0]}: / slowest layout = {hta / slowest:.1f}x, / fastest = "
+                  f"{hta / fastest:.1f}x (target >= 10x) -> {verdict(hta / slowest >= 10)}; ours RSS / HTA's = "
+                  f"{ours_rss / hta_rss:.3f} (target <= 0.1) -> {verdict(ours_rss / hta_rss <= 0.1)}")
+    reference = documents.get(names[0])
+    differ = [name for name in names if documents.get(name) != reference]
+    print(f"results identical across layouts (file name aside): {'yes' if not differ else 'NO: ' + ', '.join(differ)}")
+    if failures or differ:
+        sys.exit(f"{failures} run(s) failed, {len(differ)} layout(s) with another result")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gib", type=float, default=1.0, help="size of the generated .json (GiB, uncompressed)")
+    parser.add_argument("--gib", type=float, default=None,
+                        help="size of the generated .json (GiB, uncompressed; default 1, with --layouts 190 MB)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--reuse", action="store_true", help="keep the generated trace in .cache and reuse it")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
-                        help="real Kineto trace to replicate (.json or .json.gz); another good one is "
+    parser.add_argument("--source", type=Path, default=None,
+                        help="real Kineto trace to replicate (.json or .json.gz; default the resnet50 sample, with "
+                             "--layouts df_index_resolver); another good one is "
                              f"{TRACES / 'hta/trace_diff/control/control.json.gz'}")
     parser.add_argument("--sides", default="hta,hta-now,decode,ours",
                         help="which sides to run, of hta (HTA 0.5), hta-now (its current release, traceinsight), "
                              "decode (a bare typed msgspec decode) and ours")
+    parser.add_argument("--layouts", nargs="?", const="all", default=None,
+                        help="the same trace in each layout (all, or a comma-separated list of "
+                             f"{', '.join(LAYOUTS)}), ours against the bare decode of each file; the default source is "
+                             "then df_index_resolver at 190 MB")
     args = parser.parse_args()
+    if args.source is None:
+        args.source = LAYOUTS_SOURCE if args.layouts else DEFAULT_SOURCE
+    if args.gib is None:
+        args.gib = 190e6 / 2**30 if args.layouts else 1.0
     # SIGTERM unwinds like Ctrl-C, so the temporary trace folder is still deleted.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"terminated by signal {signum}"))
     sides = {s.strip() for s in args.sides.split(",") if s.strip()}
@@ -427,21 +634,11 @@ def main() -> None:
     if not commands:
         sys.exit("nothing to measure")
 
+    if args.layouts:
+        run_layouts(args, commands)
+        return
     with trace_folder(args.source, args.gib, args.reuse) as folder:
-        path = folder / TRACE_NAME
-        if path.exists():
-            print(f"input: reusing {path}")
-        else:
-            for stale in folder.iterdir():  # e.g. a .partial from an interrupted run
-                stale.unlink() if stale.is_file() else shutil.rmtree(stale)
-            started = time.perf_counter()
-            # In a child process: on Linux a spawned command's ru_maxrss starts from its parent's high-water RSS
-            # (exec records the old mm's peak, and vfork/fork children start on the parent's mm), so this process
-            # must never hold the source trace itself.
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
-                copies, events = pool.submit(generate, args.source, path, int(args.gib * 2**30)).result()
-            print(f"input: {args.source.name} x {copies} copies, {events:,} events, written in "
-                  f"{time.perf_counter() - started:.1f} s")
+        path = make_trace(folder, args.source, args.gib, "one-per-line")
         size = path.stat().st_size
         print(f"input: {path} ({size / 2**30:.2f} GiB, {size / 1e9:.2f} GB)")
         with path.open("rb") as handle:  # warm the page cache

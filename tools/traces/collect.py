@@ -58,6 +58,7 @@ _MPI_SETUP = re.compile(r"MPI_(?:Init|Finalize|Comm_|Type_|Info_|Get_|Query_thre
 
 
 _TIME_LIMIT = 2**53  # microseconds: the largest a float holds exactly
+_MAX_CACHED = 4096  # distinct spellings a per-call cache keeps (a mutated trace may have a new one every event)
 
 
 def _number(value: Any) -> float | None:
@@ -229,6 +230,9 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
     runtime_corr, runtime_ts = data.runtime_corr.append, data.runtime_ts.append
     cpu_low, cpu_high = math.inf, -math.inf
     gpu_last = runtime_last = host_last = -math.inf
+    events = 0
+    time_low, time_high = -_TIME_LIMIT, _TIME_LIMIT  # made once: each negation of the big int allocated one
+    lowered: dict[str, str] = {}  # category spellings, lowered once each
     for batch in batches:
         for event in batch:
             if event.ph != "X":
@@ -238,21 +242,25 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
             dur = raw_dur if type(raw_dur) is int or type(raw_dur) is float else _number(raw_dur)
             # A time beyond 2**53 us (285 years) is no clock's (a mutated or corrupt event; a float column cannot hold
             # the int exactly, or at all), NaN and infinities fail the comparison too: the event is skipped, counted.
-            if (ts is None or dur is None or type(cat) is not str or not -_TIME_LIMIT < ts < _TIME_LIMIT
-                    or not -_TIME_LIMIT < dur < _TIME_LIMIT):
+            if (ts is None or dur is None or type(cat) is not str or not time_low < ts < time_high
+                    or not time_low < dur < time_high):
                 data.skipped += 1
                 continue
             if cat == "Trace":
                 continue
             if type(raw_ts) is float:
                 data.float_ts = True
-            data.events += 1
+            events += 1
             name = event.name if type(event.name) is str else ""
             args = event.args
             end = ts + dur
             raw_stream = args.stream if args is not None else None
             stream = raw_stream if raw_stream is None or type(raw_stream) is int else _number(raw_stream)
-            category = cat.lower()
+            category = lowered.get(cat)
+            if category is None:
+                category = cat.lower()
+                if len(lowered) < _MAX_CACHED:
+                    lowered[cat] = category
             # HTA's rule, kept so the numbers compare: a numeric stream other than -1 makes a GPU event
             # (device-wide Event/Context Sync records carry stream -1 and count as CPU-side).
             if category == "gpu_user_annotation":
@@ -330,6 +338,7 @@ def collect_events(batches: Iterable[list[TraceEvent]], steps_named: Any = None)
                 data.flops.add_op(name, ts, args.flops, args.input_dims, args.input_type)
             if dur >= LONG_OP_US and category in _CPU_OP_CATS and not name.startswith("ProfilerStep#"):
                 data.long_ops.add(ts, end, None, name)
+    data.events = events
     data.cpu_span = [cpu_low, cpu_high]
     data.last_start = {kind: last for kind, last in (("gpu", gpu_last), ("runtime", runtime_last),
                                                       ("host", host_last)) if last > -math.inf}

@@ -1,16 +1,19 @@
 """The one reader of PyTorch profiler (Kineto) Chrome traces: streamed, never held whole.
 
 Both forms of the Chrome trace format are read: the object with `traceEvents` (metadata keys before or
-after it) and the bare array of events; gzip is detected by its magic bytes. Events are decoded one at
-a time with the C JSON scanner on a sliding text buffer, so memory stays bounded by the buffer and by
+after it, in any order) and the bare array of events; gzip is detected by its magic bytes. The events are
+decoded in batches of a block (about a MiB) by one typed msgspec call each, on a sliding window of the file's
+bytes: the batch ends at an event boundary that the decode itself proves (a cut anywhere else fails it), or
+that a structural scan finds (strings and depth, vectorised), so any layout (one line, one event per line,
+indent=N, CRLF, Kineto's own) reads at the decoder's speed, and memory stays bounded by the block and by
 what the caller keeps, whatever the file size. Of the metadata only `distributedInfo` and
 `deviceProperties` are kept: other blocks hold environment variables and tokens and are never read out.
-Errors (truncated JSON, no events, not gzip, wrong types) are UnreadableInput with the byte offset.
+Errors (truncated JSON, no events, not gzip, wrong types) are UnreadableInput with the byte offset in the
+(decompressed) file, as is the place where a file cut short ends (`ends_early_at`).
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import re
@@ -19,9 +22,10 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import msgspec
+import numpy as np
 
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.files import open_input
@@ -35,8 +39,13 @@ __all__ = ["TraceArgs", "TraceEvent", "TraceHeader", "rank_of_trace", "read_trac
 # Kineto's Chrome traces, and the SQLite exports of Nsight Systems (tools/traces/nsys.py).
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep")
 _KEPT_METADATA = frozenset({"distributedInfo", "deviceProperties", "schemaVersion"})
-_SKIP = re.compile(r"[\s,]*")
-_SPACE = re.compile(r"\s*")
+_SKIP = re.compile(rb"[ \t\r\n,]*")  # JSON's whitespace, and the commas between values
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_SKIP_TEXT = re.compile(r"[ \t\r\n,]*")
+_BOM = b"\xef\xbb\xbf"
+# How near its end a file's JSON may fail to decode and still be a file cut short rather than invalid: the longest
+# token a cut can leave undecodable (a surrogate pair's escapes, "\\ud83d\\ude0").
+_CUT_TOKEN = 12
 _DECODER = json.JSONDecoder()
 
 
@@ -96,8 +105,8 @@ class TraceHeader:
 
     metadata: dict[str, Any] = field(default_factory=dict)
     events: int = 0
-    # Where the file ended inside the event list (characters read): a trace still being written, or cut short.
-    # The complete events before it are kept.
+    # Where the file ended inside the event list (bytes read, decompressed; the messages say characters, which they
+    # are in ASCII): a trace still being written, or cut short. The complete events before it are kept.
     ends_early_at: int | None = None
     skipped: int = 0  # entries of the event list that are not JSON objects (no event to read)
 
@@ -107,44 +116,55 @@ class _EndsEarly(UnreadableInput):
 
 
 class _Buffer:
-    def __init__(self, stream: IO[str], name: str, deadline: float) -> None:
+    """A sliding window of the trace's bytes: `data[pos:]` is what is not read yet, `consumed` bytes were dropped
+    from its front. One bytearray, read into and dropped from in place: the CLI serves every allocation of 128 KiB
+    or more from a fresh mapping (mcp_server/process.py), so a new block object per read and per batch cost page
+    faults on every byte (0.4 s of system time on 190 MB)."""
+
+    def __init__(self, stream: IO[bytes], name: str, deadline: float) -> None:
         self.stream = stream
         self.name = name
         self.deadline = deadline
-        self.text = ""
+        self.data = bytearray()
+        self.block = bytearray()  # what each read goes into before it joins `data`
         self.pos = 0
-        self.consumed = 0  # characters dropped from the front of `text`
+        self.consumed = 0  # bytes dropped from the front of `data`
         self.eof = False
-        self.batch_tried_until = -1  # absolute end of the text a batch attempt already failed on
 
-    def more(self, minimum: int = TRACE_READ_CHARS) -> bool:
+    def more(self, minimum: int = 0) -> bool:
+        """Read a block, or `minimum` bytes if more; False at the end of the input."""
         if self.eof:
             return False
         if time.monotonic() > self.deadline:
             raise LimitExceeded("the trace read ran out of time.", "Pass a smaller trace or raise --timeout.")
+        size = max(minimum, TRACE_READ_CHARS)
+        if len(self.block) < size:
+            self.block = bytearray(size)
         try:
-            chunk = self.stream.read(max(minimum, TRACE_READ_CHARS))
+            got = self.stream.readinto(memoryview(self.block)[:size])  # type: ignore[attr-defined]
         except EOFError:  # a .gz cut short (still being written): what decompressed so far is the text
             self.eof = True
             return False
         except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError
             raise UnreadableInput(f"{self.name}: read failed ({exc}).", "Is the .gz complete?") from exc
-        if not chunk:
+        if not got:
             self.eof = True
             return False
-        if self.pos > TRACE_READ_CHARS:
-            self.consumed += self.pos
-            self.text = self.text[self.pos :]
-            self.pos = 0
-        self.text += chunk
+        self.consumed += self.pos
+        del self.data[: self.pos]  # O(1): a bytearray drops its front by moving its start
+        self.pos = 0
+        start = len(self.data)
+        self.data += memoryview(self.block)[:got]
+        if self.consumed == 0 and start == 0 and self.data.startswith(_BOM):
+            self.pos = len(_BOM)  # a UTF-8 byte order mark, as some Windows tools write it
         return True
 
     def skip(self) -> str:
         """Skip whitespace and commas; the next character ('' at end of input)."""
         while True:
-            self.pos = _SKIP.match(self.text, self.pos).end()  # type: ignore[union-attr]
-            if self.pos < len(self.text):
-                return self.text[self.pos]
+            self.pos = _SKIP.match(self.data, self.pos).end()  # type: ignore[union-attr]
+            if self.pos < len(self.data):
+                return chr(self.data[self.pos])
             if not self.more():
                 return ""
 
@@ -154,42 +174,48 @@ class _Buffer:
         self.pos += 1
 
     def value(self, limit: int | None = None) -> Any:
-        """Decode one JSON value at the cursor, reading more input while it is incomplete."""
+        """Decode one JSON value at the cursor (a key, a metadata value), reading more input while it is
+        incomplete. The stdlib decoder, on the bytes from the cursor as text: invalid UTF-8 decodes one lone
+        surrogate a byte (surrogateescape), so the value's length in bytes is exact."""
         while True:
-            self.pos = _SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
-            if self.pos >= len(self.text) and self.more():
+            self.pos = _SPACE.match(self.data, self.pos).end()  # type: ignore[union-attr]
+            if self.pos >= len(self.data) and self.more():
                 continue
+            text = str(memoryview(self.data)[self.pos :], "utf-8", "surrogateescape")
             try:
-                value, end = _DECODER.raw_decode(self.text, self.pos)
+                value, end = _DECODER.raw_decode(text)
             except RecursionError as exc:
                 raise self.too_deep() from exc
             except json.JSONDecodeError as exc:
-                if limit is not None and len(self.text) - self.pos > limit:
+                if limit is not None and len(self.data) - self.pos > limit:
                     raise UnreadableInput(f"{self.name}: a metadata value is larger than {limit} characters.",
                                           "This does not look like a profiler trace.") from exc
-                if self.more():
+                if self.more(len(self.data) - self.pos):  # doubling: a value read in n blocks costs O(n) decodes
                     continue
                 # At the end of the input: a value the end cuts (an open string, or the decoder stopped at the
                 # last character) is a file cut short; a failure before the end is invalid JSON.
-                if "Unterminated" in exc.msg or exc.pos >= len(self.text.rstrip()) - 1:
+                if "Unterminated" in exc.msg or exc.pos >= len(text.rstrip()) - _CUT_TOKEN:
                     raise _EndsEarly(f"{self.name}: the file ends inside a value at character "
                                      f"{self.consumed + self.pos}.") from exc
                 self.fail(f"invalid or truncated JSON ({exc.msg})")
-            self.pos = end
+            taken = text[:end]
+            raw = taken.encode("utf-8", "surrogateescape")
+            self.pos += len(raw)
+            if not taken.isascii():
+                try:
+                    taken.encode("utf-8")
+                except UnicodeEncodeError:  # invalid bytes in it: U+FFFD for them, never lone surrogates
+                    return json.loads(raw.decode("utf-8", "replace"))
             return value
 
     def too_deep(self) -> UnreadableInput:
         return UnreadableInput(f"{self.name}: JSON nested deeper than any trace's, at character "
                                f"{self.consumed + self.pos}.", "This is not a Chrome trace (torch.profiler).")
 
-    def fail(self, what: str) -> None:
-        raise UnreadableInput(f"{self.name}: {what} at character {self.consumed + self.pos}.",
+    def fail(self, what: str, at: int | None = None) -> NoReturn:
+        where = self.consumed + (self.pos if at is None else at)
+        raise UnreadableInput(f"{self.name}: {what} at character {where}.",
                               "The file may be truncated or not a Chrome trace (torch.profiler export_chrome_trace).")
-
-
-def _open_text(path: Path) -> IO[str]:
-    raw, _ = open_input(path)  # a regular file only (a FIFO would block), gzip told by its magic bytes
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
 
 def read_trace(path: Path, display: str, deadline: float, header: TraceHeader) -> Iterator[TraceEvent]:
@@ -201,7 +227,8 @@ def read_trace_batches(path: Path, display: str, deadline: float,
                        header: TraceHeader) -> Iterator[list[TraceEvent]]:
     """The trace's events in the batches they are decoded in (a few MB each): a loop over a batch costs no
     generator step per event, which the summary's hot loop feels."""
-    with _open_text(path) as stream:
+    stream, _ = open_input(path)  # a regular file only (a FIFO would block), gzip told by its magic bytes
+    with stream:
         buffer = _Buffer(stream, display, deadline)
         first = buffer.skip()
         if first == "":
@@ -242,10 +269,54 @@ def read_trace_batches(path: Path, display: str, deadline: float,
             raise UnreadableInput(f"{display} has no traceEvents.", "Pass a trace written by torch.profiler.")
 
 
-# Event separators of the two usual layouts: Kineto's pretty print (one event per indented block) and
-# one event per line. Raw newlines never occur inside JSON strings, so neither can hide in a value; a
-# separator that is not an event boundary only fails the decode, and the slow path takes over.
-_SEPARATORS = ("\n  },\n  {", "},\n{")
+# The likely boundary between two events, in any layout: a closing brace, a comma, an opening brace, with any JSON
+# whitespace between. A match inside a value (a nested list of objects, a string) is no boundary, but the decode of
+# the events before it then fails (an open string or object before the closing bracket): never a wrong batch.
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_BOUNDARY_WINDOW = 16 * 1024  # the tail of a batch's bytes searched first for its last boundary
+# The most bytes decoded in one call (a few hundred events): under the 128 KiB from which the CLI maps each
+# allocation afresh (mcp_server/process.py), as the copy decoded is made per batch.
+_BATCH_BYTES = 120 * 1024
+_DEPTH_DELTA = np.zeros(256, dtype=np.int8)
+_DEPTH_DELTA[[ord("{"), ord("[")]] = 1
+_DEPTH_DELTA[[ord("}"), ord("]")]] = -1
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+
+
+def _structure(data: bytes | bytearray, start: int) -> tuple[int, int]:
+    """Where the values of a JSON list end, scanning from `start` (the start of a value, outside any string):
+    (the end of the last whole object or list at the list's level, -1 if none; the position of the bracket that
+    closes the list, -1 if not in `data`). Structurally: quotes not escaped by an odd run of backslashes open and
+    close strings; braces and brackets outside strings (an even number of quotes before them) change the depth.
+    Whitespace, layout and key order play no part. Exact on valid JSON; on invalid JSON the decode that follows
+    fails, as it would have."""
+    view = np.frombuffer(data, dtype=np.uint8, offset=start)
+    quotes = np.flatnonzero(view == _QUOTE)
+    escaped = view[np.maximum(quotes - 1, 0)] == _BACKSLASH
+    if quotes.size and quotes[0] == 0:
+        escaped[0] = False  # the byte before `start` is no part of this value
+    if escaped.any():
+        # A quote after a run of backslashes is escaped when the run is odd ("\"" vs "\\").
+        slashes = np.flatnonzero(view == _BACKSLASH)
+        run_starts = np.ones(slashes.size, dtype=bool)
+        run_starts[1:] = np.diff(slashes) != 1
+        run_start_index = np.maximum.accumulate(np.where(run_starts, np.arange(slashes.size), 0))
+        after_slash = np.flatnonzero(escaped)
+        last_slash = np.searchsorted(slashes, quotes[after_slash] - 1)
+        odd = (last_slash - run_start_index[last_slash]) % 2 == 0  # run length = difference + 1
+        quotes = np.delete(quotes, after_slash[odd])
+    delta = _DEPTH_DELTA[view]
+    brackets = np.flatnonzero(delta)
+    brackets = brackets[(np.searchsorted(quotes, brackets) & 1) == 0]  # outside strings
+    if not brackets.size:
+        return -1, -1
+    depth = np.cumsum(delta[brackets], dtype=np.int64)
+    below = np.flatnonzero(depth < 0)
+    closes_list = int(brackets[below[0]]) + start if below.size else -1
+    level = depth[: below[0]] if below.size else depth
+    at_level = np.flatnonzero(level == 0)
+    last_end = int(brackets[at_level[-1]]) + start + 1 if at_level.size else -1
+    return last_end, closes_list
 
 
 def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
@@ -259,9 +330,11 @@ def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
             header.ends_early_at = buffer.consumed + buffer.pos
             return
         batch = _batch(buffer, header)
-        if batch is None:  # not a known layout here: one event at a time
+        if batch is None:  # no whole value in the buffer: a longer read (doubling), or the end of the file
+            if buffer.more(len(buffer.data) - buffer.pos):
+                continue
             try:
-                one = buffer.value()
+                one = buffer.value()  # says whether the end cuts a value or the JSON is invalid before it
             except _EndsEarly:
                 header.ends_early_at = buffer.consumed + buffer.pos
                 return
@@ -272,37 +345,89 @@ def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
 
 
 def _batch(buffer: _Buffer, header: TraceHeader) -> list[TraceEvent] | None:
-    """Fast path: every whole event up to the last separator in the buffer, decoded in one call. A failed
-    attempt is not repeated until more text arrives, so files in other layouts stay linear."""
-    text_end = buffer.consumed + len(buffer.text)
-    if buffer.batch_tried_until == text_end:
+    """The whole values of the event list from the cursor, up to a batch's bytes, decoded in one call; None when
+    the buffer holds none. Fast path: up to the last likely boundary (a batch decodes only when the cut was a real
+    one). Else the structural scan finds the last real one in the buffer, whatever the layout."""
+    data, start = buffer.data, buffer.pos
+    end = min(len(data), start + _BATCH_BYTES)
+    cut = _last_boundary(data, start, end)
+    if cut < 0 and end < len(data):  # an event longer than a batch
+        cut = _last_boundary(data, start, len(data))
+    if cut > start:
+        events = _decode(buffer, _list_of(data, start, cut), header, strict=False)
+        if events is not None:
+            buffer.pos = cut  # at the comma before the next event
+            return events
+    last_end, closes_list = _structure(data, start)
+    cut = closes_list if closes_list >= 0 else last_end
+    if cut <= start:
         return None
-    for separator in _SEPARATORS:
-        cut = buffer.text.rfind(separator, buffer.pos)
-        if cut < 0:
-            continue
-        end = cut + separator.index("}") + 1
-        chunk = "[" + buffer.text[buffer.pos : end] + "]"
+    events = _decode(buffer, _list_of(data, start, cut), header, strict=True)
+    assert events is not None
+    buffer.pos = cut
+    return events
+
+
+def _last_boundary(data: bytearray, start: int, end: int) -> int:
+    """Just after the closing brace of the last likely boundary in data[start:end] (its tail first); -1: none."""
+    cut = -1
+    for low in (max(start, end - _BOUNDARY_WINDOW), start):
+        for match in _BOUNDARY.finditer(data, low, end):
+            cut = match.start() + 1
+        if cut >= 0 or low == start:
+            return cut
+    return cut
+
+
+def _list_of(data: bytearray, start: int, end: int) -> bytes:
+    """`data[start:end]` (list values, commas between them) as a JSON list: one allocation. An immutable copy, as
+    msgspec.Raw fields (shapes) are views into what was decoded."""
+    return b"".join((b"[", memoryview(data)[start:end], b"]"))
+
+
+def _decode(buffer: _Buffer, chunk: bytes, header: TraceHeader, strict: bool) -> list[TraceEvent] | None:
+    """The events of a run of whole list values (`chunk`, as a JSON list). One typed msgspec call; valid
+    JSON with odd types (args as a string, a number past a float) goes through the stdlib decoder and shaping.
+    On invalid JSON: None, or when `strict` (the values are known whole), one value at a time, the stdlib
+    decoder taking what msgspec refuses (NaN, Infinity) and saying where the JSON is invalid."""
+    try:
+        return _BATCH_DECODER.decode(chunk)
+    except RecursionError as exc:
+        raise buffer.too_deep() from exc
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        if not strict:
+            return None
+    text = chunk.decode("utf-8", "replace")
+    try:
+        loose = json.loads(text)
+    except RecursionError as exc:
+        raise buffer.too_deep() from exc
+    except json.JSONDecodeError:
+        if not strict:
+            return None
+        loose = _one_at_a_time(buffer, text)
+    events = [_from_dict(e) for e in loose if isinstance(e, dict)]
+    header.skipped += len(loose) - len(events)
+    return events
+
+
+def _one_at_a_time(buffer: _Buffer, text: str) -> list[Any]:
+    """The values of `text` ("[" + values + "]") one by one: the place of the first that is not JSON."""
+    values: list[Any] = []
+    pos = 1
+    while True:
+        pos = _SKIP_TEXT.match(text, pos).end()  # type: ignore[union-attr]
+        if pos >= len(text) - 1:
+            return values
         try:
-            events = _BATCH_DECODER.decode(chunk)
+            value, pos = _DECODER.raw_decode(text, pos)
         except RecursionError as exc:
             raise buffer.too_deep() from exc
-        except msgspec.ValidationError:
-            # Valid JSON with an odd type somewhere (args as a string...): the plain decoder, then shaping.
-            try:
-                loose = json.loads(chunk)
-            except RecursionError as exc:
-                raise buffer.too_deep() from exc
-            except json.JSONDecodeError:
-                continue
-            events = [_from_dict(e) for e in loose if isinstance(e, dict)]
-            header.skipped += len(loose) - len(events)
-        except msgspec.DecodeError:
-            continue
-        buffer.pos = end  # at the comma before the next event
-        return events
-    buffer.batch_tried_until = text_end
-    return None
+        except json.JSONDecodeError as exc:
+            buffer.fail(f"invalid JSON ({exc.msg})", buffer.pos + exc.pos - 1)
+        values.append(value)
 
 
 def trace_files(path: Path, roots: tuple[Path, ...]) -> list[Path]:

@@ -19,22 +19,23 @@ parameters and TARGET_INFO_SYSTEM_ENV are never read.
 from __future__ import annotations
 
 import re
-import sqlite3
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from tools.core.errors import LimitExceeded, TriageError, Unavailable, UnreadableInput
 from tools.core.files import read_regular, require_regular
-from tools.core.proc import run_program
 from tools.core.thresholds import NSYS_GAP_MS, NSYS_SMALL_HTOD_BYTES, NSYS_UTIL_CHUNKS, NSYS_UTIL_PCT
 from tools.traces.kineto import TraceArgs, TraceEvent, TraceHeader
 from tools.traces.names import api_name
+
+if TYPE_CHECKING:  # imported where an export is read: a Kineto trace's call needs neither (start-up time)
+    import sqlite3
 
 __all__ = ["REPORT_SUFFIXES", "NsysRule", "exported_reports", "is_nsys_export", "nsys_has_kernels", "nsys_processes",
            "nsys_ranks", "nsys_rules", "read_nsys_batches"]
@@ -77,6 +78,8 @@ async def exported_reports(files: list[Path], timeout_s: float) -> AsyncIterator
             target = Path(folder) / f"{stem}.sqlite"
             how = (f"Export it with the nsys that made it: nsys export --type sqlite --output {stem}.sqlite "
                    f"{file.name}, and pass the .sqlite.")
+            from tools.core.proc import run_program  # only a report's call starts a program
+
             try:
                 done = await run_program("nsys", ["export", "--type", "sqlite", "--force-overwrite", "true",
                                                   "--output", str(target), str(file)], timeout_s=timeout_s)
@@ -106,6 +109,8 @@ def _out_of_time(display: str) -> LimitExceeded:
 @contextmanager
 def _open(path: Path, display: str, deadline: float) -> Iterator[sqlite3.Connection]:
     """The export, read-only, every statement on it aborted once the call's deadline passes."""
+    import sqlite3
+
     require_regular(path, display)  # SQLite opens the path itself, and would wait on a FIFO
     connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     # A damaged or foreign string column must not stop the read: invalid UTF-8 is shown, replaced.

@@ -620,9 +620,18 @@ def _exposed_evidence(data: Collected, on_gpu: float, comm_ms: float, host_wait:
     return "; ".join(parts)
 
 
+def _median(values: np.ndarray[Any, np.dtype[np.float64]]) -> float:
+    """np.median's figure without np.median, whose first call imports numpy.ma (tens of ms of a CLI call)."""
+    ordered = np.sort(values)
+    mid = len(ordered) // 2
+    if not len(ordered):
+        return float("nan")
+    return float(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
+
+
 def _launch_evidence(data: Collected, gaps: _IdleGaps, launch_gaps: Spans) -> str:
     parts = [f"CPU overhead: GPU idle {launch_gaps.total() / 1000:.1f} ms in {len(launch_gaps)} gaps between "
-             f"kernels, median gap {float(np.median(launch_gaps.ends - launch_gaps.starts)):.1f} us"]
+             f"kernels, median gap {_median(launch_gaps.ends - launch_gaps.starts):.1f} us"]
     if gaps.launch_to_start:
         parts.append("the next kernel is launched only after the GPU ran dry and starts a median "
                      f"{statistics.median(gaps.launch_to_start):.1f} us after its launch call (it waits for the host)")
