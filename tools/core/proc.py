@@ -13,7 +13,7 @@ import shutil
 import signal
 import subprocess
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -32,8 +32,11 @@ __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 # ibstat (no arguments) and ethtool (an interface name this node's /sys/class/net lists, nothing else) only print
 # the state of the node's ports (tools/interconnect/live.py). py-spy reads the pids it is given: `dump`
 # (tools/hangs/stacks.py) and `record` for a bounded time into a private temporary file (tools/host/profile.py,
-# which starts it itself to stop it with SIGINT, and sends every target SIGCONT after).
-ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys", "ibstat", "ethtool"})
+# which starts it itself to stop it with SIGINT, and sends every target SIGCONT after). ncu only as `ncu --import
+# REPORT --csv --page raw|details` of a report the caller named, with its stock-file deployment off (it reads the
+# report and prints; tools/kernels/ncu_report.py).
+ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys", "ibstat", "ethtool",
+                              "ncu"})
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,16 @@ class ProgramOutput:
     timed_out: bool = False
 
 
-def find_program(program: str) -> str:
-    """Absolute path of an allow-listed program on PATH, or Unavailable."""
+def find_program(program: str, also_in: Sequence[str] = ()) -> str:
+    """Absolute path of an allow-listed program on PATH (then in the folders `also_in`, by the same name), or
+    Unavailable."""
     if program not in ALLOWED_PROGRAMS:
         raise BadInput(f"program {program!r} is not on the allow-list.", f"Allowed: {sorted(ALLOWED_PROGRAMS)}.")
     # Then beside our own interpreter: py-spy is one of our dependencies, installed into the same environment,
     # and an MCP client often starts the server without that environment's bin folder on PATH.
     path = shutil.which(program) or shutil.which(program, path=sysconfig.get_path("scripts"))
+    for folder in also_in:
+        path = path or shutil.which(program, path=folder)
     if path is None:
         raise Unavailable(f"{program} not found on PATH.", "Install it or run this on a host that has it.")
     return path
@@ -85,16 +91,20 @@ async def run_program(
     timeout_s: float,
     max_output_bytes: int = MAX_PROGRAM_OUTPUT_BYTES,
     partial_on_timeout: bool = False,
+    also_in: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> ProgramOutput:
     """Run an allow-listed program with `args` and a hard wall-clock limit. With `partial_on_timeout`, a program
     still running at the limit is killed and what it wrote so far is returned (`timed_out`), instead of an error:
-    a fan-out keeps the nodes that answered when one does not."""
-    argv = [find_program(program), *args]
+    a fan-out keeps the nodes that answered when one does not. `also_in`: folders to look in after PATH; `env`:
+    variables set for the child over this process's environment."""
+    argv = [find_program(program, also_in), *args]
     out: list[bytes] = []
     err: list[bytes] = []
     try:
         # stdin from /dev/null: on a stdio MCP server the inherited stdin is the JSON-RPC stream.
-        process = await anyio.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+        process = await anyio.open_process(argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                                           env=None if env is None else {**os.environ, **env})
     except OSError as exc:
         raise Unavailable(f"{program} could not be started: {exc.strerror or exc}.") from exc
     cut = 0

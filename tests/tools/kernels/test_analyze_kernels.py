@@ -1,0 +1,164 @@
+"""analyze_kernels on real Nsight Compute results: three MIT-licensed reports from public repositories (read through
+Debian's ncu 2024.1, which scripts/test.sh unpacks into .cache/ncu), the CSV and text exports that ncu made of them,
+and, when a mirror of the repository is here, pasted text of older generations (tests/data/kernels/PROVENANCE.md).
+Values are asserted against what ncu itself printed for the same report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, base_env, stdio_client
+from tools.core.context import ToolContext
+from tools.core.models import CoverageStatus, Severity
+from tools.kernels import AnalyzeKernelsInput, AnalyzeKernelsResult, analyze_kernels, ncu_report
+from tools.kernels.verdict import judge
+
+pytestmark = pytest.mark.anyio
+
+FILES = REPO / "tests" / "data" / "kernels" / "files"
+NCU = REPO / ".cache" / "ncu" / "usr" / "lib" / "x86_64-linux-gnu" / "nsight-compute" / "target" / \
+    "linux-desktop-glibc_2_11_3-x64" / "ncu"
+# What the reports' session pages hold (ncu --import F --page session): never in our output.
+SESSION_SECRETS = ("omnisky-447", "172.26.146.5", "172.26.21.68", "ug55", "i9-9900X", "--details-all")
+
+
+@pytest.fixture
+def ncu() -> Path:
+    if not NCU.is_file():
+        pytest.fail(f"{NCU} is missing: scripts/test.sh fetches Debian's nsight-compute-target into .cache/ncu")
+    return NCU
+
+
+async def analyze(*names: str, root: Path = FILES) -> AnalyzeKernelsResult:
+    return await analyze_kernels(AnalyzeKernelsInput(files=list(names)), ToolContext(roots=(root,)))
+
+
+def kernel(result: AnalyzeKernelsResult, prefix: str) -> dict[str, object]:
+    row = next(k for k in result.kernels if k.name.startswith(prefix))
+    return row.model_dump()
+
+
+async def test_a_2020_report_read_through_ncu_is_latency_bound_with_its_stalls(ncu: Path) -> None:
+    result = await analyze("speedy_scan-2020.3.ncu-rep")
+    assert [c.status for c in result.coverage] == [CoverageStatus.read]
+    [row] = result.kernels
+    assert row.name.startswith("kernel(int const*, int*")
+    assert (row.grid, row.block, row.launches) == ("(19532, 1, 1)", "(512, 1, 1)", 1)
+    assert (row.sm_throughput_pct, row.memory_throughput_pct, row.dram_throughput_pct) == (49.01, 53.42, 53.42)
+    assert row.duration_ns == 336704
+    assert (row.achieved_occupancy_pct, row.theoretical_occupancy_pct, row.waves_per_sm) == (94.03, 100, 141.54)
+    assert row.verdict == "latency_bound" and not row.borderline
+    assert row.stalls[0].reason == "barrier" and 55 < row.stalls[0].pct < 65
+    assert ("WRN", "SOLBottleneck") in {(r.type, r.name) for r in row.rules}  # what 2020.3 stored
+    assert result.severity is Severity.warn and result.time_by_verdict == {"latency_bound": 100.0}
+    assert "barrier" in row.why
+
+
+async def test_compute_bound_and_latency_bound_weighted_by_time_and_no_session_data(ncu: Path) -> None:
+    result = await analyze("yzwang-cudacode-2022.3.ncu-rep")
+    a, c = kernel(result, "kernel_A"), kernel(result, "kernel_C")
+    assert (a["sm_throughput_pct"], a["memory_throughput_pct"], a["verdict"]) == (80.3, 9.45, "compute_bound")
+    assert (c["sm_throughput_pct"], c["memory_throughput_pct"], c["verdict"]) == (40.19, 40.56, "latency_bound")
+    assert result.kernels[0].name.startswith("kernel_A") and result.kernels[0].share_pct == 99.9
+    assert result.severity is Severity.ok and "compute-bound" in result.conclusion[0]
+    text = result.model_dump_json()
+    assert not [s for s in SESSION_SECRETS if s in text]
+
+
+async def test_a_failed_launch_is_skipped_and_counted(ncu: Path) -> None:
+    result = await analyze("esmm-2023.1-failed-launch.ncu-rep")
+    assert result.skipped_launches == 1
+    assert [k.name.split("(")[0] for k in result.kernels] == ["esmm_shmem_multi", "esmm_shmem_multi2",
+                                                               "esmm_shmem_multi3"]
+    multi2 = kernel(result, "esmm_shmem_multi2(")
+    assert (multi2["sm_throughput_pct"], multi2["memory_throughput_pct"], multi2["verdict"]) == (97.72, 97.72,
+                                                                                                 "balanced")
+    assert kernel(result, "esmm_shmem_multi(")["occupancy_limiter"] == "shared memory"
+    assert any("failed launch" in n for n in result.notes)
+
+
+async def test_every_export_of_one_report_gives_the_same_figures(ncu: Path) -> None:
+    report = await analyze("yzwang-cudacode-2022.3.ncu-rep")
+    for export in ("yzwang-cudacode-details-20col.csv", "yzwang-cudacode-raw.csv"):
+        result = await analyze(export)
+        assert [c.status for c in result.coverage] == [CoverageStatus.read], export
+        for prefix in ("kernel_A", "kernel_C"):
+            ours, theirs = kernel(result, prefix), kernel(report, prefix)
+            for key in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "duration_ns",
+                        "achieved_occupancy_pct", "waves_per_sm", "verdict", "grid", "block"):
+                assert ours[key] == theirs[key], (export, prefix, key)
+    rules = kernel(await analyze("yzwang-cudacode-details-20col.csv"), "kernel_C")["rules"]
+    assert isinstance(rules, list) and {"type": "WRN", "name": "SOLBottleneck"}.items() <= rules[0].items()
+
+
+async def test_text_with_2020_sol_labels_and_a_summary_csv_in_auto_units() -> None:
+    text = await analyze("speedy_scan-2020.3-sol-labels.txt")
+    [row] = text.kernels
+    assert (row.sm_throughput_pct, row.memory_throughput_pct, row.dram_throughput_pct) == (49.01, 53.42, 53.42)
+    assert row.duration_ns == pytest.approx(336_700)  # "Duration usecond 336.70"
+    assert row.verdict == "latency_bound"
+    assert any(r.type == "WRN" and "low compute throughput" in r.message for r in row.rules)
+    summary = await analyze("speedy_scan-summary.csv")
+    [again] = summary.kernels
+    assert (again.sm_throughput_pct, again.memory_throughput_pct, again.launches) == (49.01, 53.42, 1)
+    assert again.duration_ns == pytest.approx(336_700)
+
+
+async def test_without_ncu_a_report_is_unknown_naming_the_command(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    report = tmp_path / "job.ncu-rep"
+    report.write_bytes((FILES / "speedy_scan-2020.3.ncu-rep").read_bytes())
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv(ncu_report.NCU_ENV, raising=False)
+    monkeypatch.setattr(ncu_report, "_CHECKOUT", tmp_path)
+    monkeypatch.setattr(ncu_report, "ncu_folders", lambda: [str(tmp_path / "nowhere")])
+    result = await analyze("job.ncu-rep", root=tmp_path)
+    assert result.severity is Severity.unknown and result.kernels == []
+    assert result.decides is not None and "ncu --import job.ncu-rep --csv --page raw" in result.decides
+    assert result.coverage[0].status is CoverageStatus.not_understood
+
+
+async def test_a_configured_ncu_is_used_when_none_is_on_path(ncu: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(ncu_report.NCU_ENV, str(ncu))
+    monkeypatch.setattr(ncu_report, "_CHECKOUT", tmp_path)
+    result = await analyze("speedy_scan-2020.3.ncu-rep")
+    assert result.kernels[0].verdict == "latency_bound"
+
+
+async def test_a_file_that_is_no_ncu_output_is_not_understood(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("Compute (SM) Throughput was about 83 % on the RTX 3070\n")
+    result = await analyze("notes.txt", root=tmp_path)
+    assert result.severity is Severity.unknown and result.coverage[0].status is CoverageStatus.not_understood
+
+
+def test_the_verdict_follows_nvidias_rule_on_real_figures() -> None:
+    # Figures of real launches (AveryClapp/ESMM-Research profile.ncu-rep, ncu 2023.1.1, A10-class GPU).
+    l1_bound = judge({"sm_pct": 11.82, "memory_pct": 97.50, "dram_pct": 0.46, "l1_pct": 97.50, "l2_pct": 12.0}, [])
+    assert l1_bound.verdict == "memory_bound" and l1_bound.cause == "l1" and "not DRAM" in l1_bound.why
+    dram_bound = judge({"sm_pct": 19.50, "memory_pct": 91.68, "dram_pct": 91.68}, [])  # LakshyaSingh354 vec_add
+    assert dram_bound.verdict == "memory_bound" and dram_bound.cause == "dram"
+    small = judge({"sm_pct": 0.25, "memory_pct": 0.88, "waves_per_sm": 0.01, "grid_blocks": 4,
+                   "achieved_occupancy_pct": 3.23, "theoretical_occupancy_pct": 50.0}, [])
+    assert small.verdict == "latency_bound" and small.cause == "small_grid" and "grid of 4 blocks" in small.why
+    near = judge({"sm_pct": 58.94, "memory_pct": 62.17}, [])  # one_warptiling: max 62.17, 2.2 from the line
+    assert near.verdict == "balanced" and near.borderline
+    assert judge({"memory_pct": 50.0}, []).verdict == "unknown"
+
+
+async def test_through_the_mcp_client(ncu: Path) -> None:
+    async with stdio_client(base_env(), "--root", str(FILES)) as client:
+        answer = await client.call_tool("analyze_kernels", {"files": ["yzwang-cudacode-2022.3.ncu-rep",
+                                                                      "speedy_scan-2020.3-sol-labels.txt"]})
+    shown = "".join(getattr(part, "text", "") for part in answer.content)
+    assert answer.is_error is False, shown
+    data = answer.structured_content
+    assert data is not None
+    verdicts = {k["name"].split("(")[0]: k["verdict"] for k in data["kernels"]}
+    assert verdicts == {"kernel_A": "compute_bound", "kernel_C": "latency_bound", "kernel": "latency_bound"}
+    shown += json.dumps(data)
+    assert not [s for s in SESSION_SECRETS if s in shown]
