@@ -13,7 +13,6 @@ target with a short queue), decode_bound (inter-token latency over its target), 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import time
 import urllib.error
@@ -59,6 +58,7 @@ from tools.core.thresholds import (
     PREFIX_HIT_LOW_PCT,
     QUEUE_SHARE_OF_TTFT,
 )
+from tools.core.urls import checked_url, opener
 from tools.serving.prometheus import Exposition, Histogram, parse_exposition
 
 __all__ = ["InferenceMetricsInput", "InferenceMetricsResult", "fetch_exposition", "inference_metrics"]
@@ -208,53 +208,14 @@ def _waiting(now: float | None, before: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ reading
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect could lead anywhere (another host, a file): it is refused, not followed."""
-
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> urllib.request.Request | None:
-        fp.close()
-        raise BadInput(f"{req.full_url} answered {code} redirecting to {newurl[:200]!r}; redirects are not followed.",
-                       "Pass the final /metrics URL (and allow_host for its host if it is not loopback).")
-
-
-def _checked_url(source: str, allow_host: list[str]) -> str:
-    try:
-        parts = urllib.parse.urlsplit(source)
-        _ = parts.port  # a port that is not a number raises here
-    except ValueError as exc:
-        raise BadInput(f"{source[:200]!r} is not a valid URL: {exc}.", "Use http://HOST:PORT/metrics.") from exc
-    if parts.scheme not in ("http", "https"):
-        raise BadInput(f"scheme {parts.scheme!r} is not scraped.", "Use http:// or https://, or pass a file path.")
-    if parts.username is not None or parts.password is not None:
-        raise BadInput("credentials in the URL are not accepted.", "Scrape an endpoint that needs no login.")
-    host = (parts.hostname or "").lower()
-    if not host:
-        raise BadInput(f"{source[:200]!r} names no host.", "Use http://HOST:PORT/metrics.")
-    if not (_is_loopback(host) or host in {h.lower().strip("[]") for h in allow_host}):
-        raise BadInput(f"host {host!r} is not loopback and not in allow_host, so it is not contacted.",
-                       f"If you mean to scrape it, pass allow_host=['{host}'] (CLI: --allow-host {host}).")
-    return source
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _scrape(url: str, timeout_s: float) -> str:
     """GET `url` with no proxy and no redirect; at most INFER_MAX_BYTES, all within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
     # Plain text exposition, uncompressed: no OpenMetrics or protobuf negotiation, no gzip bomb.
     request = urllib.request.Request(url, headers={"Accept": "text/plain;version=0.0.4",
                                                    "Accept-Encoding": "identity"})
     try:
-        with opener.open(request, timeout=timeout_s) as response:
+        with opener().open(request, timeout=timeout_s) as response:
             declared = response.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > INFER_MAX_BYTES:
                 raise LimitExceeded(f"{url} declares {int(declared)} bytes; the limit is {INFER_MAX_BYTES}.",
@@ -308,7 +269,7 @@ async def fetch_exposition(source: str, ctx: ToolContext, allow_host: list[str] 
     """The text of one exposition: scraped (loopback or `allow_host` only) or read from a file in the roots."""
     if not _is_url(source):
         return _read_file(source, ctx)
-    url = _checked_url(source, allow_host or [])
+    url = checked_url(source, allow_host or [])
     timeout_s = min(INFER_SCRAPE_TIMEOUT_S, ctx.remaining_s())
     try:
         with anyio.fail_after(timeout_s + 1):
