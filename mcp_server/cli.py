@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import anyio
 
+from mcp_server import __version__
 from mcp_server.contract import execute
 from mcp_server.process import return_freed_memory
 from mcp_server.registry import TOOLS, ToolSpec
@@ -46,7 +47,11 @@ def _base_type(annotation: Any) -> tuple[Any, bool]:
 
 def _list_of(item_type: Any) -> Any:
     def parse(text: str) -> list[Any]:
-        return [item_type(part) for part in text.split(",") if part.strip()]
+        try:
+            return [item_type(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            kind = "numbers" if item_type in (int, float) else "values"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind}") from None
 
     return parse
 
@@ -74,12 +79,14 @@ def _add_model_arguments(parser: argparse.ArgumentParser, model: type[InputModel
         kind, is_list = _base_type(field.annotation)
         help_text = (field.description or "").replace("%", "%%")  # argparse formats help with %
         if name in positionals:
-            # The inputs themselves, as a shell user types them: `gpu-triage grep-logs logs/rank*.log`.
-            parser.add_argument(name, nargs="*" if is_list else "?", default=None, metavar=name.upper(),
-                                help=help_text)
+            # The inputs themselves, as a shell user types them: `gpu-triage grep-logs logs/rank*.log`. With two
+            # (compare-runs BEFORE AFTER) each takes one word, and its flag a comma-separated list.
+            parser.add_argument(name, nargs="*" if is_list and len(positionals) == 1 else "?", default=None,
+                                metavar=name.upper(), help=help_text)
             parser.add_argument(flag, dest=f"{name}_flag", type=_list_of(kind) if is_list else str, default=None,
+                                action=_ExtendFlat if is_list else "store",
                                 metavar="A,B,..." if is_list else name.upper(),
-                                help="The same" + (", comma-separated." if is_list else "."))
+                                help="The same" + (", repeatable, comma-separated." if is_list else "."))
             continue
         if kind is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
@@ -106,13 +113,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="gpu-triage", description="Triage slow or hung GPU jobs (the tools of gpu-triage-mcp as commands).",
         epilog=EXIT_CODES_HELP,
     )
+    parser.add_argument("--version", action="version", version=f"gpu-triage {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for spec in TOOLS:
         if only is not None and spec.cli_name != only:
             commands.add_parser(spec.cli_name, help=spec.title)
             continue
-        sub = commands.add_parser(spec.cli_name, help=spec.title, description=spec.description)
+        sub = commands.add_parser(spec.cli_name, help=spec.title, description=spec.description, epilog=EXIT_CODES_HELP)
         _add_model_arguments(sub, spec.input_model)
+        if spec.name == "triage_report":
+            from mcp_server.report_cli import add_report_arguments
+
+            add_report_arguments(sub)
         sub.add_argument("--json", action="store_true", help="Print the structured result as JSON.")
         add_settings_arguments(sub)
         sub.set_defaults(spec=spec)
@@ -127,7 +139,7 @@ def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
         flagged = getattr(args, f"{name}_flag")
         arguments.pop(name, None)
         if isinstance(positional, list) or isinstance(flagged, list):
-            merged = (positional or []) + (flagged or [])
+            merged = ([positional] if isinstance(positional, str) else positional or []) + (flagged or [])
             if merged:
                 arguments[name] = merged
         elif positional is not None or flagged is not None:
@@ -141,6 +153,10 @@ def _arguments(spec: ToolSpec, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
+    if spec.name == "triage_report":
+        from mcp_server.report_cli import run_report
+
+        return run_report(spec, _arguments(spec, args), args)
     arguments = absolute_paths(spec.input_model, _arguments(spec, args))
     settings = settings_from_args(args)
     report = terminal_progress(f"gpu-triage {spec.cli_name}")
@@ -156,14 +172,6 @@ def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     return_freed_memory()
-    if argv[:1] == ["report"]:
-        from mcp_server.report_cli import report_main
-
-        try:
-            return report_main(argv[1:])
-        except TriageError as exc:
-            print(f"gpu-triage report: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
     chosen = next((a for a in argv if not a.startswith("-")), None)
     known = {spec.cli_name for spec in TOOLS}
     args = build_parser(chosen if chosen in known else None).parse_args(argv)

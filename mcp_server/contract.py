@@ -25,14 +25,15 @@ from mcp_server.render import fit_to_budget
 from mcp_server.settings import Settings
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.files import take_unmatched
 from tools.core.limits import CALL_STOP_GRACE_S, PROGRESS_INTERVAL_S, STALLED_CALLS_MAX
-from tools.core.models import InputModel, ToolResult
+from tools.core.models import Coverage, InputModel, ToolResult
 from tools.core.progress import Progress
 from tools.core.redact import redact_value
 from tools.core.stalls import CALL_ID, blocked, new_call_id, stalled_accesses, stuck_accesses
 from tools.core.verdict import judged
 
-__all__ = ["Reporter", "describe_validation_error", "execute", "validate_arguments"]
+__all__ = ["Reporter", "describe_validation_error", "execute", "validate_arguments", "with_unmatched"]
 
 # Where progress goes: MCP's report_progress (a no-op without a progressToken) or the CLI's progress line.
 Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -64,23 +65,25 @@ def validate_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> InputModel:
         ) from exc
 
 
-async def _heartbeat(progress: Progress, started: float, timeout_s: float, report: Reporter) -> None:
-    """Every PROGRESS_INTERVAL_S, the call's progress in percent: of the work where the tool says how much it has
-    done, else of its time budget; always increasing, as the spec requires, and never 100 before the end."""
+async def _heartbeat(progress: Progress, started: float, report: Reporter) -> None:
+    """Every PROGRESS_INTERVAL_S, how far the call is: percent of the work where the tool says how much it has done
+    (never 100 before the end), else the seconds it has run, with no total ("running N s"): a share of the time
+    limit would read 1-2 % for a call that is nearly done. Always increasing, as the spec requires."""
     last = 0.0
     while True:
         await anyio.sleep(PROGRESS_INTERVAL_S)
         done, total, message = progress.state
         elapsed = time.monotonic() - started
+        figure: float
+        of: float | None
         if total:
-            percent = 100 * min(done, total) / total
+            figure, of = min(99.9, max(100 * min(done, total) / total, last + 0.01)), 100.0
         else:
-            percent = 100 * elapsed / timeout_s
-            message = message or f"running for {elapsed:.0f} s (at most {timeout_s:g} s)"
-        percent = min(99.9, max(percent, last + 0.01))
-        last = percent
+            figure, of = max(elapsed, last + 0.01), None
+            message = message or f"running {elapsed:.0f} s"
+        last = figure
         try:
-            await report(round(percent, 2), 100.0, message)
+            await report(round(figure, 2), of, message)
         except Exception:  # a client gone or a closed stream must not fail the call: progress is best effort
             return
 
@@ -133,6 +136,16 @@ def _refuse_when_too_many_stalled() -> None:
             "Fix or unmount the stalled file systems, or restart the server.")
 
 
+def with_unmatched(result: ToolResult, globs: list[str]) -> ToolResult:
+    """The call's globs that matched no file (while others did: tools/core/files.py) as coverage rows, so a gap in
+    the evidence is named, and an ok over it becomes unknown (`judged`), rather than the call failing or going
+    quiet about it. A tool that already reported a glob keeps its own row."""
+    reported = {c.input for c in result.coverage}
+    rows = [Coverage.not_understood(glob, "no match: no file under the roots matches this glob")
+            for glob in globs if glob not in reported]
+    return result.model_copy(update={"coverage": [*result.coverage, *rows]}) if rows else result
+
+
 async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
                   report: Reporter | None = None) -> ToolResult:
     """Run one tool call under the contract; raises TriageError for every expected failure. `report` receives
@@ -148,7 +161,7 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
             return await _on_own_loop(call_id, lambda: spec.function(params, ctx))
         failure: Exception | None = None
         async with anyio.create_task_group() as group:
-            group.start_soon(_heartbeat, ctx.progress, ctx.started, settings.timeout_s, report)
+            group.start_soon(_heartbeat, ctx.progress, ctx.started, report)
             try:
                 outcome = await _on_own_loop(call_id, lambda: spec.function(params, ctx))
             except Exception as exc:  # raised below as itself, not inside the task group's ExceptionGroup
@@ -160,7 +173,7 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
 
     try:
         with anyio.fail_after(settings.timeout_s):
-            result = await run()
+            result = with_unmatched(await run(), take_unmatched(call_id))
     except ValueError as exc:
         if "integer string conversion" not in str(exc):
             raise
@@ -182,5 +195,7 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
             + (f" (its last progress: {doing})" if doing else "") + "; it was stopped and its child processes killed.",
             "Ask for less (fewer GPUs, samples or files), or raise --timeout.",
         ) from exc
+    finally:
+        take_unmatched(call_id)  # a failed call's record goes too
     redacted = spec.result_model.model_validate(redact_value(judged(result).model_dump(mode="json")))
     return fit_to_budget(redacted, spec.title, settings.max_bytes)

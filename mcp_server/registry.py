@@ -1,8 +1,8 @@
 """The table of tools: one row per tool, read by the MCP server and the CLI alike.
 
-The tool name is the function name; the CLI subcommand is the same with dashes. A row names its package
-(tools/<domain>/) and objects instead of importing them, so the CLI imports only the package of the tool it runs
-(startup time); the server imports every tool once, when it registers them.
+The tool name is the function name; the CLI subcommand is the same with dashes (`cli` names the one exception). A row
+names its package (tools/<domain>/) and objects instead of importing them, so the CLI imports only the package of the
+tool it runs (startup time); the server imports every tool once, when it registers them.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class ToolSpec:
     # True for a tool that can reach outside this host's files and processes (MCP's openWorldHint): a /metrics URL,
     # or a job's other nodes through Slurm or SSH (slurm_job, hosts).
     open_world: bool = False
+    # The CLI subcommand when it is not the name with dashes: triage_report is `gpu-triage report`.
+    cli: str | None = None
 
     @cached_property
     def _package(self) -> Any:
@@ -50,7 +52,7 @@ class ToolSpec:
 
     @property
     def cli_name(self) -> str:
-        return self.name.replace("_", "-")
+        return self.cli or self.name.replace("_", "-")
 
     @property
     def description(self) -> str:
@@ -76,8 +78,12 @@ TOOLS: tuple[ToolSpec, ...] = (
              "Straggler ranks"),
     ToolSpec("analyze_memory", "tools.memory", "AnalyzeMemoryInput", "AnalyzeMemoryResult",
              "GPU memory / OOM analysis"),
+    ToolSpec("analyze_kernels", "tools.kernels", "AnalyzeKernelsInput", "AnalyzeKernelsResult",
+             "Inside the hot kernels (Nsight Compute reports, ncu CSV and text)"),
     ToolSpec("inference_metrics", "tools.serving", "InferenceMetricsInput", "InferenceMetricsResult",
              "Inference server metrics (vLLM / SGLang)", open_world=True),
+    ToolSpec("telemetry_history", "tools.telemetry", "TelemetryHistoryInput", "TelemetryHistoryResult",
+             "GPU telemetry history from Prometheus (dcgm-exporter): what changed on which GPU", open_world=True),
     ToolSpec("diagnose_compile", "tools.compile", "DiagnoseCompileInput", "DiagnoseCompileResult",
              "torch.compile graph breaks and recompiles"),
     ToolSpec("check_interconnect", "tools.interconnect", "CheckInterconnectInput", "CheckInterconnectResult",
@@ -87,8 +93,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("sample_host", "tools.host", "SampleHostInput", "SampleHostResult",
              "Host sample: disks, CPUs, memory (live /proc, or iostat / vmstat captures)"),
     ToolSpec("triage_plan", "tools.triage", "TriagePlanInput", "TriagePlanResult", "Triage plan (SOP)"),
-    ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult", "Triage report",
-             open_world=True),
+    ToolSpec("triage_report", "tools.triage", "TriageReportInput", "TriageReportResult",
+             "Triage report", open_world=True, cli="report"),
     ToolSpec("compare_runs", "tools.compare", "CompareRunsInput", "CompareRunsResult", "Before/after comparison"),
 )
 

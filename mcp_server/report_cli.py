@@ -1,9 +1,11 @@
 """`gpu-triage report`: the triage_report tool as the one command a CI job or a newcomer runs.
 
-Flags name the job's artifacts; `--demo` takes the sample artifacts bundled with the package (mcp_server/samples,
-real files with provenance) and adds their folder to the roots. The report goes to stdout (markdown, or JSON with
-`--json`) or to `--out FILE` (checked before any work); a line of progress goes to stderr; the exit code is the
-worst severity (0 ok, 1 warn, 2 crit, 4 unknown) or 3 when the report could not be made (mcp_server/usage.py).
+Its flags are triage_report's arguments, generated from the input model as every subcommand's are (mcp_server/cli.py),
+so the CLI and MCP take the same ones. Besides: `--demo` takes the sample artifacts bundled with the package
+(mcp_server/samples, real files with provenance) as the inputs, and refuses inputs of the caller's beside them; the
+report goes to stdout (markdown, or JSON with `--json`) or to `--out FILE` (checked before any work). One line on
+stderr says what runs (piped too: a CI log shows what the report covered), and on a terminal a progress line; the exit
+code is the worst severity (0 ok, 1 warn, 2 crit, 4 unknown) or 3 when the report could not be made.
 """
 
 from __future__ import annotations
@@ -17,57 +19,35 @@ from typing import Any
 
 import anyio
 
-from mcp_server.contract import execute
-from mcp_server.registry import tool_by_name
+from mcp_server.contract import execute, validate_arguments
+from mcp_server.registry import ToolSpec
 from mcp_server.render import render_markdown, to_json
-from mcp_server.settings import add_settings_arguments, settings_from_args
+from mcp_server.settings import settings_from_args
 from mcp_server.shell_paths import absolute_paths
 from mcp_server.terminal import terminal_progress
-from mcp_server.usage import EXIT_CODES_HELP, UsageParser
 from tools.core.errors import BadInput
 
-__all__ = ["SAMPLES", "report_main"]
+__all__ = ["SAMPLES", "add_report_arguments", "run_report"]
 
 SAMPLES = Path(str(resources.files("mcp_server").joinpath("samples")))
 REPORT_MAX_BYTES = 32 * 1024  # a report has several tables; the server's per-call default is 8 KiB
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = UsageParser(prog="gpu-triage report", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
-    parser.add_argument("--logs", action="append", default=[], metavar="GLOB", help="The job's logs (repeatable).")
-    parser.add_argument("--traces", action="append", default=[], metavar="PATH", help="A trace file or folder.")
-    parser.add_argument("--baseline", metavar="PATH", help="The run before the fix (a trace or step-time logs): "
-                        "the report compares it with --traces (else --logs).")
-    parser.add_argument("--stacks", action="append", default=[], metavar="PATH", help="Saved stack dumps.")
-    parser.add_argument("--fr-dir", metavar="DIR", help="Folder of flight-recorder dumps.")
-    parser.add_argument("--memory", metavar="PATH", help="An allocator snapshot, memory_summary text, memory_stats "
-                        "dump or OOM log.")
-    parser.add_argument("--pids", metavar="P,P", help="Live worker pids to dump stacks of (comma-separated).")
-    parser.add_argument("--job", choices=["auto"], help="auto: dump the stacks of the torchrun job on this host.")
-    parser.add_argument("--slurm-job", metavar="JOBID", help="A running Slurm job: health and stacks of every node, "
-                        "and its stdout/stderr (from scontrol) as the logs when --logs is not given.")
-    parser.add_argument("--metrics", metavar="URL_OR_FILE", help="An inference server's /metrics (vLLM, SGLang).")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
-                        help="A host besides loopback whose --metrics URL may be scraped (repeatable).")
-    parser.add_argument("--compile-logs", action="append", default=[], metavar="GLOB",
-                        help="Logs written with TORCH_LOGS=graph_breaks,recompiles (repeatable).")
-    parser.add_argument("--sample-host", action="store_true", help="Sample this host's disks, CPUs and memory for "
-                        "5 s (sample_host), with the --pids' workers.")
-    parser.add_argument("--profile-cpu", action="store_true", help="Record the --pids' CPU time for 5 s with py-spy "
-                        "(profile_cpu).")
-    parser.add_argument("--nccl-logs", action="append", default=[], metavar="GLOB",
-                        help="Logs with NCCL_DEBUG=INFO lines, for check_interconnect (repeatable).")
-    parser.add_argument("--nccl-tests", action="append", default=[], metavar="GLOB",
-                        help="nccl-tests outputs, for check_interconnect (repeatable).")
-    parser.add_argument("--net-captures", action="append", default=[], metavar="GLOB",
-                        help="Saved topo -m / nvlink / ibstat / ibv_devinfo / ethtool outputs (repeatable).")
-    parser.add_argument("--symptom", help="What the user reported (for the record).")
-    parser.add_argument("--no-health", action="store_true", help="Skip the GPU/host health check.")
-    parser.add_argument("--demo", action="store_true", help="Use the sample artifacts bundled with the package.")
-    parser.add_argument("--out", metavar="FILE", help="Write the report there instead of stdout.")
-    parser.add_argument("--json", action="store_true", help="The structured result as JSON.")
-    add_settings_arguments(parser)
-    return parser
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `report` has beyond triage_report's own flags (generated from its input model, as every subcommand's)."""
+    parser.add_argument("--demo", action="store_true", help="Run on the sample artifacts bundled with the package "
+                        "(a real hung 4-rank job and a real input-bound trace); not with inputs of your own.")
+    parser.add_argument("--out", metavar="FILE", help="Write the report there instead of stdout (checked first).")
+
+
+# What runs, for the line on stderr: its name and the inputs that make it run.
+_RUNS = (("health", ("health",)), ("logs", ("logs", "slurm_job")), ("traces", ("traces",)),
+         ("stacks", ("stacks", "pids", "job", "slurm_job")), ("flight recorder", ("fr_dir",)), ("memory", ("memory",)),
+         ("metrics", ("metrics",)), ("compile logs", ("compile_logs",)),
+         ("interconnect", ("nccl_logs", "nccl_tests", "net_captures")), ("cpu profile", ("profile_cpu",)),
+         ("host sample", ("sample_host",)), ("baseline", ("baseline",)))
+_DEMO_INPUTS = ("logs", "traces", "stacks", "fr_dir", "memory", "pids", "job", "slurm_job", "metrics", "compile_logs",
+                "baseline", "nccl_logs", "nccl_tests", "net_captures")
 
 
 def _check_out(out: str) -> None:
@@ -83,61 +63,31 @@ def _check_out(out: str) -> None:
         raise BadInput(f"--out {out} is not writable by this user.", "Name a file in a folder you can write to.")
 
 
-def report_main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def run_report(spec: ToolSpec, arguments: dict[str, Any], args: argparse.Namespace) -> int:
+    """`gpu-triage report`: triage_report with `arguments` (its flags, as parsed for every subcommand), the demo's
+    samples, the report's larger byte budget, a line on stderr naming what runs, and `--out`."""
     if args.out:
         _check_out(args.out)
-    arguments: dict[str, Any] = {"logs": args.logs, "traces": args.traces, "stacks": args.stacks,
-                                 "health": not args.no_health}
-    if args.fr_dir:
-        arguments["fr_dir"] = args.fr_dir
-    if args.memory:
-        arguments["memory"] = args.memory
-    if args.symptom:
-        arguments["symptom"] = args.symptom
-    if args.baseline:
-        arguments["baseline"] = args.baseline
-    if args.metrics:
-        arguments.update(metrics=args.metrics, allow_host=args.allow_host)
-    if args.compile_logs:
-        arguments["compile_logs"] = args.compile_logs
-    if args.profile_cpu:
-        arguments["profile_cpu"] = True
-    if args.sample_host:
-        arguments["sample_host"] = True
-    for name in ("nccl_logs", "nccl_tests", "net_captures"):
-        if getattr(args, name):
-            arguments[name] = getattr(args, name)
-    if args.pids:
-        try:
-            arguments["pids"] = [int(p) for p in args.pids.split(",") if p.strip()]
-        except ValueError as exc:
-            raise BadInput(f"--pids {args.pids!r} is not a comma-separated list of numbers.") from exc
-    if args.job:
-        arguments["job"] = True
-    if args.slurm_job:
-        arguments["slurm_job"] = args.slurm_job
     if args.demo:
+        given = [name for name in _DEMO_INPUTS if arguments.get(name)]
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise BadInput(f"--demo runs on the bundled samples; it takes no inputs of your own (got {flags}).",
+                           "Drop --demo to report on your inputs, or drop the inputs to see the demo.")
         arguments.update(logs=[str(SAMPLES / "logs" / "rank*.log")], stacks=[str(SAMPLES / "stacks")],
                          fr_dir=str(SAMPLES / "flight_recorder"), traces=[str(SAMPLES / "traces")])
-        args.root = [*(args.root or []), str(SAMPLES)] if args.root else [str(SAMPLES)]
+        args.root = [*(args.root or []), str(SAMPLES)]
     if args.max_bytes is None:
         args.max_bytes = REPORT_MAX_BYTES
     settings = settings_from_args(args)
-    spec = tool_by_name("triage_report")
-    assert spec is not None
-    ran = [name for name, on in (("health", arguments["health"]), ("logs", arguments["logs"]),
-                                 ("traces", arguments["traces"]), ("stacks", arguments["stacks"] or args.pids
-                                                                   or args.job or args.slurm_job),
-                                 ("flight recorder", args.fr_dir or args.demo), ("memory", args.memory),
-                                 ("metrics", args.metrics), ("compile logs", args.compile_logs),
-                                 ("interconnect", args.nccl_logs or args.nccl_tests or args.net_captures),
-                                 ("cpu profile", args.profile_cpu), ("host sample", args.sample_host),
-                                 ("baseline", args.baseline)) if on]
-    print(f"gpu-triage report: {', '.join(ran)} ...", file=sys.stderr, flush=True)
+    arguments = absolute_paths(spec.input_model, arguments)
+    validate_arguments(spec, arguments)  # a bad argument is refused before the line says what runs
+    on = {**arguments, "health": arguments.get("health", True)}
+    ran = [label for label, names in _RUNS if any(on.get(name) for name in names)]
+    print(f"gpu-triage report: {', '.join(ran) or 'nothing to run'} ...", file=sys.stderr, flush=True)
     report = terminal_progress("gpu-triage report")
     try:
-        result = anyio.run(execute, spec, absolute_paths(spec.input_model, arguments), settings, report)
+        result = anyio.run(execute, spec, arguments, settings, report)
     finally:
         if report is not None:
             sys.stderr.write("\r\x1b[2K")

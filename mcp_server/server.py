@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import logging
+import os
 import sys
 from typing import Annotated, Any
 
@@ -19,10 +20,11 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from mcp.types import Tool as MCPTool
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic.fields import FieldInfo
 
-from mcp_server.client_config import CLIENTS, client_config
+from mcp_server import __version__
+from mcp_server.client_config import CLIENTS, checked_roots, client_config
 from mcp_server.process import return_freed_memory
 from mcp_server.prompts import add_prompts
 from mcp_server.registry import TOOLS, ToolSpec, tool_by_name
@@ -35,7 +37,7 @@ __all__ = ["build_server", "main"]
 
 log = logging.getLogger("gpu_triage_mcp")
 
-VERSION = "0.1.0"
+VERSION = __version__
 
 INSTRUCTIONS = (
     "Read-only triage of slow or hung GPU training and inference jobs. Start with triage_plan on the user's words "
@@ -126,7 +128,7 @@ def _handler(spec: ToolSpec, settings: Settings) -> Any:
     for field_name, field in spec.input_model.model_fields.items():
         # Constraints travel in the Annotated metadata; the default stays on the parameter.
         annotation: Any = Annotated.__class_getitem__(  # type: ignore[attr-defined]
-            (field.annotation, *field.metadata, _describe(field))
+            (field.annotation, *field.metadata, *_one_or_many(field), _describe(field))
         )
         default = field.get_default(call_default_factory=True) if not field.is_required() else inspect.Parameter.empty
         parameters.append(inspect.Parameter(field_name, inspect.Parameter.KEYWORD_ONLY, default=default,
@@ -141,6 +143,18 @@ def _handler(spec: ToolSpec, settings: Settings) -> Any:
 
 def _describe(field: FieldInfo) -> Any:
     return Field(description=field.description)
+
+
+def _one_or_many(field: FieldInfo) -> list[Any]:
+    """A list of paths takes one path as a bare string too (the input model wraps it; tools/core/models.py), and
+    its schema says so, so that a client checking arguments against the schema sends it."""
+    from tools.core.models import PathArg, is_path_list  # here: the server starts without the models
+
+    if not is_path_list(field.annotation):
+        return []
+    as_list = Annotated.__class_getitem__((field.annotation, *field.metadata))  # type: ignore[attr-defined]
+    return [BeforeValidator(lambda value: [value] if isinstance(value, str) else value,
+                            json_schema_input_type=as_list | PathArg)]
 
 
 def build_server(settings: Settings) -> MCPServer:
@@ -191,6 +205,23 @@ def _parse_http(value: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT or PORT, got {value!r}") from None
 
 
+def _print_config(args: argparse.Namespace) -> int:
+    """The registration with the settings this command was given (flags, else GPU_TRIAGE_* variables) carried into
+    its env; refused (exit 3) when a root is missing or a setting out of range, as the server itself would be."""
+    roots = args.root or [r for r in os.environ.get("GPU_TRIAGE_ROOTS", "").split(os.pathsep) if r]
+    try:
+        checked_roots(roots)  # first: it names a missing root best
+        settings = settings_from_args(args)
+    except TriageError as exc:
+        print(f"gpu-triage-mcp --print-config: {exc}", file=sys.stderr)
+        return 3
+    given_timeout = args.timeout is not None or bool(os.environ.get("GPU_TRIAGE_TIMEOUT_S"))
+    given_bytes = args.max_bytes is not None or bool(os.environ.get("GPU_TRIAGE_MAX_BYTES"))
+    sys.stdout.write(client_config(args.print_config, roots, settings.timeout_s if given_timeout else None,
+                                   settings.max_bytes if given_bytes else None))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-triage-mcp", description=INSTRUCTIONS)
     parser.add_argument("--http", metavar="HOST:PORT", type=_parse_http, default=None,
@@ -203,8 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     if args.print_config:
-        sys.stdout.write(client_config(args.print_config, args.root or []))
-        return 0
+        return _print_config(args)
     return_freed_memory()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -218,8 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         if host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("serving on %s: the tools read files under %s; bind to loopback unless you mean it",
                         host, ", ".join(map(str, settings.roots)))
+        shown = f"[{host}]" if ":" in host else host
+        print(f"gpu-triage-mcp: serving MCP (streamable HTTP) at http://{shown}:{port}/mcp", file=sys.stderr,
+              flush=True)
         server.run("streamable-http", host=host, port=port)
     else:
+        if sys.stdin.isatty():  # a person who ran it by hand, not a client: say why nothing happens
+            print("gpu-triage-mcp: waiting for an MCP client on stdin; see --help", file=sys.stderr, flush=True)
         server.run()
     return 0
 

@@ -16,9 +16,13 @@ def terminal_progress(command: str) -> Reporter | None:
         return None
 
     async def report(progress: float, total: float | None, message: str | None) -> None:
-        filled = int(progress / (total or 100) * 20)
-        sys.stderr.write(f"\r\x1b[2K{command}: [{'#' * filled}{'.' * (20 - filled)}] {progress:.0f}% "
-                         f"{(message or '')[:80]}")
+        if total:
+            filled = int(progress / total * 20)
+            done = f"[{'#' * filled}{'.' * (20 - filled)}] {100 * progress / total:.0f}%"
+        else:  # no measure of the work: how long it has run (the contract sends seconds then)
+            done = f"running {progress:.0f} s"
+        line = f"{command}: {done} {message or ''}" if message != f"running {progress:.0f} s" else f"{command}: {done}"
+        sys.stderr.write(f"\r\x1b[2K{line[:120]}")
         sys.stderr.flush()
 
     return report

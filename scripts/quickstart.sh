@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv 2>/dev/null || {
-    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    echo "python3 -m venv failed; installing Debian's python3-venv" >&2
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"   # as scripts/test.sh: apt needs root
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq python3-venv >/dev/null
     python3 -m venv .venv
   }
 fi

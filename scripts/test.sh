@@ -14,16 +14,19 @@ fi
 # The multi-node tests start a real Slurm cluster (munged, slurmctld, slurmd) and a real sshd on loopback;
 # check_interconnect's live mode runs the real ibstat (infiniband-diags: its "no IB device" path) and ethtool;
 # tests/test_stalled_fs.py mounts a FUSE file system that stalls (fuse3: libfuse3 and fusermount3).
+# telemetry_history's tests backfill and serve GPU history with a real Prometheus (Debian's prometheus: promtool too).
 need=()
-for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen ibstat ethtool fusermount3; do
+for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen ibstat ethtool fusermount3 \
+    prometheus promtool; do
   command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || need+=("$program")
 done
 if [ "${#need[@]}" -gt 0 ]; then
-  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags, ethtool and fuse3 (missing: ${need[*]})" >&2
+  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags, ethtool, fuse3 and prometheus (missing: ${need[*]})" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client munge openssh-server openssh-client infiniband-diags ethtool fuse3 >/dev/null
+    slurmctld slurmd slurm-client munge openssh-server openssh-client infiniband-diags ethtool fuse3 prometheus \
+    >/dev/null
 fi
 export PATH="$PATH:/usr/sbin"
 
@@ -55,6 +58,27 @@ if [ ! -x "$NSYS" ]; then
   dpkg -x "$apt_dir"/nsight-systems-target_*.deb .cache/nsys
   rm -rf "$apt_dir"
 fi
+
+# NVIDIA's own ncu CLI, which reads Nsight Compute reports for analyze_kernels (ncu --import F --csv --page raw) and
+# is the reference its tests check against: Debian's nsight-compute-target 2024.1 from non-free, unpacked into
+# .cache/ncu the same way (it needs no GPU to import a report). With the target package alone, --import wants a
+# sections/ folder beside target/ (shared/notes/ncu_format.md, 2.1): an empty one is enough.
+NCU_ROOT=.cache/ncu/usr/lib/x86_64-linux-gnu/nsight-compute
+if [ ! -x "$NCU_ROOT/target/linux-desktop-glibc_2_11_3-x64/ncu" ]; then
+  echo "fetching Debian's nsight-compute-target (non-free) for the ncu tests" >&2
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" \
+    > "$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
+  apt-get "${apt_opts[@]}" update -qq
+  (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq nsight-compute-target)
+  mkdir -p .cache/ncu
+  dpkg -x "$apt_dir"/nsight-compute-target_*.deb .cache/ncu
+  rm -rf "$apt_dir"
+fi
+mkdir -p "$NCU_ROOT/sections"
 
 .venv/bin/ruff check .
 .venv/bin/mypy

@@ -20,7 +20,8 @@ def test_registry_tools_all_and_cli_agree() -> None:
     for spec in TOOLS:
         assert getattr(tools, spec.name) is spec.function
     subcommands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    assert sorted(subcommands) == sorted(n.replace("_", "-") for n in names)
+    # One subcommand per tool, the tool's name with dashes; triage_report is `report`, the one newcomers run.
+    assert sorted(subcommands) == sorted("report" if n == "triage_report" else n.replace("_", "-") for n in names)
 
 
 def test_every_subcommand_prints_its_help(capsys) -> None:
@@ -51,7 +52,8 @@ def test_usage_errors_exit_3_never_a_severity(tmp_path: Path) -> None:
                           (["no-such-tool"], "invalid choice: 'no-such-tool'"), ([], "required: COMMAND"),
                           (["nvidia-smi-query", "--count", "two"], "argument --count: invalid int value: 'two'"),
                           (["report", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-                          (["report", "--job", "all"], "argument --job: invalid choice: 'all'")]:
+                          (["report", "--pids", "one,two"],
+                           "argument --pids: 'one,two' is not a comma-separated list of numbers")]:
         done = run_cli(argv, env)
         assert done.returncode == 3 and message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
         assert done.stdout == ""
@@ -135,3 +137,27 @@ def test_paths_mean_what_a_shell_means(tmp_path: Path) -> None:
     (run7 / "loop.log").symlink_to(run7 / "loop.log")
     done = run_cli(["grep-logs", "loop.log", "--pattern", "x"], env, cwd=run7)
     assert done.returncode == 3 and "symlink loop" in done.stderr and "internal error" not in done.stderr, done.stderr
+
+
+def test_one_report_command_with_every_flag_triage_report_has_over_mcp(tmp_path: Path) -> None:
+    """`report` is listed in --help and takes every argument of the MCP tool; --demo beside inputs is refused, never
+    silently dropped."""
+    env = base_env()
+    listing = run_cli(["--help"], env).stdout
+    assert "    report  " in listing and "triage-report" not in listing
+    help_text = run_cli(["report", "--help"], env).stdout
+    from tools.triage import TriageReportInput
+
+    for name in TriageReportInput.model_fields:
+        assert f"--{name.replace('_', '-')}" in help_text, name
+    assert "--demo" in help_text and "--out FILE" in help_text
+    for extra in (["--logs", "logs/rank*.log"], ["--traces", "t.json"], ["--fr-dir", "fr"], ["--job"]):
+        done = run_cli(["report", "--demo", *extra], env, cwd=tmp_path)
+        assert done.returncode == 3 and done.stdout == "", (extra, done.stderr)
+        assert f"--demo runs on the bundled samples; it takes no inputs of your own (got {extra[0]})" in done.stderr
+        assert "gpu-triage report: health" not in done.stderr  # refused before anything ran
+
+
+def test_gpu_triage_version() -> None:
+    done = run_cli(["--version"], base_env())
+    assert done.returncode == 0 and done.stdout.strip() == "gpu-triage 0.1.0", done.stdout + done.stderr

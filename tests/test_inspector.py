@@ -29,7 +29,8 @@ def test_inspector_lists_every_tool_with_output_schema_and_read_only_hint() -> N
                                           "summarize_trace", "dump_stacks", "analyze_flight_recorder",
                                           "find_stragglers", "triage_plan", "triage_report",
                                           "analyze_memory", "inference_metrics", "diagnose_compile", "compare_runs",
-                                          "check_interconnect", "profile_cpu", "sample_host", "gpu_activity"}
+                                          "check_interconnect", "profile_cpu", "sample_host", "gpu_activity",
+                                          "analyze_kernels", "telemetry_history"}
     for tool in tools:
         assert tool["outputSchema"]["type"] == "object"
         assert tool["annotations"] == {"title": tool["title"], "readOnlyHint": True, "destructiveHint": False,
@@ -56,3 +57,12 @@ def test_inspector_lists_and_gets_prompts_and_reads_the_sop() -> None:
     assert {"sop://index", "sop://rules"} <= resources
     index = _inspect("--method", "resources/read", "--uri", "sop://index")["contents"][0]
     assert index["mimeType"] == "text/markdown" and "gpu_utilization_low" in index["text"]
+
+
+def test_inspector_sends_one_path_as_a_string_for_a_list_of_paths() -> None:
+    """`--tool-arg paths=logs/rank*.log` sends a string where the schema has a list: taken as a list of one."""
+    result = _inspect("--method", "tools/call", "--tool-name", "diagnose_logs", "--tool-arg",
+                      "paths=mcp_server/samples/logs/rank*.log")
+    assert result["isError"] is False, result["content"]
+    files = [f["file"] for f in result["structuredContent"]["files"]]
+    assert files == [f"mcp_server/samples/logs/rank{r}.log" for r in range(4)]

@@ -1,6 +1,7 @@
 """Installed as users install it: a wheel built from the checkout, installed into a fresh venv, run from a folder
 with no source tree beside it (no PYTHONPATH): --version, an MCP tools/list and a call through the SDK client, the
-report on the bundled samples, --print-config, and one tool of each family from the CLI. A data file left out of
+report on the bundled samples, --print-config, and one tool of each family from the CLI; and the uvx and pipx
+installs, each registered from what --print-config printed (uvx's after `uv cache prune`). A data file left out of
 the wheel's package data fails here."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from mcp_server.registry import TOOLS
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.anyio
@@ -57,13 +59,84 @@ async def test_the_wheel_serves_and_answers_from_a_folder_without_the_source(ins
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = await client.list_tools()
             answer = await client.call_tool("diagnose_logs", {"paths": ["rank0.log"]})
-    assert len(tools.tools) == 18 and all(t.output_schema for t in tools.tools)
+    assert len(tools.tools) == len(TOOLS) and all(t.output_schema for t in tools.tools)
     assert answer.is_error is False and answer.structured_content is not None
     assert any(f["sop_branch"] == "oom" for f in answer.structured_content["findings"]), answer.structured_content
     config = subprocess.run([str(installed / "gpu-triage-mcp"), "--print-config", "codex", "--root", str(tmp_path)],
                             cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert f'command = "{installed / "gpu-triage-mcp"}"' in config.stdout, config.stdout
     assert f'GPU_TRIAGE_ROOTS = "{tmp_path}"' in config.stdout
+    assert "startup_timeout_sec = 20" in config.stdout and "tool_timeout_sec = 90 " in config.stdout
+
+
+async def test_a_uvx_registration_printed_by_print_config_survives_a_cache_prune(installed: Path,
+                                                                               tmp_path: Path) -> None:
+    """As a user of uvx: `uvx --from <checkout> gpu-triage-mcp --print-config` prints a uvx launch line (not a path
+    into uv's cache), with the roots and limits in its env; after `uv cache prune` the client starts it from that
+    line and calls a tool."""
+    pip = subprocess.run([str(installed / "python"), "-m", "pip", "install", "-q", "uv"], capture_output=True,
+                         text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    # uv reaches the package index as this machine's pip does: its CA bundle, proxies and uv's own settings.
+    network = {k: v for k, v in os.environ.items()
+               if k in ("SSL_CERT_FILE", "SSL_CERT_DIR") or k.lower().endswith("_proxy") or k.startswith("UV_")}
+    env = {**_env(tmp_path), **network, "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+           "UV_PYTHON": str(installed / "python")}
+    printed = subprocess.run([str(installed / "uvx"), "--from", str(REPO), "gpu-triage-mcp", "--print-config",
+                              "claude-desktop", "--root", str(job), "--timeout", "45"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    entry = json.loads(printed.stdout.split("\n", 1)[1])["mcpServers"]["gpu-triage"]
+    assert (entry["command"], entry["args"]) == (str(installed / "uvx"), ["--from", str(REPO), "gpu-triage-mcp"])
+    assert entry["env"] == {"GPU_TRIAGE_ROOTS": str(job), "GPU_TRIAGE_TIMEOUT_S": "45"}
+    pruned = subprocess.run([str(installed / "uv"), "cache", "prune"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert pruned.returncode == 0, pruned.stderr
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**env, **entry["env"]},
+                                   cwd=str(tmp_path))
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            answer = await client.call_tool("diagnose_logs", {"paths": "rank0.log"})
+    assert answer.is_error is False and answer.structured_content is not None, answer.content
+    assert any(f["sop_branch"] == "oom" for f in answer.structured_content["findings"])
+    missing = subprocess.run([str(installed / "gpu-triage-mcp"), "--print-config", "codex", "--root",
+                              str(tmp_path / "nope")], cwd=tmp_path, env=_env(tmp_path), capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 3 and missing.stdout == ""
+    assert f"root '{tmp_path / 'nope'}' is not an existing directory" in missing.stderr
+
+
+async def test_a_pipx_install_registers_its_absolute_binary(installed: Path, tmp_path: Path) -> None:
+    """As a user of pipx: `pipx install <checkout>`, then --print-config names the binary in pipx's venv (not the
+    PATH shim, not a relative name), and the client starts it from the printed registration and calls a tool."""
+    pip = subprocess.run([str(installed / "python"), "-m", "pip", "install", "-q", "pipx"], capture_output=True,
+                         text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    network = {k: v for k, v in os.environ.items()
+               if k.startswith(("PIP_", "SSL_CERT_")) or k.lower().endswith("_proxy")}
+    env = {**_env(tmp_path), **network, "PIPX_HOME": str(tmp_path / "pipx"), "PIPX_BIN_DIR": str(tmp_path / "bin")}
+    done = subprocess.run([str(installed / "pipx"), "install", str(REPO)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    printed = subprocess.run([str(tmp_path / "bin" / "gpu-triage-mcp"), "--print-config", "claude-desktop", "--root",
+                              str(job)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    entry = json.loads(printed.stdout.split("\n", 1)[1])["mcpServers"]["gpu-triage"]
+    assert entry["command"] == str(tmp_path / "pipx" / "venvs" / "gpu-triage-mcp" / "bin" / "gpu-triage-mcp")
+    assert entry["args"] == [] and entry["env"] == {"GPU_TRIAGE_ROOTS": str(job)}
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env={**_env(tmp_path), **entry["env"]},
+                                   cwd=str(tmp_path))
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            answer = await client.call_tool("diagnose_logs", {"paths": ["rank0.log"]})
+    assert answer.is_error is False and answer.structured_content is not None, answer.content
+    assert any(f["sop_branch"] == "oom" for f in answer.structured_content["findings"])
 
 
 def test_the_report_and_a_tool_of_each_family_run_from_the_wheel(installed: Path, tmp_path: Path) -> None:
@@ -79,7 +152,7 @@ def test_the_report_and_a_tool_of_each_family_run_from_the_wheel(installed: Path
         "summarize-trace": ["summarize-trace", str(samples / "traces")],
         "dump-stacks": ["dump-stacks", "--from-files", str(samples / "stacks")],
         "analyze-flight-recorder": ["analyze-flight-recorder", str(samples / "flight_recorder")],
-        "find-stragglers": ["find-stragglers", "--logs", str(samples / "logs" / "rank*.log")],
+        "find-stragglers": ["find-stragglers", str(samples / "logs" / "rank*.log")],
         "triage-plan": ["triage-plan", "--symptom", "GPU util is low"],
         "sample-host": ["sample-host", "--duration-s", "1"],
         "health-check": ["health-check", "--sample-s", "0.2"],

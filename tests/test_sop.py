@@ -126,7 +126,9 @@ async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) ->
     # Steps without their input are kept in the plan and say what to ask for, not dropped silently.
     assert {tuple(s["needs"]) for s in slow_plan["steps"] if s["needs"]} == {("logs/rank*.log",),
                                                                            ("the training script, e.g. train.py",),
-                                                                           ("trace after the fix",)}
+                                                                           ("trace after the fix",),
+                                                                           ("the Nsight Compute report of the top "
+                                                                            "kernels (.ncu-rep, ncu --csv or text)",)}
     # The SOP's last step verifies the fix: the trace the user gave is the baseline, the new run is still to come.
     verify = slow_plan["steps"][-1]
     assert (verify["tool"], verify["arguments"]["before"]) == ("compare_runs", slow_args["traces"][0])

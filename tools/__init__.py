@@ -10,6 +10,7 @@ import importlib
 
 __all__ = [
     "analyze_flight_recorder",
+    "analyze_kernels",
     "analyze_memory",
     "check_interconnect",
     "compare_runs",
@@ -25,6 +26,7 @@ __all__ = [
     "profile_cpu",
     "sample_host",
     "summarize_trace",
+    "telemetry_history",
     "triage_plan",
     "triage_report",
 ]
@@ -32,6 +34,7 @@ __all__ = [
 # Tool name -> its package; imported on first use, so importing one tool does not import every package.
 _PACKAGES = {
     "analyze_flight_recorder": "tools.hangs",
+    "analyze_kernels": "tools.kernels",
     "analyze_memory": "tools.memory",
     "check_interconnect": "tools.interconnect",
     "compare_runs": "tools.compare",
@@ -47,6 +50,7 @@ _PACKAGES = {
     "profile_cpu": "tools.host",
     "sample_host": "tools.host",
     "summarize_trace": "tools.traces",
+    "telemetry_history": "tools.telemetry",
     "triage_plan": "tools.triage",
     "triage_report": "tools.triage",
 }

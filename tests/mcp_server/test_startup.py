@@ -28,3 +28,15 @@ def test_the_shipped_listing_is_the_tools_own() -> None:
     live = json.loads(json.dumps(live_listing()))
     assert [t["name"] for t in shipped] == [t["name"] for t in live]
     assert shipped == live, "a tool's model changed: run python -m mcp_server.schemas --write"
+
+
+def test_the_agents_guide_lists_every_tool_from_the_registry() -> None:
+    from mcp_server.registry import TOOLS
+    from mcp_server.schemas import AGENTS_GUIDE, agents_tool_table, with_tool_table
+
+    guide = AGENTS_GUIDE.read_text(encoding="utf-8")
+    assert agents_tool_table() in guide, "run python -m mcp_server.schemas --write"
+    assert with_tool_table(guide) == guide
+    for spec in TOOLS:  # each tool once, with the command a shell user types
+        assert guide.count(f"| `{spec.name}` | `gpu-triage {spec.cli_name}") == 1, spec.name
+    assert "| `triage_report` | `gpu-triage report` |" in guide

@@ -13,14 +13,17 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcp_server.registry import TOOLS
 from tests.helpers import DATA, H200, OPEN_WORLD_TOOLS, REPO, RTX2080S, base_env, pid_alive, stdio_client, with_fake_smi
 
 pytestmark = pytest.mark.anyio
 
-TOOL_NAMES = {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs", "summarize_trace", "dump_stacks",
-              "analyze_flight_recorder", "find_stragglers", "triage_plan", "triage_report",
-              "analyze_memory", "inference_metrics", "diagnose_compile", "compare_runs", "check_interconnect",
-              "profile_cpu", "sample_host", "gpu_activity"}
+# Every tool of the registry (tests/test_cli.py checks it against tools.__all__ and the CLI), and these among them.
+TOOL_NAMES = {spec.name for spec in TOOLS}
+assert TOOL_NAMES >= {"health_check", "nvidia_smi_query", "grep_logs", "diagnose_logs", "summarize_trace",
+                      "dump_stacks", "analyze_flight_recorder", "find_stragglers", "triage_plan", "triage_report",
+                      "analyze_memory", "inference_metrics", "diagnose_compile", "compare_runs", "check_interconnect",
+                      "profile_cpu", "sample_host", "gpu_activity"}
 
 
 async def test_tools_list_has_schemas_and_read_only_annotations() -> None:

@@ -36,6 +36,7 @@ from tools.core.files import expand_inputs, open_input
 from tools.core.limits import (
     COMPARE_EXACT_MAX_STEPS,
     COMPARE_MAX_LOG_FILES,
+    COMPARE_MAX_SIDE_INPUTS,
     COMPARE_MAX_WARMUP_STEPS,
     COMPARE_MIN_STEPS,
     COMPARE_SNIFF_BYTES,
@@ -81,9 +82,12 @@ _NO_CAUSE_FIX = ("The GPU is busy: make the kernels faster (mixed precision and 
 
 
 class CompareRunsInput(InputModel):
-    before: PathArg = Field(description="The baseline run: a profiler trace (file, or folder of per-rank traces) or "
-                            "its step-time logs (a file, glob such as 'before/rank*.log', or folder).")
-    after: PathArg = Field(description="The run after the change: the same kind of input as before.")
+    before: list[PathArg] = Field(min_length=1, max_length=COMPARE_MAX_SIDE_INPUTS, description="The baseline run, "
+                                  "as a list like the other tools' paths (one string is taken as a list of one): "
+                                  "profiler traces (files, or a folder of per-rank traces) or its step-time logs "
+                                  "(files, globs such as 'before/rank*.log', or a folder), or one /metrics page.")
+    after: list[PathArg] = Field(min_length=1, max_length=COMPARE_MAX_SIDE_INPUTS, description="The run after the "
+                                 "change: the same kind of input as before.")
     warmup_steps: int | None = Field(default=None, ge=0, le=COMPARE_MAX_WARMUP_STEPS, description="Leading steps of "
                                      "each rank left out as warm-up (default: 10%, at least 1 when a rank has 3 or "
                                      "more, at most 50).")
@@ -378,8 +382,28 @@ class _Input:
     names: list[str]
 
 
-def _resolve(raw: str, ctx: ToolContext) -> _Input:
-    """The files of one side and what they are, told from their content (not their names)."""
+def _text(side: list[str]) -> str:
+    """One side's inputs as the caller named them, for sources and messages."""
+    return ", ".join(side)
+
+
+def _resolve(side: list[str], ctx: ToolContext) -> _Input:
+    """The files of one side (each of its paths, globs or folders) and what they are, told from their content; the
+    inputs of one side are one run, so they must all be of one kind."""
+    parts = [_resolve_one(raw, ctx) for raw in side]
+    kinds = sorted({part.kind for part in parts})
+    if len(kinds) > 1:
+        raise BadInput(f"the inputs {_text(side)!r} of one side are of different kinds ({', '.join(kinds)}).",
+                       "Give each side inputs of one kind: traces, step-time logs or one /metrics page.")
+    if parts[0].kind == "inference" and len(side) > 1:
+        raise BadInput(f"{_text(side)!r}: a side of an inference comparison is one /metrics page.",
+                       "Pass one saved page (or URL) per side.")
+    named = dict(pair for part in parts for pair in zip(part.files, part.names, strict=True))
+    return _Input(parts[0].kind, list(named), list(named.values()))
+
+
+def _resolve_one(raw: str, ctx: ToolContext) -> _Input:
+    """The files of one input and what they are, told from their content (not their names)."""
     if any(ch in _GLOB_CHARS for ch in raw):
         found = expand_inputs([raw], ctx.roots, COMPARE_MAX_LOG_FILES)
         files, names = [f.path for f in found], [f.name for f in found]
@@ -569,39 +593,40 @@ async def compare_runs(params: CompareRunsInput, ctx: ToolContext) -> CompareRun
     if params.step_regex:
         compile_user_format(params.step_regex)  # a bad regex is the caller's error, before any file is read
     before_in, after_in = _resolve(params.before, ctx), _resolve(params.after, ctx)
+    before_src, after_src = _text(params.before), _text(params.after)
     if before_in.kind != after_in.kind:
         return _undecided(before_in.kind, "not_comparable", [
             f"Not comparable: before is {before_in.kind} and after is {after_in.kind}; a change can only be measured "
             "like with like."], "Two profiler traces, two sets of step-time logs or two /metrics pages of the same "
             "job, one before and one after the change.",
-            [Coverage.read(params.before, f"before: {_KIND_TEXT[before_in.kind]}, {len(before_in.files)} file(s)"),
-             Coverage.read(params.after, f"after: {_KIND_TEXT[after_in.kind]}, {len(after_in.files)} file(s)")])
+            [Coverage.read(before_src, f"before: {_KIND_TEXT[before_in.kind]}, {len(before_in.files)} file(s)"),
+             Coverage.read(after_src, f"after: {_KIND_TEXT[after_in.kind]}, {len(after_in.files)} file(s)")])
     if before_in.kind == "inference":
         result = await _inference_result(params, ctx)
         result.coverage = [Coverage.read(raw, f"{side}: a /metrics page, {r.steps} requests" if r else
                                          f"{side}: a /metrics page") for side, raw, r in
-                           (("before", params.before, result.runs[0] if result.runs else None),
-                            ("after", params.after, result.runs[1] if result.runs else None))]
+                           (("before", before_src, result.runs[0] if result.runs else None),
+                            ("after", after_src, result.runs[1] if result.runs else None))]
         return result
     deadline = time.monotonic() + ctx.remaining_s()
     if before_in.kind == "traces":
-        before = await anyio.to_thread.run_sync(_trace_run, before_in.files, params.before, ctx.roots,
+        before = await anyio.to_thread.run_sync(_trace_run, before_in.files, before_src, ctx.roots,
                                                 params.warmup_steps, deadline, abandon_on_cancel=True)
-        after = await anyio.to_thread.run_sync(_trace_run, after_in.files, params.after, ctx.roots,
+        after = await anyio.to_thread.run_sync(_trace_run, after_in.files, after_src, ctx.roots,
                                                params.warmup_steps, deadline, abandon_on_cancel=True)
         result = _traces_result(before, after, params)
-        result.coverage = [_coverage("before", params.before, before), _coverage("after", params.after, after)]
+        result.coverage = [_coverage("before", before_src, before), _coverage("after", after_src, after)]
         return result
-    before = await anyio.to_thread.run_sync(_log_run, before_in.files, before_in.names, params.before,
+    before = await anyio.to_thread.run_sync(_log_run, before_in.files, before_in.names, before_src,
                                             params.step_regex, params.warmup_steps, deadline, abandon_on_cancel=True)
-    after = await anyio.to_thread.run_sync(_log_run, after_in.files, after_in.names, params.after,
+    after = await anyio.to_thread.run_sync(_log_run, after_in.files, after_in.names, after_src,
                                            params.step_regex, params.warmup_steps, deadline, abandon_on_cancel=True)
-    coverage = [_coverage("before", params.before, before), _coverage("after", params.after, after)]
+    coverage = [_coverage("before", before_src, before), _coverage("after", after_src, after)]
     empty = [side for side, run in (("before", before), ("after", after)) if run.ranks == 0]
     if empty:
         return _undecided("logs", "cannot_tell", [
             f"Cannot tell: no step-time line recognised in the {' and the '.join(empty)} logs "
-            f"({', '.join(params.before if side == 'before' else params.after for side in empty)}), so that side "
+            f"({', '.join(before_src if side == 'before' else after_src for side in empty)}), so that side "
             "has no step time to compare."], "Step-time logs on both sides (see find_stragglers' formats), or "
             "step_regex for a format of your own.", coverage)
     if before.unit != after.unit:
@@ -686,14 +711,15 @@ def _traces_result(before: _Run, after: _Run, params: CompareRunsInput) -> Compa
              and dominant.kind != "compute" else "")
     text.append(f"Now dominant: {dominant.kind}{share}: {dominant.evidence.rstrip('.')}.")
     step = _step_of(dominant.branch, ("summarize_trace", "find_stragglers"))
-    again = tool_call("compare_runs", {"before": params.after, "after": "<trace after that fix>"})
+    again = tool_call("compare_runs", {"before": params.after[0] if len(params.after) == 1 else params.after,
+                                       "after": "<trace after that fix>"})
     next_steps = [NextStep(branch=dominant.branch, step=step,
                            action=f"Fix {dominant.kind}: {dominant.fix.split(';')[0].rstrip('.')}; then profile again "
                            f"and {again}", why="It takes the largest share of the step now.")]
     if outcome.verdict == "regressed":
         next_steps.insert(0, NextStep(branch="gpu_utilization_low", step=_step_of("gpu_utilization_low",
                                                                                 ("summarize_trace",)),
-                                      action=tool_call("summarize_trace", {"path": params.after}),
+                                      action=tool_call("summarize_trace", {"path": params.after[0]}),
                                       why="The run got slower: see which share of the step grew."))
     notes = [f"Step times: ProfilerSteps but the last (as HTA), the first {before.warmup} / {after.warmup} left out as "
              "warm-up; per step the median over ranks. The breakdown and causes cover all analysed ProfilerSteps.",
@@ -755,10 +781,10 @@ _QUANTILES: tuple[tuple[Literal["p50", "p90", "p99"], float], ...] = (("p50", 0.
 async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> CompareRunsResult:
     from tools.serving import InferenceMetricsInput, fetch_exposition, inference_metrics, parse_exposition
 
-    expositions = [parse_exposition(await fetch_exposition(raw, ctx)) for raw in (params.before, params.after)]
+    expositions = [parse_exposition(await fetch_exposition(raw, ctx)) for raw in (params.before[0], params.after[0])]
     # inference_metrics' own verdict on each page (what the SOP branch acts on): did it change?
-    verdicts = [await inference_metrics(InferenceMetricsInput(source=raw), ctx) for raw in (params.before,
-                                                                                             params.after)]
+    verdicts = [await inference_metrics(InferenceMetricsInput(source=raw), ctx)
+                for raw in (params.before[0], params.after[0])]
     before, after = expositions
     rows = []
     for metric in _LATENCIES:
@@ -782,8 +808,8 @@ async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> Compa
         hb, ha = before.histograms[compared], after.histograms[compared]
         b50, a50 = hb.quantile(0.5), ha.quantile(0.5)
         label = {"e2e": "end-to-end latency", "ttft": "time to first token"}[compared]
-        pages: tuple[tuple[Side, str, Any, Any], ...] = (("before", params.before, hb, b50),
-                                                          ("after", params.after, ha, a50))
+        pages: tuple[tuple[Side, str, Any, Any], ...] = (("before", params.before[0], hb, b50),
+                                                          ("after", params.after[0], ha, a50))
         sides = [RunSide(run=side, source=raw, ranks=1, steps=int(h.count), warmup_dropped=0,
                          median_ms=_round(m.value * 1000 if m else None),
                          p90_ms=_round(q90.value * 1000 if (q90 := h.quantile(0.9)) else None), throughput=None,
@@ -818,7 +844,7 @@ async def _inference_result(params: CompareRunsInput, ctx: ToolContext) -> Compa
         dominant = NowDominant(kind=lead.kind, share_pct=None, evidence=lead.evidence, fix=lead.fix,
                                branch=lead.sop_branch)
         text.append(f"Now dominant: {lead.kind}: {lead.evidence.rstrip('.')}.")
-    next_steps = [NextStep.from_sop("inference_latency", done={"compare_runs"}, source=params.after)]
+    next_steps = [NextStep.from_sop("inference_latency", done={"compare_runs"}, source=params.after[0])]
     return CompareRunsResult(
         severity=Severity.warn if outcome.verdict == "regressed" else Severity.unknown
         if outcome.verdict == "cannot_tell" else Severity.ok, conclusion=text[:3],

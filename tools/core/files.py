@@ -2,6 +2,9 @@
 
 - Inputs are files or globs inside the roots (`logs/rank*.log`, `node*/stderr*`, `**/*.log`), confined
   like every other path, bounded in number, in natural order (rank2 before rank10), each with the rank its name says.
+  A relative glob that matches under more than one root is refused with the candidates (the roots are often different
+  jobs; their ranks must never be merged). A glob that matches nothing while others did is a gap the call reports
+  (a `coverage` row, added by the contract for the calls it runs) and goes on; only when nothing matched is it refused.
 - A file is streamed in blocks of whole lines (never read whole), within the call's deadline; gzip is detected by
   its magic bytes, whatever the name, and decompressed on the fly.
 """
@@ -12,6 +15,7 @@ import gzip
 import os
 import re
 import stat
+import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -21,9 +25,9 @@ from typing import IO, Any
 
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.limits import LOG_CHUNK_BYTES, LOG_MAX_FILES
-from tools.core.paths import confine
+from tools.core.paths import ambiguous, confine
 from tools.core.ranks import rank_of_path
-from tools.core.stalls import opened, refuse_if_stalled, touching
+from tools.core.stalls import CALL_ID, opened, refuse_if_stalled, touching
 
 __all__ = [
     "InputFile",
@@ -37,10 +41,20 @@ __all__ = [
     "read_whole_text",
     "require_regular",
     "size_text",
+    "take_unmatched",
 ]
 
 _GLOB_CHARS = frozenset("*?[")
 _NATURAL = re.compile(r"(\d+)")
+# Globs that matched nothing, per tool call (tools/core/stalls.py's CALL_ID), for the contract to report as coverage.
+_unmatched_by_call: dict[int, list[str]] = {}
+_unmatched_lock = threading.Lock()
+
+
+def take_unmatched(call: int) -> list[str]:
+    """The globs of call `call` that matched no file while others did (each once, in order); forgotten after."""
+    with _unmatched_lock:
+        return list(dict.fromkeys(_unmatched_by_call.pop(call, [])))
 
 
 @dataclass(frozen=True)
@@ -96,8 +110,9 @@ def size_text(size: float) -> str:
 def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int = LOG_MAX_FILES,
                   unmatched: list[str] | None = None) -> list[InputFile]:
     """Files named by `patterns` (paths or globs) inside `roots`, deduplicated, natural order. A glob that matches
-    nothing is refused, or, given `unmatched`, appended to it when another pattern matched (a gap in the evidence the
-    caller reports, e.g. `node*/stderr*` on a job without node folders); when none matched, refused all the same."""
+    nothing is appended to `unmatched` (or, within a call the contract runs, to that call's record, which it turns
+    into coverage rows) when another pattern matched: a gap in the evidence, e.g. `node*/stderr*` on a job without
+    node folders. When none matched, or outside a call with no `unmatched` to note it in, it is refused."""
     found: dict[Path, None] = {}
     missed: list[str] = []
     for pattern in patterns:
@@ -111,8 +126,9 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
             continue
         if pattern.startswith("-"):
             confine(pattern, roots)  # raises the standard refusal
-        matched = 0
+        per_base: list[tuple[Path, dict[Path, None]]] = []
         for base, relative in _glob_bases(pattern, roots):
+            matches: dict[Path, None] = {}
             refuse_if_stalled(base)
             with touching(base):
                 for candidate in base.glob(relative):
@@ -122,13 +138,22 @@ def expand_inputs(patterns: Sequence[str], roots: Sequence[Path], max_files: int
                         resolved = confine(str(candidate), roots)
                     except BadInput:
                         continue  # a glob never reaches outside the roots, through symlinks or otherwise
-                    found[resolved] = None
-                    matched += 1
-                    if len(found) > max_files:
+                    matches[resolved] = None
+                    if len(found) + len(matches) > max_files:
                         raise LimitExceeded(f"the inputs match more than {max_files} files.",
                                             "Narrow the globs (e.g. one node's folder, or rank[0-7].log).")
-        if matched == 0:
+            if matches and all(set(matches) != set(seen) for _, seen in per_base):
+                per_base.append((base, matches))
+        if len(per_base) > 1:
+            raise ambiguous(pattern, [base / pattern for base, _ in per_base], [len(m) for _, m in per_base])
+        if not per_base:
             missed.append(pattern)
+            continue
+        found.update(per_base[0][1])
+    call = CALL_ID.get()
+    if unmatched is None and call is not None:
+        with _unmatched_lock:
+            unmatched = _unmatched_by_call.setdefault(call, [])
     if missed and (unmatched is None or not found):
         raise BadInput(f"no file under the allowed roots matches {missed[0]!r}.",
                        "Check the glob; paths are relative to the roots: " + ", ".join(map(str, roots)))

@@ -145,6 +145,7 @@ COMPARE_EXACT_MAX_STEPS: Final = 60  # up to this many steps a side (and no ties
 COMPARE_MAX_WARMUP_STEPS: Final = 50
 COMPARE_TOP_KERNELS: Final = 10
 COMPARE_MAX_LOG_FILES: Final = 4096
+COMPARE_MAX_SIDE_INPUTS: Final = 64  # paths, globs or folders a side, as the other tools' path lists
 COMPARE_SNIFF_BYTES: Final = 4096
 
 # triage_plan.
@@ -209,3 +210,27 @@ ACTIVITY_DEFAULT_SAMPLES: Final = 3
 ACTIVITY_MAX_SAMPLES: Final = 30
 ACTIVITY_MAX_FILES: Final = 64
 ACTIVITY_MAX_FILE_BYTES: Final = 16 * 1024 * 1024
+
+# analyze_kernels: Nsight Compute reports, CSV exports and pasted text. A text or CSV export of a few hundred
+# launches is a few MiB; a report is exported by ncu itself (its output is capped by MAX_PROGRAM_OUTPUT_BYTES).
+KERNELS_MAX_FILES: Final = 64
+KERNELS_MAX_TEXT_BYTES: Final = 64 * 1024 * 1024
+KERNELS_DEFAULT_TOP: Final = 20
+KERNELS_MAX_TOP: Final = 200
+
+# telemetry_history: a Prometheus-compatible API read over HTTP. Prometheus refuses a range query of more than 11,000
+# points per series; each range query here asks for at most TELEMETRY_QUERY_POINTS points in all (series x points),
+# stepping coarser over long windows, and an instant query for at most TELEMETRY_MAX_SERIES series.
+TELEMETRY_QUERY_POINTS: Final = 10_000
+TELEMETRY_MAX_POINTS_PER_SERIES: Final = 1_440  # the default step: 30 s, or window / this, whichever is longer
+TELEMETRY_DEFAULT_STEP_S: Final = 30.0  # dcgm-exporter's default collect interval
+TELEMETRY_MIN_STEP_S: Final = 1.0
+TELEMETRY_MAX_STEP_S: Final = 3600.0
+TELEMETRY_MAX_WINDOW_S: Final = 31 * 86400.0
+TELEMETRY_DEFAULT_WINDOW_S: Final = 3600.0  # no start given: the last hour
+TELEMETRY_MAX_SERIES: Final = 8192  # one instant query's answer (512 nodes x 8 GPUs x 2 jobs)
+TELEMETRY_MAX_DETAIL_GPUS: Final = 64  # GPUs whose series are read point by point (the candidates of a verdict)
+TELEMETRY_MAX_BYTES: Final = 64 * 1024 * 1024  # one API answer
+TELEMETRY_QUERY_TIMEOUT_S: Final = 15.0  # one query, on the server (its timeout parameter) and on the socket
+TELEMETRY_MAX_FILTERS: Final = 512  # nodes or GPUs named in a call
+TELEMETRY_MAX_EVENTS: Final = 200  # timeline rows

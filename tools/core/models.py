@@ -9,6 +9,7 @@ the JSON always show the same rows. Tools therefore put the most important rows 
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,6 +37,7 @@ __all__ = [
     "PathArg",
     "InputModel",
     "IsPath",
+    "is_path_list",
     "NextStep",
     "Severity",
     "Table",
@@ -91,10 +93,29 @@ def _known_branch(value: str) -> str:
     return value
 
 
+def is_path_list(annotation: object) -> bool:
+    """Whether a field's type is a list of paths (list[PathArg], optional or not)."""
+    for arg in (annotation, *typing.get_args(annotation)):
+        if typing.get_origin(arg) is list:
+            item = typing.get_args(arg)[0]
+            return any(isinstance(m, IsPath) for m in getattr(item, "__metadata__", ()))
+    return False
+
+
 class InputModel(BaseModel):
-    """Base of every tool's input: unknown arguments are an error, not silently dropped."""
+    """Base of every tool's input: unknown arguments are an error, not silently dropped. A list of paths also takes
+    one path as a bare string: MCP clients and the Inspector send `logs=steps/rank*.log` so."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_path_is_a_list(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        wrap = [name for name, value in data.items() if isinstance(value, str) and name in cls.model_fields
+                and is_path_list(cls.model_fields[name].annotation)]
+        return {**data, **{name: [data[name]] for name in wrap}} if wrap else data
 
     # How the CLI spells this input (the MCP schema ignores both): the field (or fields, in order) given as
     # positional arguments, and options that set several fields at once: option -> (help, fixed values, the

@@ -3,7 +3,8 @@
 One check, as the reference filesystem server makes it: the path (relative ones under a root) is resolved, symlinks
 and `..` followed, and the result must lie inside a root. Refused besides: empty or over-long paths, NUL bytes and a
 leading '-'. A shell's relative paths mean the working directory: the CLI makes them absolute before they get here
-(mcp_server/cli.py); over MCP a relative path is relative to the roots, the first that holds it.
+(mcp_server/cli.py); over MCP a relative path is relative to the roots. Roots are often different jobs, so a relative
+path that exists under more than one root is refused with the candidates named, never taken from the first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from tools.core.errors import BadInput
 from tools.core.limits import MAX_PATH_CHARS
 from tools.core.stalls import refuse_if_stalled, touching
 
-__all__ = ["confine", "normalise_roots"]
+__all__ = ["ambiguous", "confine", "normalise_roots"]
 
 
 def normalise_roots(roots: Sequence[str | Path]) -> tuple[Path, ...]:
@@ -48,6 +49,7 @@ def confine(raw: str, roots: Sequence[Path], *, must_exist: bool = True) -> Path
     candidate = Path(raw).expanduser()
     bases = [candidate] if candidate.is_absolute() else [root / candidate for root in roots]
     outside: list[tuple[Path, Path]] = []
+    inside: dict[Path, bool] = {}  # resolved -> exists, in the roots' order; two roots reaching one file are one
     for base in bases:
         refuse_if_stalled(base)
         with touching(base):
@@ -59,11 +61,24 @@ def confine(raw: str, roots: Sequence[Path], *, must_exist: bool = True) -> Path
                 outside.append((base, resolved))
                 continue
             refuse_if_stalled(resolved)
-            if not must_exist or resolved.exists():
-                return resolved
+            inside[resolved] = resolved.exists()
+    existing = [path for path, exists in inside.items() if exists]
+    if len(existing) > 1:
+        raise ambiguous(raw, existing)
+    if existing or (inside and not must_exist):
+        return existing[0] if existing else next(iter(inside))
     if outside and len(outside) == len(bases):
         base, resolved = outside[0]
         through = " through a symlink" if resolved != Path(os.path.normpath(base.absolute())) else ""
         raise BadInput(f"path {raw!r} resolves{through} to {resolved}, outside the allowed roots "
                        f"({_describe(roots)}).", hint)
     raise BadInput(f"path {raw!r} does not exist under the allowed roots ({_describe(roots)}).", hint)
+
+
+def ambiguous(raw: str, candidates: Sequence[Path], counts: Sequence[int] | None = None) -> BadInput:
+    """The refusal of a relative path or glob found under more than one root: the roots are often different jobs
+    (a run and a baseline, two nodes' copies), and merging their files would mix ranks of different runs."""
+    named = ", ".join(f"{c} ({n} file{'s' if n != 1 else ''})" if counts else str(c)
+                      for c, n in zip(candidates, counts or [0] * len(candidates), strict=True))
+    return BadInput(f"{raw!r} matches under more than one root: {named}; files of different roots are never merged.",
+                    f"Name one of them by its absolute path (e.g. {str(candidates[0])!r}).")

@@ -242,3 +242,41 @@ PCIE_JUDGE_MIN_BYTES = 64 * 1024 * 1024
 # degraded only under load, GPU utilisation of UNDER_LOAD_PCT or more (nvidia-smi -q) or PCIe traffic of at least
 # PCIE_BUSY_KBS (its Tx/Rx throughput).
 PCIE_BUSY_KBS = 1_000_000
+
+# analyze_kernels: NVIDIA's own bottleneck rule (SOLBottleneck in Nsight Compute's SpeedOfLight section): a unit at
+# 60 % of its peak or more bounds the kernel; both below 60 % is latency (too little parallelism to hide it); within
+# 10 points of each other at >= 60 % the two are balanced (shared/notes/ncu_format.md, section 6).
+KERNEL_BOUND_PCT = 60.0
+KERNEL_BALANCED_GAP_PCT = 10.0
+# A kernel this close to either line is borderline: either neighbouring verdict is defensible.
+KERNEL_BORDERLINE_PCT = 3.0
+KERNEL_BORDERLINE_GAP_PCT = 2.0
+# Fewer waves than this per SM: the grid does not fill the GPU once (NVIDIA's Small Grid rule).
+KERNEL_SMALL_GRID_WAVES = 1.0
+# Achieved occupancy below this is low enough to name as a latency cause (half the warps an SM can hold).
+KERNEL_LOW_OCCUPANCY_PCT = 50.0
+# A memory-bound kernel is DRAM-bound when DRAM is within this many points of the busiest memory unit; otherwise a
+# cache level (L1/TEX, shared memory, L2) is the unit at its peak (95 % Memory with 1 % DRAM is L1-bound).
+KERNEL_DRAM_NEAR_PCT = 10.0
+# Latency-bound kernels holding at least this share of the profiled GPU time make the answer a warning.
+KERNEL_LATENCY_WARN_SHARE = 0.5
+
+# telemetry_history (dcgm-exporter history from Prometheus). A busy GPU's SM clock this share below its own usual
+# level (the 90th percentile of its busy samples) or below its peers' median is throttled: boost clocks of one model
+# differ by a few per cent at most, a thermal or power slowdown takes 15-30 %. The change must last this many samples
+# in a row (a single low sample is a DVFS step). Busy: utilisation of UNDER_LOAD_PCT or more.
+TELEMETRY_CLOCK_DROP_SHARE = 0.1
+TELEMETRY_MIN_RUN_SAMPLES = 3
+# Held but idle: a GPU the job holds (job or pod label, or on the job's nodes) below this utilisation (graphics engine
+# activity on MIG, in %) for at least this long. Run:ai counts whole 30 s windows of zero; ten minutes of them is no
+# pause between steps or checkpoint write.
+TELEMETRY_IDLE_PCT = 1.0
+TELEMETRY_HELD_IDLE_MIN_S = 600.0
+# Below its peers: a GPU (or a node, when most of its GPUs are) whose median utilisation or power sits this share
+# below the median of the GPUs in the selection, with at least this many GPUs to compare with (the "fleet").
+TELEMETRY_BELOW_PEERS_SHARE = 0.25
+TELEMETRY_MIN_PEERS = 4
+# A series whose last sample is this many steps (and at least this many seconds) before the window's end while others
+# go on has stopped: the exporter lost the GPU (fallen off the bus) or the node.
+TELEMETRY_SILENT_STEPS = 4
+TELEMETRY_SILENT_MIN_S = 120.0

@@ -84,6 +84,8 @@ class DumpStacksInput(NodesInput):
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
                               description="A regex (RE2) on the command line, e.g. 'train.py'; the launcher is "
                               "left out when its children carry RANK.")
+    cli_positional = "from_files"  # `gpu-triage dump-stacks stacks/`, as the other readers of files
+
     from_files: list[PathArg] = Field(default_factory=list, max_length=STACK_MAX_FILES,
                                   description="Stacks captured earlier, inside the roots: files, globs or a folder "
                                   "of per-rank py-spy dump (text or --json), faulthandler or torch debug-server "
@@ -281,7 +283,8 @@ async def _collect_live(params: DumpStacksInput, ctx: ToolContext) -> tuple[list
 
 def _stack_files(inputs: Sequence[str], ctx: ToolContext) -> list[tuple[Path, str]]:
     files: list[tuple[Path, str]] = []
-    for raw in inputs:
+    patterns: list[str] = []  # files and globs, expanded together: a glob that matches nothing is then a gap, not
+    for raw in inputs:        # the end of the call, when the others matched (tools/core/files.py)
         if not any(ch in raw for ch in "*?["):
             path = ctx.path(raw)
             if path.is_dir():
@@ -289,10 +292,12 @@ def _stack_files(inputs: Sequence[str], ctx: ToolContext) -> list[tuple[Path, st
                 if not members:
                     raise BadInput(f"folder {raw!r} holds no files.", "Pass the folder of per-rank stack files.")
                 files += [(p, f"{raw.rstrip('/')}/{p.name}") for p in members]
+                if len(files) > STACK_MAX_FILES:
+                    break
                 continue
-        files += [(f.path, f.name) for f in expand_inputs([raw], ctx.roots)]
-        if len(files) > STACK_MAX_FILES:
-            break
+        patterns.append(raw)
+    if patterns and len(files) <= STACK_MAX_FILES:
+        files += [(f.path, f.name) for f in expand_inputs(patterns, ctx.roots, STACK_MAX_FILES)]
     if len(files) > STACK_MAX_FILES:
         raise LimitExceeded(f"more than {STACK_MAX_FILES} stack files given.", "Pass fewer files or a narrower glob.")
     return files

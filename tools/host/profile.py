@@ -91,6 +91,8 @@ class ProfileCpuInput(NodesInput):
                            "to record (their DataLoader workers come with them: --subprocesses).")
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
                               description="A regex (RE2) on the command line, e.g. 'train.py', instead of pids.")
+    cli_positional = "from_files"  # `gpu-triage profile-cpu rec.txt`, as the other readers of files
+
     from_files: list[PathArg] = Field(default_factory=list, max_length=64, description="py-spy record outputs saved "
                                       "earlier: raw (-f raw) or speedscope (-f speedscope), inside the roots.")
     duration_s: float = Field(default=CPU_DEFAULT_DURATION_S, ge=CPU_MIN_DURATION_S, le=CPU_MAX_DURATION_S,

@@ -96,6 +96,8 @@ class SampleHostInput(NodesInput):
                            "the DataLoader workers, are read too).")
     match: str | None = Field(default=None, min_length=1, max_length=STACK_MAX_MATCH_CHARS,
                               description="A regex (RE2) on the job's command line, instead of pids.")
+    cli_positional = "from_files"  # `gpu-triage sample-host iostat.txt vmstat.txt`, as the other readers of files
+
     from_files: list[PathArg] = Field(default_factory=list, max_length=32, description="Saved `iostat -x` (text or "
                                       "-o JSON), `vmstat`, `nvidia-smi dmon` and `pmon` outputs, inside the roots, "
                                       "instead of a live sample.")
@@ -325,6 +327,7 @@ async def _live(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:
     pids, roles = await _targets(params)
     readings = [_read_proc(pids)]
     end = readings[0].at + params.duration_s
+    ctx.progress.update(0, params.duration_s, f"sampled 0 of {params.duration_s:g} s")  # the work is known at once
     while (left := end - time.monotonic()) > 0:
         await anyio.sleep(min(HOST_SAMPLE_INTERVAL_S, left))
         readings.append(_read_proc(pids))

@@ -781,6 +781,9 @@ def _alike(ranks: _RanksRead) -> str:
                     f"waited for; read the other ranks' logs, or {_DUMP}.")
         return (f"Ranks {_ranks(read)} all timed out ({ranks.phrase(2)}): the ranks without logs may be the ones "
                 f"they wait for; read their logs, or {_DUMP}.")
+    if len(read) == 1:  # one rank's log, whatever the job's size: "alike" would compare it with nothing
+        return (f"Only rank {read[0]}'s log was read: it shows the timeout, not whom it waited for; read the other "
+                f"ranks' logs, or {_DUMP}.")
     if ranks.files == 1:
         return (f"One merged log of ranks {_ranks(read)} ({ranks.phrase()}): all timed out alike, so it cannot name "
                 f"the culprit: {_DUMP}.")

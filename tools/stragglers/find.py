@@ -76,6 +76,8 @@ _COMM_EVENT = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl|hccl|rccl):|^nccl(?:Dev)?K
 
 
 class FindStragglersInput(JobInput):
+    cli_positional = "logs"  # `gpu-triage find-stragglers 'logs/rank*.log'`, as the other readers of files
+
     logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Per-rank training logs (paths or "
                             "globs inside the roots) with per-step times: plain `step S time T ms`, step_time_ms=, "
                             "Megatron-LM, torchtitan, tqdm (HF Trainer, Lightning).")

@@ -8,6 +8,7 @@ gave put in place of the placeholders. A step whose input was not given is kept 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -17,10 +18,18 @@ from sop import Branch, Step, branches, tool_call
 from tools.core.context import ToolContext
 from tools.core.limits import MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
 from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult
+from tools.telemetry import PROMETHEUS_URL_ENV
 
 __all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
 
 _PLACEHOLDER = re.compile(r"^<.*>$")
+# A rank the user names: "rank 3", "rank3", "rank_3", "rank #3"; in Chinese "3号卡" / "3 号 rank".
+_NAMED_RANK = re.compile(r"\brank[\s_#-]*(\d{1,7})\b|(\d{1,7})\s*号\s*(?:卡|rank)", re.IGNORECASE)
+# The steps that judge ranks, and what to check of the rank the user named there.
+_RANK_CHECK = {"find_stragglers": "is rank {r} flagged, or does it wait on another rank (the one that waits least "
+                                  "is the straggler)?",
+               "dump_stacks": "is rank {r} where the other ranks are?",
+               "diagnose_logs": "what does rank {r}'s log say that the others' do not?"}
 # A branch pattern names the situation ("rank 3 is slow"), so it outweighs a generic keyword ("slow").
 _PATTERN_WEIGHT = 3
 
@@ -67,6 +76,8 @@ class TriagePlanResult(ToolResult):
     confidence: float = Field(description="0-1: the chosen branch's share of all keyword matches (0 when none).")
     steps: list[PlannedStep]
     alternatives: list[BranchScore] = Field(description="Every branch that matched, best first.")
+    ranks_named: list[int] = Field(default_factory=list, description="The ranks the question names ('rank 3 is "
+                                   "slow'): the steps that judge ranks say what to check of them.")
 
     narrow_hint = "pass a shorter symptom"
 
@@ -86,13 +97,15 @@ def _scores(symptom: str) -> list[BranchScore]:
     for branch in branches().values():
         if branch.id == "triage":
             continue
-        matched = [k for k in (*branch.keywords_en, *branch.keywords_zh) if k.casefold() in text]
+        # Each keyword once (a word can be in both languages' lists, or in a pattern's phrase too).
+        matched = list(dict.fromkeys(k.casefold() for k in (*branch.keywords_en, *branch.keywords_zh)
+                                     if k.casefold() in text))
         # Longer keywords are more specific ("graph break" over "break"): they weigh more.
         score = sum(1 + len(k) // 8 for k in matched)
         for pattern in branch.keyword_patterns:  # the SOP's own patterns, on a symptom of bounded length
             phrase = re.search(pattern, text)
             if phrase:
-                matched.append(phrase.group(0))
+                matched = [k for k in matched if k not in phrase.group(0)] + [phrase.group(0)]
                 score += _PATTERN_WEIGHT
         if matched:
             found.append(BranchScore(branch=branch.id, score=score, matched=matched))
@@ -151,10 +164,26 @@ def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep
             arguments["pid"] = params.pids
         else:
             arguments["slurm_job"] = params.slurm_job
+    if step.tool == "telemetry_history":  # planned only where the cluster's Prometheus is configured
+        arguments["url"] = os.environ.get(PROMETHEUS_URL_ENV, arguments.get("url"))
+        needs = [n for n in needs if "Prometheus" not in n]
+        if params.slurm_job:
+            arguments.pop("start", None)  # the job's own window, from scontrol
+            arguments["job"] = params.slurm_job
+            needs = [n for n in needs if "began" not in n]
     if step.tool == "find_stragglers" and params.slurm_job and arguments.pop("sample_gpus", False):
         arguments["slurm_job"] = params.slurm_job  # the flagged rank's own GPU, read on its own node
-    return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=step.decides,
+    decides = step.decides
+    named = _ranks_named(params.symptom)
+    if named and step.tool in _RANK_CHECK:
+        ranks = ", ".join(map(str, named))
+        decides = f"{decides.rstrip('.')}. Named by the user: {_RANK_CHECK[step.tool].format(r=ranks)}"
+    return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=decides,
                        needs=needs)
+
+
+def _ranks_named(symptom: str) -> list[int]:
+    return sorted({int(m.group(1) or m.group(2)) for m in _NAMED_RANK.finditer(symptom)})
 
 
 async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanResult:
@@ -170,11 +199,14 @@ async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanRe
     # No words to go by, but a profile to read: the trace branch is where a profile answers (an nsys report or a
     # torch.profiler trace handed over with "what is wrong here?").
     chosen = sop[scores[0].branch] if scores else sop["gpu_utilization_low" if params.traces else "triage"]
+    named = _ranks_named(params.symptom)
     confidence = round(scores[0].score / total, 2) if scores else 0.0
     entry = sop["triage"]
     steps = [_planned(entry, s, params) for s in entry.steps if s.tool != "triage_plan"]
     seen = {(s.tool, repr(sorted(s.arguments.items()))) for s in steps}
     for step in chosen.steps if chosen.id != "triage" else ():
+        if step.tool == "telemetry_history" and not os.environ.get(PROMETHEUS_URL_ENV):
+            continue  # no Prometheus configured: the GPUs' history is not there to read
         planned = _planned(chosen, step, params)
         key = (planned.tool, repr(sorted(planned.arguments.items())))
         if key not in seen:
@@ -184,14 +216,17 @@ async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanRe
         runner_up = f"; next {scores[1].branch} ({scores[1].score})" if len(scores) > 1 else ""
         conclusion = [f"Branch {chosen.id} ({chosen.title}), confidence {confidence:.2f}: matched "
                       f"{', '.join(scores[0].matched)}{runner_up}.",
-                      f"Run the {len(steps)} calls in order; the first two at once, without waiting for details."]
+                      f"Run the {len(steps)} calls in order; the first two at once, without waiting for details"
+                      + (f"; the user names rank {', '.join(map(str, named))}: the plan's steps say what to check "
+                         "of it." if named else ".")]
     elif params.traces:
         conclusion = [f"No branch's keywords occur in the symptom, but traces were given: branch {chosen.id} "
                       f"({chosen.title}) reads them; ask the user what they saw (slow, hung, one rank slow) meanwhile."]
     else:
         conclusion = ["No branch's keywords occur in the symptom: ask the user which of slow / hung / one rank slow / "
                       "out of memory / NaN / inference latency / compile it is, and run the health checks meanwhile."]
-    missing = sorted({n for s in steps for n in s.needs})
+    # The verification step (compare_runs, after a fix) needs a run that does not exist yet: asked for then, not now.
+    missing = sorted({n for s in steps if s.tool != "compare_runs" for n in s.needs})
     if missing:
         conclusion.append(f"Still needed from the user: {'; '.join(missing)}.")
     # The question is this tool's one input: a branch found in it is the plan's answer (ok); none found leaves the
@@ -204,4 +239,4 @@ async def triage_plan(params: TriagePlanInput, ctx: ToolContext) -> TriagePlanRe
         "memory, NaN, inference latency or torch.compile.",
         next_steps=[NextStep(branch=chosen.id, action=f"Read sop://{chosen.id}",
                              why="The branch's triage table maps each finding to its cause, fix and verification.")],
-        branch=chosen.id, confidence=confidence, steps=steps, alternatives=scores)
+        branch=chosen.id, confidence=confidence, steps=steps, alternatives=scores, ranks_named=named)

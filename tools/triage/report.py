@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from sop import branches
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
-from tools.core.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
+from tools.core.limits import INFER_MAX_ALLOWED_HOSTS, PLAN_MAX_SYMPTOM_CHARS
 from tools.core.models import (
     Coverage,
     CoverageStatus,
@@ -49,25 +49,24 @@ class TriageReportInput(InputModel):
     traces: list[PathArg] = Field(default_factory=list, max_length=64,
                                   description="Profiler traces (a file or a folder).")
     stacks: list[PathArg] = Field(default_factory=list, max_length=64, description="Stack dumps saved earlier.")
-    fr_dir: str | None = Field(default=None, max_length=MAX_PATH_CHARS, description="Flight-recorder dump folder.")
-    memory: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
-                               description="An allocator snapshot, memory_summary() text, memory_stats() dump or OOM "
-                               "log (analyze_memory).")
+    fr_dir: PathArg | None = Field(default=None, description="Flight-recorder dump folder.")
+    memory: PathArg | None = Field(default=None, description="An allocator snapshot, memory_summary() text, "
+                                   "memory_stats() dump or OOM log (analyze_memory).")
     pids: list[int] = Field(default_factory=list, max_length=1024, description="Live worker pids to dump stacks of.")
     job: bool = Field(default=False, description="Dump the stacks of the torchrun job found on this host.")
     slurm_job: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$", max_length=12,
                                   description="A running Slurm job: health_check and dump_stacks on every node of it, "
                                   "and diagnose_logs on its stdout/stderr (from scontrol) when no logs are given.")
     health: bool = Field(default=True, description="Run the GPU/host health check.")
-    metrics: str | None = Field(default=None, max_length=MAX_PATH_CHARS,
-                                description="An inference server's /metrics URL or saved page (inference_metrics).")
+    metrics: PathArg | None = Field(default=None, description="An inference server's /metrics URL or saved page "
+                                    "(inference_metrics).")
     allow_host: list[NameArg] = Field(default_factory=list, max_length=INFER_MAX_ALLOWED_HOSTS,
                                       description="Hosts besides loopback whose /metrics may be scraped.")
     compile_logs: list[PathArg] = Field(default_factory=list, max_length=64,
                                         description="Logs written with TORCH_LOGS=graph_breaks,recompiles "
                                         "(diagnose_compile).")
     baseline: PathArg | None = Field(default=None, description="The run before the fix (a trace, or step-time logs): "
-                                     "compared with the first of traces (else of logs) by compare_runs.")
+                                     "compared with the traces (else the logs) by compare_runs.")
     profile_cpu: bool = Field(default=False, description="Also record the pids' CPU time for 5 s with py-spy "
                               "(profile_cpu): the hot function of the trainer and its DataLoader workers.")
     sample_host: bool = Field(default=False, description="Also sample this host for 5 s (sample_host): disks, CPUs, "
@@ -367,7 +366,7 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are; memory -> analyze_memory. With a baseline (the run before the fix), compare_runs
-    compares it with the first of traces (else logs): a section with step time, throughput, each cause
+    compares it with the traces (else the logs): a section with step time, throughput, each cause
     before/after and what dominates now. The CLI `gpu-triage report` prints it (`--demo` on bundled sample
     artifacts).
     """
@@ -452,7 +451,7 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
             runs.append(ToolRun(tool="compare_runs", severity=None, conclusion="a baseline needs the new run: pass "
                                 "traces (or logs) of the run after the fix."))
         else:
-            before, after = params.baseline, newer[0]
+            before, after = [params.baseline], newer
             compared = await _run("compare_runs", lambda: compare_runs(CompareRunsInput(before=before, after=after),
                                                                        ctx), _compare_rows, rows, runs, ctx, coverage)
             baseline = _baseline_rows(compared) if compared is not None else []

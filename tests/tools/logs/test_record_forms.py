@@ -167,3 +167,13 @@ def test_an_inference_api_error_is_the_serving_family_seen_from_either_side(tmp_
 def test_a_device_compiler_failing_is_the_compile_family(kind: str, message: str, entry: str) -> None:
     classified = classify_exception(RaisedException(kind, message, 1, b""))
     assert classified is not None and (classified.entry.id, classified.entry.category) == (entry, "compile")
+
+
+def test_one_ranks_timeout_is_not_every_rank_alike(tmp_path: Path) -> None:
+    # One rank's watchdog line (the first line of wild/nccl_timeout__accelerate-223.log) in a file of its own, the job's
+    # size not printed: the conclusion says whose log it is, never that every rank timed out alike.
+    line = (DATA / "wild" / "nccl_timeout__accelerate-223.log").read_text().splitlines()[0]
+    path = tmp_path / "rank2.log"
+    path.write_text(line + "\n")
+    conclusion = " ".join(diagnose(path).conclusion)
+    assert "Only rank 2's log was read" in conclusion and "alike" not in conclusion

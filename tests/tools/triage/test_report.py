@@ -91,7 +91,7 @@ def test_exit_codes_for_ci(tmp_path: Path) -> None:
     assert healthy.returncode == 1 and "GPU idle: data_loading" in healthy.stdout
     assert "| unknown | find_stragglers: cannot tell |" in healthy.stdout
     bad = report(["--pids", "one,two"], tmp_path)
-    assert bad.returncode == 3 and "--pids 'one,two' is not a comma-separated list" in bad.stderr
+    assert bad.returncode == 3 and "--pids: 'one,two' is not a comma-separated list" in bad.stderr
     # A tool that cannot run is a row saying why; when none could, nothing was looked at: unknown, not ok.
     outside = report(["--logs", "/etc/passwd", "--no-health", "--json"], tmp_path)
     data = json.loads(outside.stdout)
