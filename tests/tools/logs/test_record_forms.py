@@ -177,3 +177,25 @@ def test_one_ranks_timeout_is_not_every_rank_alike(tmp_path: Path) -> None:
     path.write_text(line + "\n")
     conclusion = " ".join(diagnose(path).conclusion)
     assert "Only rank 2's log was read" in conclusion and "alike" not in conclusion
+
+
+@pytest.mark.parametrize(("line", "facts"), [
+    # llama.cpp's ggml, the CUDA runtime's own error name under a thrust bad_alloc, ONNX Runtime's BFC arena,
+    # TensorRT's builder: the device allocation failing, whoever asked for it.
+    ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory",
+     {"gpu": 0, "requested_bytes": 8192 * 2**20, "error": "cudaMalloc failed: out of memory"}),
+    ("  what():  std::bad_alloc: cudaErrorMemoryAllocation: out of memory",
+     {"error": "cudaErrorMemoryAllocation: out of memory"}),
+    ("Status Message: /onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* onnxruntime::BFCArena::"
+     "AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed to "
+     "allocate memory for requested buffer of size 5248000000", {"requested_bytes": 5248000000}),
+    ("[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: OutOfMemory (no further information)",
+     {"error": "Error Code 2: OutOfMemory (no further information)"}),
+])
+def test_a_device_allocation_failing_is_an_oom_whoever_asked(tmp_path: Path, line: str, facts: dict[str, object]
+                                                             ) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(line + "\n")
+    found = [f for f in diagnose(path).findings if f.severity != "info"]
+    assert [(f.category, f.severity) for f in found] == [("cuda_oom", "crit")]
+    assert {k: found[0].facts.get(k) for k in facts} == facts
