@@ -40,44 +40,35 @@ if [ ! -x .cache/inspector/node_modules/.bin/mcp-inspector ]; then
     npm install --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@2.12.0 >/dev/null)
 fi
 
-# NVIDIA's own nsys CLI, the reference the nsys tests check our totals and rules against (nsys stats, nsys analyze):
-# Debian's nsight-systems-target 2023.4 from the non-free component, downloaded and unpacked into .cache/nsys, not
-# installed (it needs no GPU or driver to export and report). Proprietary: fetched at test time, never committed.
-NSYS=.cache/nsys/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys
-if [ ! -x "$NSYS" ]; then
-  echo "fetching Debian's nsight-systems-target (non-free) for the nsys reference tests" >&2
+# fetch_nonfree PACKAGE DEST: download one package of Debian's non-free component and unpack it into DEST, not
+# installed (NVIDIA's proprietary CLIs: fetched at test time, never committed).
+fetch_nonfree() {
+  echo "fetching Debian's $1 (non-free) for the tests that use it" >&2
+  local apt_dir
   apt_dir=$(mktemp -d)
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" \
     > "$apt_dir/sources.list"
-  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
+  local apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                  -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
   apt-get "${apt_opts[@]}" update -qq
-  (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq nsight-systems-target)
-  mkdir -p .cache/nsys
-  dpkg -x "$apt_dir"/nsight-systems-target_*.deb .cache/nsys
+  (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq "$1")
+  mkdir -p "$2"
+  dpkg -x "$apt_dir/$1"_*.deb "$2"
   rm -rf "$apt_dir"
-fi
+}
+
+# NVIDIA's own nsys CLI, the reference the nsys tests check our totals and rules against (nsys stats, nsys analyze):
+# Debian's nsight-systems-target 2023.4 (it needs no GPU or driver to export and report).
+NSYS=.cache/nsys/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys
+[ -x "$NSYS" ] || fetch_nonfree nsight-systems-target .cache/nsys
 
 # NVIDIA's own ncu CLI, which reads Nsight Compute reports for analyze_kernels (ncu --import F --csv --page raw) and
-# is the reference its tests check against: Debian's nsight-compute-target 2024.1 from non-free, unpacked into
-# .cache/ncu the same way (it needs no GPU to import a report). With the target package alone, --import wants a
-# sections/ folder beside target/ (shared/notes/ncu_format.md, 2.1): an empty one is enough.
+# is the reference its tests check against: Debian's nsight-compute-target 2024.1 (it needs no GPU to import a
+# report). With the target package alone, --import wants a sections/ folder beside target/
+# (shared/notes/ncu_format.md, 2.1): an empty one is enough.
 NCU_ROOT=.cache/ncu/usr/lib/x86_64-linux-gnu/nsight-compute
-if [ ! -x "$NCU_ROOT/target/linux-desktop-glibc_2_11_3-x64/ncu" ]; then
-  echo "fetching Debian's nsight-compute-target (non-free) for the ncu tests" >&2
-  apt_dir=$(mktemp -d)
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free" \
-    > "$apt_dir/sources.list"
-  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
-  apt-get "${apt_opts[@]}" update -qq
-  (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq nsight-compute-target)
-  mkdir -p .cache/ncu
-  dpkg -x "$apt_dir"/nsight-compute-target_*.deb .cache/ncu
-  rm -rf "$apt_dir"
-fi
+[ -x "$NCU_ROOT/target/linux-desktop-glibc_2_11_3-x64/ncu" ] || fetch_nonfree nsight-compute-target .cache/ncu
 mkdir -p "$NCU_ROOT/sections"
 
 .venv/bin/ruff check .
