@@ -26,8 +26,14 @@ _COVERAGE_SHOWN = 8  # inputs not read whole, listed in the markdown; `coverage`
 
 
 def _cell(text: str, limit: int) -> str:
+    """A cell's text within `limit` characters: whole when it fits, else cut at a word's end (never inside a word or a
+    path) when that keeps at least 60 % of the room; the JSON keeps it whole."""
     text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    room = text[: limit - 1]
+    space = room.rfind(" ")
+    return (room[:space] if space >= limit * 0.6 else room).rstrip(" ,;:") + "…"
 
 
 def _table_markdown(table: Table, limit: int, columns: int | None) -> str:

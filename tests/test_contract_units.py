@@ -184,3 +184,14 @@ def test_markdown_shows_caveats_inputs_not_read_and_what_would_decide() -> None:
     assert text.index("**Conclusion:**") < text.index("**Caveats:**")
     plain = render_markdown(_result(1).model_copy(update={"coverage": [Coverage.read("a.csv")]}), "t")
     assert "Caveats" not in plain and "not read whole" not in plain and "would decide" not in plain
+
+
+def test_a_long_cell_is_cut_at_a_words_end_never_inside_a_word() -> None:
+    from mcp_server.render import _cell
+
+    text = ("in all_gather while ranks 1-3 wait in all_reduce (DDP backward, from the Python frames) at "
+            "rank_conditional_allgather.py:47 train_step")
+    cut = _cell(text, 80)
+    assert cut == "in all_gather while ranks 1-3 wait in all_reduce (DDP backward, from the…"
+    assert len(cut) <= 80 and _cell(text, 200) == text
+    assert _cell("x" * 50, 20) == "x" * 19 + "…"  # one word longer than the room: cut where the room ends
