@@ -72,6 +72,9 @@ TRACE_MAX_FILES: Final = 4096
 # Characters read and decoded at a time: 1 Mi is as fast as 4 Mi and a quarter of the transient memory (the read
 # text, the batch slice and its decoded events are all alive at once).
 TRACE_READ_CHARS: Final = 1 * 1024 * 1024
+# The most bytes of a trace decoded in one call (a few hundred events): under the 128 KiB from which the CLI maps each
+# allocation afresh (mcp_server/process.py), as the copy decoded is made per batch.
+TRACE_BATCH_BYTES: Final = 120 * 1024
 # nsys stats CSV output is read whole: a summary table is kilobytes; anything this large is not one.
 NSYS_STATS_MAX_BYTES: Final = 64 * 1024 * 1024
 # A metadata value (anything but traceEvents) larger than this is refused rather than held.

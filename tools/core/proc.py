@@ -48,14 +48,15 @@ class ProgramOutput:
     timed_out: bool = False
 
 
-def find_program(program: str, also_in: Sequence[str] = ()) -> str:
-    """Absolute path of an allow-listed program on PATH (then in the folders `also_in`, by the same name), or
-    Unavailable."""
+def find_program(program: str, also_in: Sequence[str] = (), first_in: Sequence[str] = ()) -> str:
+    """Absolute path of an allow-listed program in the folders `first_in` (a configured install, which wins), on
+    PATH, then in the folders `also_in`, by the same name; or Unavailable."""
     if program not in ALLOWED_PROGRAMS:
         raise BadInput(f"program {program!r} is not on the allow-list.", f"Allowed: {sorted(ALLOWED_PROGRAMS)}.")
+    path = next((found for folder in first_in if (found := shutil.which(program, path=folder))), None)
     # Then beside our own interpreter: py-spy is one of our dependencies, installed into the same environment,
     # and an MCP client often starts the server without that environment's bin folder on PATH.
-    path = shutil.which(program) or shutil.which(program, path=sysconfig.get_path("scripts"))
+    path = path or shutil.which(program) or shutil.which(program, path=sysconfig.get_path("scripts"))
     for folder in also_in:
         path = path or shutil.which(program, path=folder)
     if path is None:
@@ -92,13 +93,15 @@ async def run_program(
     max_output_bytes: int = MAX_PROGRAM_OUTPUT_BYTES,
     partial_on_timeout: bool = False,
     also_in: Sequence[str] = (),
+    first_in: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> ProgramOutput:
     """Run an allow-listed program with `args` and a hard wall-clock limit. With `partial_on_timeout`, a program
     still running at the limit is killed and what it wrote so far is returned (`timed_out`), instead of an error:
-    a fan-out keeps the nodes that answered when one does not. `also_in`: folders to look in after PATH; `env`:
-    variables set for the child over this process's environment."""
-    argv = [find_program(program, also_in), *args]
+    a fan-out keeps the nodes that answered when one does not. `also_in`: folders to look in after PATH;
+    `first_in`: before it (a configured install); `env`: variables set for the child over this process's
+    environment."""
+    argv = [find_program(program, also_in, first_in), *args]
     out: list[bytes] = []
     err: list[bytes] = []
     try:

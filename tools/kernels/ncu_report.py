@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 from pathlib import Path
 
 from tools.core.errors import Unavailable
@@ -45,15 +46,15 @@ def import_command(name: str) -> str:
     return f"ncu --import {name} --csv --page raw --print-units base > {name.rsplit('.', 1)[0]}.csv"
 
 
-def ncu_folders() -> list[str]:
-    """Where ncu is looked for after PATH, in order."""
+def ncu_folders() -> tuple[list[str], list[str]]:
+    """Where ncu is looked for: the configured one alone (GPU_TRIAGE_NCU, an ncu binary or its folder: an explicit
+    choice wins over PATH and is never silently replaced), else PATH then these folders, in order."""
     configured = os.environ.get(NCU_ENV, "").strip()
-    folders = []
     if configured:
-        folders.append(str(Path(configured).parent) if Path(configured).name == "ncu" else configured)
-    folders += sorted(glob.glob("/opt/nvidia/nsight-compute/*"), reverse=True)
+        return [str(Path(configured).parent) if Path(configured).name == "ncu" else configured], []
+    folders = sorted(glob.glob("/opt/nvidia/nsight-compute/*"), reverse=True)
     folders += ["/usr/local/cuda/bin", str(_CHECKOUT / ".cache" / "ncu" / _DEBIAN_TARGET)]
-    return folders
+    return [], folders
 
 
 def _said(output: bytes) -> str:
@@ -65,20 +66,25 @@ def _said(output: bytes) -> str:
 
 async def read_report(path: Path, name: str, timeout_s: float) -> tuple[list[Launch], str]:
     """The launches of a report, with the rule results; and which ncu read it. ReportUnread when none here can."""
-    folders = ncu_folders()
+    configured, folders = ncu_folders()
     try:
-        ncu = find_program("ncu", folders)
+        if configured and shutil.which("ncu", path=configured[0]) is None:
+            raise Unavailable(f"{NCU_ENV} names {configured[0]}, which holds no ncu")
+        ncu = find_program("ncu", folders, first_in=configured)
     except Unavailable as exc:
-        raise ReportUnread(f"{name} is an Nsight Compute report and no ncu is on this host (PATH, {NCU_ENV} or "
-                           "an Nsight Compute install) to read it", import_command(name)) from exc
+        where = (f"{NCU_ENV}={os.environ.get(NCU_ENV, '').strip()} is not an ncu executable" if configured else
+                 f"no ncu is on this host (PATH, {NCU_ENV} or an Nsight Compute install)")
+        raise ReportUnread(f"{name} is an Nsight Compute report and {where} to read it", import_command(name)) from exc
     raw = await run_program("ncu", ["--import", str(path), "--csv", "--page", "raw", "--print-units", "base",
-                                    "--metrics", _METRICS], timeout_s=timeout_s, also_in=folders, env=_QUIET)
+                                    "--metrics", _METRICS], timeout_s=timeout_s, also_in=folders,
+                                    first_in=configured, env=_QUIET)
     if raw.returncode != 0:
         raise ReportUnread(f"ncu could not read {name}: {_said(raw.stdout + raw.stderr)} (a report newer than "
                            "this ncu needs a newer ncu)", import_command(name))
     launches = read_raw_csv(raw.stdout.decode("utf-8", "replace"))
     details = await run_program("ncu", ["--import", str(path), "--csv", "--page", "details", "--print-units",
-                                        "base"], timeout_s=timeout_s, also_in=folders, env=_QUIET)
+                                        "base"], timeout_s=timeout_s, also_in=folders,
+                                    first_in=configured, env=_QUIET)
     if details.returncode == 0:
         with_rules = read_details_csv(details.stdout.decode("utf-8", "replace"))
         if len(with_rules) == len(launches):  # the same launches in the same order

@@ -29,7 +29,7 @@ import numpy as np
 
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.files import open_input
-from tools.core.limits import TRACE_MAX_FILES, TRACE_MAX_METADATA_CHARS, TRACE_READ_CHARS
+from tools.core.limits import TRACE_BATCH_BYTES, TRACE_MAX_FILES, TRACE_MAX_METADATA_CHARS, TRACE_READ_CHARS
 from tools.core.paths import confine
 from tools.core.ranks import rank_of_path
 
@@ -121,8 +121,11 @@ class _Buffer:
     or more from a fresh mapping (mcp_server/process.py), so a new block object per read and per batch cost page
     faults on every byte (0.4 s of system time on 190 MB)."""
 
-    def __init__(self, stream: IO[bytes], name: str, deadline: float) -> None:
+    def __init__(self, stream: IO[bytes], name: str, deadline: float, read_bytes: int = TRACE_READ_CHARS,
+                 batch_bytes: int = TRACE_BATCH_BYTES) -> None:
         self.stream = stream
+        self.read_bytes = read_bytes  # each read's size (at least)
+        self.batch_bytes = batch_bytes  # the most bytes decoded in one call
         self.name = name
         self.deadline = deadline
         self.data = bytearray()
@@ -137,7 +140,7 @@ class _Buffer:
             return False
         if time.monotonic() > self.deadline:
             raise LimitExceeded("the trace read ran out of time.", "Pass a smaller trace or raise --timeout.")
-        size = max(minimum, TRACE_READ_CHARS)
+        size = max(minimum, self.read_bytes)
         if len(self.block) < size:
             self.block = bytearray(size)
         try:
@@ -218,18 +221,21 @@ class _Buffer:
                               "The file may be truncated or not a Chrome trace (torch.profiler export_chrome_trace).")
 
 
-def read_trace(path: Path, display: str, deadline: float, header: TraceHeader) -> Iterator[TraceEvent]:
+def read_trace(path: Path, display: str, deadline: float, header: TraceHeader, *,
+               read_bytes: int = TRACE_READ_CHARS, batch_bytes: int = TRACE_BATCH_BYTES) -> Iterator[TraceEvent]:
     """The trace's events, one at a time; `header` gets the kept metadata as it is met."""
-    return itertools.chain.from_iterable(read_trace_batches(path, display, deadline, header))
+    return itertools.chain.from_iterable(read_trace_batches(path, display, deadline, header, read_bytes=read_bytes,
+                                                            batch_bytes=batch_bytes))
 
 
-def read_trace_batches(path: Path, display: str, deadline: float,
-                       header: TraceHeader) -> Iterator[list[TraceEvent]]:
-    """The trace's events in the batches they are decoded in (a few MB each): a loop over a batch costs no
-    generator step per event, which the summary's hot loop feels."""
+def read_trace_batches(path: Path, display: str, deadline: float, header: TraceHeader, *,
+                       read_bytes: int = TRACE_READ_CHARS,
+                       batch_bytes: int = TRACE_BATCH_BYTES) -> Iterator[list[TraceEvent]]:
+    """The trace's events in the batches they are decoded in (up to `batch_bytes` each): a loop over a batch costs
+    no generator step per event, which the summary's hot loop feels. `read_bytes`: each read's size."""
     stream, _ = open_input(path)  # a regular file only (a FIFO would block), gzip told by its magic bytes
     with stream:
-        buffer = _Buffer(stream, display, deadline)
+        buffer = _Buffer(stream, display, deadline, read_bytes, batch_bytes)
         first = buffer.skip()
         if first == "":
             raise UnreadableInput(f"{display} is empty.", "Pass a trace written by torch.profiler.")
@@ -274,9 +280,6 @@ def read_trace_batches(path: Path, display: str, deadline: float,
 # the events before it then fails (an open string or object before the closing bracket): never a wrong batch.
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _BOUNDARY_WINDOW = 16 * 1024  # the tail of a batch's bytes searched first for its last boundary
-# The most bytes decoded in one call (a few hundred events): under the 128 KiB from which the CLI maps each
-# allocation afresh (mcp_server/process.py), as the copy decoded is made per batch.
-_BATCH_BYTES = 120 * 1024
 _DEPTH_DELTA = np.zeros(256, dtype=np.int8)
 _DEPTH_DELTA[[ord("{"), ord("[")]] = 1
 _DEPTH_DELTA[[ord("}"), ord("]")]] = -1
@@ -349,7 +352,7 @@ def _batch(buffer: _Buffer, header: TraceHeader) -> list[TraceEvent] | None:
     the buffer holds none. Fast path: up to the last likely boundary (a batch decodes only when the cut was a real
     one). Else the structural scan finds the last real one in the buffer, whatever the layout."""
     data, start = buffer.data, buffer.pos
-    end = min(len(data), start + _BATCH_BYTES)
+    end = min(len(data), start + buffer.batch_bytes)
     cut = _last_boundary(data, start, end)
     if cut < 0 and end < len(data):  # an event longer than a batch
         cut = _last_boundary(data, start, len(data))

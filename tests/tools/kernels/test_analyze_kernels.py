@@ -1,6 +1,6 @@
 """analyze_kernels on real Nsight Compute results: three MIT-licensed reports from public repositories (read through
-Debian's ncu 2024.1, which scripts/test.sh unpacks into .cache/ncu), the CSV and text exports that ncu made of them,
-and, when a mirror of the repository is here, pasted text of older generations (tests/data/kernels/PROVENANCE.md).
+Debian's ncu 2024.1, which scripts/test.sh unpacks into .cache/ncu) and the CSV and text exports that ncu made of
+them (tests/data/kernels/PROVENANCE.md).
 Values are asserted against what ncu itself printed for the same report."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, base_env, stdio_client
+from tests.helpers import REPO, base_env, run_cli, stdio_client
 from tools.core.context import ToolContext
 from tools.core.models import CoverageStatus, Severity
-from tools.kernels import AnalyzeKernelsInput, AnalyzeKernelsResult, analyze_kernels, ncu_report
+from tools.kernels import AnalyzeKernelsInput, AnalyzeKernelsResult, analyze_kernels
 from tools.kernels.verdict import judge
 
 pytestmark = pytest.mark.anyio
@@ -107,27 +107,26 @@ async def test_text_with_2020_sol_labels_and_a_summary_csv_in_auto_units() -> No
     assert again.duration_ns == pytest.approx(336_700)
 
 
-async def test_without_ncu_a_report_is_unknown_naming_the_command(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_configured_ncu_that_is_not_there_is_unknown_naming_the_command(tmp_path: Path) -> None:
+    # The CLI as a process, with GPU_TRIAGE_NCU naming a folder that holds no ncu: an explicit choice is never
+    # replaced by another ncu on the host, and the report is unknown (exit 4), naming the command that decides.
     report = tmp_path / "job.ncu-rep"
     report.write_bytes((FILES / "speedy_scan-2020.3.ncu-rep").read_bytes())
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    monkeypatch.delenv(ncu_report.NCU_ENV, raising=False)
-    monkeypatch.setattr(ncu_report, "_CHECKOUT", tmp_path)
-    monkeypatch.setattr(ncu_report, "ncu_folders", lambda: [str(tmp_path / "nowhere")])
-    result = await analyze("job.ncu-rep", root=tmp_path)
-    assert result.severity is Severity.unknown and result.kernels == []
-    assert result.decides is not None and "ncu --import job.ncu-rep --csv --page raw" in result.decides
-    assert result.coverage[0].status is CoverageStatus.not_understood
+    env = base_env(GPU_TRIAGE_NCU=str(tmp_path / "nowhere"))
+    done = run_cli(["analyze-kernels", "job.ncu-rep", "--root", str(tmp_path), "--json"], env)
+    assert done.returncode == 4, done.stderr
+    result = json.loads(done.stdout)
+    assert result["severity"] == "unknown" and result["kernels"] == []
+    assert "GPU_TRIAGE_NCU" in result["coverage"][0]["detail"]
+    assert "ncu --import job.ncu-rep --csv --page raw" in result["decides"]
+    assert result["coverage"][0]["status"] == "not_understood"
 
 
-async def test_a_configured_ncu_is_used_when_none_is_on_path(ncu: Path, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv(ncu_report.NCU_ENV, str(ncu))
-    monkeypatch.setattr(ncu_report, "_CHECKOUT", tmp_path)
-    result = await analyze("speedy_scan-2020.3.ncu-rep")
-    assert result.kernels[0].verdict == "latency_bound"
+def test_a_configured_ncu_is_used_when_none_is_on_path(ncu: Path, tmp_path: Path) -> None:
+    env = base_env(GPU_TRIAGE_NCU=str(ncu), PATH=str(tmp_path))  # no ncu on PATH: the configured one reads it
+    done = run_cli(["analyze-kernels", "speedy_scan-2020.3.ncu-rep", "--root", str(FILES), "--json"], env)
+    assert done.returncode in (0, 1, 2), done.stderr
+    assert json.loads(done.stdout)["kernels"][0]["verdict"] == "latency_bound"
 
 
 async def test_a_file_that_is_no_ncu_output_is_not_understood(tmp_path: Path) -> None:

@@ -192,20 +192,23 @@ def proxy(prometheus: str) -> Iterator[str]:
         server.server_close()
 
 
-def test_range_queries_stay_within_the_point_budget(proxy: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPU_TRIAGE_PROMETHEUS_TOKEN", "s3cret-token-value")
-    # step_s=1 over two hours: 7,201 points a series, so at most one GPU per range query.
-    result = run(proxy, DAY1, DAY1 + 2 * HOUR, step_s=1)
-    assert [f.began for f in by_kind(result, "throttled")] == [iso(THROTTLE_AT)]
+def test_range_queries_stay_within_the_point_budget(proxy: str) -> None:
+    # The CLI as a process, the bearer token in its environment as a user sets it; the recording proxy sees what
+    # reaches the server. step_s=1 over two hours: 7,201 points a series, so at most one GPU per range query.
+    done = run_cli(["telemetry-history", proxy, "--start", iso(DAY1), "--end", iso(DAY1 + 2 * HOUR), "--step-s", "1",
+                    "--json"], base_env(GPU_TRIAGE_PROMETHEUS_TOKEN="s3cret-token-value"), timeout=120)
+    assert done.returncode == 2, done.stderr  # crit: the XID 79
+    result = json.loads(done.stdout)
+    assert [f["began"] for f in result["findings"] if f["kind"] == "throttled"] == [iso(THROTTLE_AT)]
     ranges = [form for path, form, _ in Recorder.seen if path.endswith("/query_range")]
     assert ranges
     for form in ranges:
         start, end, step = float(form["start"][0]), float(form["end"][0]), float(form["step"][0])
         assert (end - start) / step + 1 <= TELEMETRY_QUERY_POINTS
-    assert result.points_read > 0 and result.queries == len(Recorder.seen)
+    assert result["points_read"] > 0 and result["queries"] == len(Recorder.seen)
     assert all(headers.get("Authorization") == "Bearer s3cret-token-value" for _, _, headers in Recorder.seen)
     assert all(form.get("timeout") for path, form, _ in Recorder.seen if path.endswith(("/query", "/query_range")))
-    assert "s3cret" not in result.model_dump_json()
+    assert "s3cret" not in done.stdout and "s3cret" not in done.stderr
 
 
 def test_api_errors_become_messages(prometheus: str) -> None:
@@ -267,14 +270,14 @@ async def test_through_the_mcp_client_and_the_cli(prometheus: str) -> None:
         ("throttled", "gpu-n2", ["sw_power_cap"])]
 
 
-def test_url_from_the_environment(prometheus: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPU_TRIAGE_PROMETHEUS_URL", prometheus)
-    params = TelemetryHistoryInput(start=iso(DAY2), end=iso(DAY2 + HOUR))
-    result = anyio.run(telemetry_history, params, ToolContext(roots=(REPO,)))
-    assert result.url == prometheus and result.severity is Severity.ok and len(result.gpus) == 4
-    monkeypatch.delenv("GPU_TRIAGE_PROMETHEUS_URL")
-    with pytest.raises(BadInput, match="no Prometheus URL"):
-        anyio.run(telemetry_history, params, ToolContext(roots=(REPO,)))
+def test_url_from_the_environment(prometheus: str) -> None:
+    args = ["telemetry-history", "--start", iso(DAY2), "--end", iso(DAY2 + HOUR), "--json"]
+    done = run_cli(args, base_env(GPU_TRIAGE_PROMETHEUS_URL=prometheus))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["url"] == prometheus and result["severity"] == "ok" and len(result["gpus"]) == 4
+    refused = run_cli(args, base_env())
+    assert refused.returncode == 3 and "no Prometheus URL" in refused.stderr
 
 
 def test_relative_and_unix_times(prometheus: str) -> None:
@@ -286,15 +289,11 @@ def test_relative_and_unix_times(prometheus: str) -> None:
     assert recent.severity is Severity.unknown  # the history is from January: nothing in the last two hours
 
 
-def test_triage_plan_ships_it_only_where_prometheus_is_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tools.triage import TriagePlanInput, triage_plan
-
-    params = TriagePlanInput(symptom="rank 3 is slow", slurm_job="4242")
-    monkeypatch.delenv("GPU_TRIAGE_PROMETHEUS_URL", raising=False)
-    plain = anyio.run(triage_plan, params, ToolContext(roots=(REPO,)))
-    assert plain.branch == "straggler" and "telemetry_history" not in [s.tool for s in plain.steps]
-    monkeypatch.setenv("GPU_TRIAGE_PROMETHEUS_URL", "http://127.0.0.1:9090")
-    planned = anyio.run(triage_plan, params, ToolContext(roots=(REPO,)))
-    [history] = [s for s in planned.steps if s.tool == "telemetry_history"]
-    assert history.arguments == {"url": "http://127.0.0.1:9090", "job": "4242"} and history.needs == []
-    TelemetryHistoryInput.model_validate(history.arguments)  # a call the tool takes as it is
+def test_triage_plan_ships_it_only_where_prometheus_is_configured() -> None:
+    args = ["triage-plan", "--symptom", "rank 3 is slow", "--slurm-job", "4242", "--json"]
+    plain = json.loads(run_cli(args, base_env()).stdout)
+    assert plain["branch"] == "straggler" and "telemetry_history" not in [s["tool"] for s in plain["steps"]]
+    planned = json.loads(run_cli(args, base_env(GPU_TRIAGE_PROMETHEUS_URL="http://127.0.0.1:9090")).stdout)
+    [history] = [s for s in planned["steps"] if s["tool"] == "telemetry_history"]
+    assert history["arguments"] == {"url": "http://127.0.0.1:9090", "job": "4242"} and history["needs"] == []
+    TelemetryHistoryInput.model_validate(history["arguments"])  # a call the tool takes as it is

@@ -74,21 +74,22 @@ def _summary(folder: Path) -> dict[str, Any]:
     return result.model_dump(mode="json")
 
 
-@pytest.mark.parametrize("block", [None, 4096], ids=["block_1MiB", "block_4KiB"])
 @pytest.mark.parametrize("source", REAL, ids=[p.name.split(".")[0] for p in REAL])
-def test_every_layout_gives_the_same_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: Path,
-                                             block: int | None) -> None:
-    if block is not None:  # hundreds of read blocks: an event is cut by a block's end in every layout
-        monkeypatch.setattr(kineto, "TRACE_READ_CHARS", block)
-        monkeypatch.setattr(kineto, "_BATCH_BYTES", block // 3)
+def test_every_layout_gives_the_same_summary(tmp_path: Path, source: Path) -> None:
     trace = _load(source)
-    results = {}
+    results, events = {}, {}
     for name, write in LAYOUTS.items():
         folder = tmp_path / name
         folder.mkdir()
         content = write(trace)
         (folder / "trace.json").write_bytes(content)  # one name for all: gzip is told by its magic bytes
         results[name] = _summary(folder)
+        # Read again in 4 KiB blocks and batches of a third of that: an event is cut by a block's end hundreds of
+        # times in every layout, and the events read are the same.
+        small, _ = _read(folder / "trace.json", read_bytes=4096, batch_bytes=4096 // 3)
+        whole, _ = _read(folder / "trace.json")
+        assert _projection(small) == _projection(whole), name
+        events[name] = _projection(whole)
         if name == "one_line":
             assert content.count(b"\n") == 0
     reference = results.pop("one_per_line")
@@ -96,11 +97,16 @@ def test_every_layout_gives_the_same_summary(tmp_path: Path, monkeypatch: pytest
     assert [c["status"] for c in reference["coverage"]] == ["read"]
     for name, result in results.items():
         assert result == reference, name
+        assert events[name] == events["one_per_line"], name
 
 
-def _read(path: Path) -> tuple[list[Any], TraceHeader]:
+def _projection(events: list[Any]) -> list[tuple[Any, ...]]:
+    return [(e.name, e.ph, e.ts, e.dur, e.cat, e.args.correlation if e.args else None) for e in events]
+
+
+def _read(path: Path, **sizes: int) -> tuple[list[Any], TraceHeader]:
     header = TraceHeader()
-    events = list(read_trace(path, path.name, time.monotonic() + 60, header))
+    events = list(read_trace(path, path.name, time.monotonic() + 60, header, **sizes))
     return events, header
 
 
@@ -129,17 +135,14 @@ def _hard_layouts() -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("block", [7, 64, 1000])
-def test_hard_strings_and_events_split_across_read_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          block: int) -> None:
+def test_hard_strings_and_events_split_across_read_blocks(tmp_path: Path, block: int) -> None:
     # Small read blocks put a block boundary inside every kind of token of these events, many times over; small
     # batches make events longer than a batch.
-    monkeypatch.setattr(kineto, "TRACE_READ_CHARS", block)
-    monkeypatch.setattr(kineto, "_BATCH_BYTES", 2 * block)
     expected = _hard_events()
     for name, content in _hard_layouts().items():
         path = tmp_path / f"{name}.json"
         path.write_bytes(content)
-        events, header = _read(path)
+        events, header = _read(path, read_bytes=block, batch_bytes=2 * block)
         assert [(e.name, e.ph, e.ts, e.args.correlation if e.args else None) for e in events] == [
             (e["name"], e["ph"], e["ts"], e["args"].get("correlation")) for e in expected], name
         assert json.loads(bytes(events[0].args.input_dims)) == [[2, 3], []]
@@ -160,11 +163,9 @@ def test_the_structural_scan_on_strings_that_look_like_structure() -> None:
 
 
 @pytest.mark.parametrize("layout", ["one_line", "raw_utf8_indent"])
-def test_a_file_cut_inside_an_event_is_read_up_to_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     layout: str) -> None:
+def test_a_file_cut_inside_an_event_is_read_up_to_it(tmp_path: Path, layout: str) -> None:
     # A copy of a trace still being written: every cut inside the event list keeps the events before the cut and
-    # says where the first incomplete one starts, as the reader always has.
-    monkeypatch.setattr(kineto, "TRACE_READ_CHARS", 256)
+    # says where the first incomplete one starts, as the reader always has (read in 256-byte blocks).
     content = _hard_layouts()[layout]
     events = _hard_events()
     decoder = json.JSONDecoder()
@@ -181,12 +182,12 @@ def test_a_file_cut_inside_an_event_is_read_up_to_it(tmp_path: Path, monkeypatch
         for cut in (starts[index] + 1, (starts[index] + starts[index + 1]) // 2 if index + 1 < len(events) else
                     starts[index] + 3):
             path.write_bytes(content[:cut])
-            read, header = _read(path)
+            read, header = _read(path, read_bytes=256)
             assert len(read) == index and header.events == index, (index, cut)
             assert header.ends_early_at == starts[index], (index, cut)
     path.write_bytes(content[: list_start + 5])  # inside the first event: nothing to summarise, refused
     with pytest.raises(UnreadableInput, match="truncated before its first complete event"):
-        _read(path)
+        _read(path, read_bytes=256)
 
 
 def test_invalid_json_between_events_is_an_error_with_its_place(tmp_path: Path) -> None:
