@@ -28,6 +28,8 @@ CALLS = {
     "profile-cpu": ["profile-cpu", "--from-files", "{f}"],
     "sample-host": ["sample-host", "--from-files", "{f}"],
     "nvidia-smi-query": ["nvidia-smi-query", "--csv-path", "{f}"],
+    "analyze-kernels": ["analyze-kernels", "{f}"],
+    "gpu-activity": ["gpu-activity", "{f}"],
 }
 
 

@@ -17,7 +17,8 @@ import os
 import shutil
 from pathlib import Path
 
-from tools.core.errors import Unavailable
+from tools.core.errors import Unavailable, UnreadableInput
+from tools.core.files import require_regular
 from tools.core.proc import find_program, run_program
 from tools.kernels.launches import FIGURE_BY_METRIC, Launch
 from tools.kernels.ncu_csv import read_details_csv, read_raw_csv
@@ -66,6 +67,10 @@ def _said(output: bytes) -> str:
 
 async def read_report(path: Path, name: str, timeout_s: float) -> tuple[list[Launch], str]:
     """The launches of a report, with the rule results; and which ncu read it. ReportUnread when none here can."""
+    try:  # ncu opens the path itself: a FIFO or a device is refused here, by what it is, before any program waits
+        require_regular(path, name)
+    except UnreadableInput as exc:
+        raise ReportUnread(exc.message.rstrip("."), import_command(name)) from exc
     configured, folders = ncu_folders()
     try:
         if configured and shutil.which("ncu", path=configured[0]) is None:

@@ -6,6 +6,8 @@ Values are asserted against what ncu itself printed for the same report."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,14 @@ async def test_through_the_mcp_client(ncu: Path) -> None:
     assert verdicts == {"kernel_A": "compute_bound", "kernel_C": "latency_bound", "kernel": "latency_bound"}
     shown += json.dumps(data)
     assert not [s for s in SESSION_SECRETS if s in shown]
+
+
+def test_a_fifo_named_like_a_report_is_refused_before_ncu_starts(ncu: Path, tmp_path: Path) -> None:
+    # ncu opens the path itself: a FIFO with no writer must not reach it (it would wait, or blame the version).
+    os.mkfifo(tmp_path / "job.ncu-rep")
+    started = time.monotonic()
+    done = run_cli(["analyze-kernels", "job.ncu-rep", "--root", str(tmp_path), "--timeout", "10", "--json"],
+                   base_env(GPU_TRIAGE_NCU=str(ncu)), timeout=30)
+    assert time.monotonic() - started < 10 and done.returncode == 4, done.stderr
+    result = json.loads(done.stdout)
+    assert result["coverage"][0]["status"] == "not_understood" and "is a FIFO" in result["coverage"][0]["detail"]

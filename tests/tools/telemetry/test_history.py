@@ -297,3 +297,23 @@ def test_triage_plan_ships_it_only_where_prometheus_is_configured() -> None:
     [history] = [s for s in planned["steps"] if s["tool"] == "telemetry_history"]
     assert history["arguments"] == {"url": "http://127.0.0.1:9090", "job": "4242"} and history["needs"] == []
     TelemetryHistoryInput.model_validate(history["arguments"])  # a call the tool takes as it is
+
+
+async def test_a_stalled_server_ends_at_the_deadline_and_the_mcp_server_answers_after(prometheus: str) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # the kernel accepts; nothing is ever sent back
+    try:
+        async with stdio_client(base_env(), "--timeout", "3") as client:
+            started = time.monotonic()
+            stalled = await client.call_tool("telemetry_history", {
+                "url": f"http://127.0.0.1:{listener.getsockname()[1]}", "start": iso(DAY1), "end": iso(DAY1 + HOUR)})
+            waited = time.monotonic() - started
+            after = await client.call_tool("telemetry_history", {
+                "url": prometheus, "start": iso(DAY2), "end": iso(DAY2 + HOUR)})
+    finally:
+        listener.close()
+    assert stalled.is_error is True and waited < 10
+    assert "did not answer" in stalled.content[0].text  # type: ignore[union-attr]
+    assert after.is_error is False and after.structured_content is not None
+    assert after.structured_content["severity"] == "ok" and len(after.structured_content["gpus"]) == 4
