@@ -26,8 +26,10 @@ collected after the work on round 2's development part began, all held out; roun
 all held out; round 5 (tests/data/logs/round5): 70 excerpts from 69 more repositories, collected after round 4
 was frozen, for development; round 6 (tests/data/logs/round6): 74 excerpts from 73 more repositories, collected
 after the tuning on round 5, all held out; round 7 (tests/data/logs/round7): 110 excerpts from 108 more
-repositories, collected on 2026-12-02 after round 6 had been scored once and the day's later tuning, all held out.
-By default the development sets are
+repositories, collected on 2026-12-02 after round 6 had been scored once and the day's later tuning, all held out;
+round 8 (tests/data/logs/round8): 135 excerpts from 132 more repositories, collected on 2026-12-02 (third session)
+after round 7 had been scored once, split by repository before any tuning into development (round8/dev, 80 from 78
+repositories) and held out (round8/heldout, 55 from 54, frozen). By default the development sets are
 scored (the older sets and round 2's development part, each with its own figure); `--held-out` adds both held-out
 figures beside them. Targets (issue 31),
 held out: recall >= 0.95, facts >= 0.9, benign 100 % quiet.
@@ -75,6 +77,7 @@ ROUND4 = REPO / "tests" / "data" / "logs" / "round4"  # all held out: collected 
 ROUND5 = REPO / "tests" / "data" / "logs" / "round5"  # development: collected after round 4 was frozen
 ROUND6 = REPO / "tests" / "data" / "logs" / "round6"  # all held out: collected after the tuning on round 5
 ROUND7 = REPO / "tests" / "data" / "logs" / "round7"  # all held out: collected after round 6 was scored
+ROUND8 = REPO / "tests" / "data" / "logs" / "round8"  # split 60/40 by repository: collected after round 7 was scored
 SERIOUS = frozenset({"warn", "crit"})
 # Facts of the process rather than of the failure: the contract reports how a process ended in its own
 # process_exit finding (torchrun's summary, a signal), so they count there too.
@@ -128,6 +131,10 @@ def load_round2_dev() -> list[Case]:
 
 def load_round5_dev() -> list[Case]:
     return _labelled(ROUND5 / "dev" / "cases.jsonl")
+
+
+def load_round8_dev() -> list[Case]:
+    return _labelled(ROUND8 / "dev" / "cases.jsonl")
 
 
 def load_cases() -> list[Case]:
@@ -292,13 +299,15 @@ def main() -> None:
         learned.OVERRIDE = bool(args.with_model)
     sets = [("development: wild + public (issues 16-22)", load_cases()),
             ("development: round 2 (issue 31)", load_round2_dev()),
-            ("development: round 5 (issue 31)", load_round5_dev())]
+            ("development: round 5 (issue 31)", load_round5_dev()),
+            ("development: round 8 (issue 31)", load_round8_dev())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
         sets.append(("HELD OUT: round 4 (issue 31, fresh, frozen 2026-12-02)", load_heldout(ROUND4)))
         sets.append(("HELD OUT: round 6 (issue 31, fresh, frozen 2026-12-02)", load_heldout(ROUND6)))
         sets.append(("HELD OUT: round 7 (issue 31, fresh, frozen 2026-12-02, second session)", load_heldout(ROUND7)))
+        sets.append(("HELD OUT: round 8 (issue 31, split and frozen 2026-12-02, third session)", load_heldout(ROUND8)))
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
         if args.wrapped:
             sets = [(f"{title}, hard-wrapped at {args.wrapped} columns",
