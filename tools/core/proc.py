@@ -34,9 +34,10 @@ __all__ = ["ALLOWED_PROGRAMS", "ProgramOutput", "find_program", "run_program"]
 # (tools/hangs/stacks.py) and `record` for a bounded time into a private temporary file (tools/host/profile.py,
 # which starts it itself to stop it with SIGINT, and sends every target SIGCONT after). ncu only as `ncu --import
 # REPORT --csv --page raw|details` of a report the caller named, with its stock-file deployment off (it reads the
-# report and prints; tools/kernels/ncu_report.py).
+# report and prints; tools/kernels/ncu_report.py). c++filt (GNU binutils) only with mangled kernel names as its
+# arguments: it prints them demangled and touches nothing (tools/kernels/names.py).
 ALLOWED_PROGRAMS = frozenset({"nvidia-smi", "py-spy", "dmesg", "scontrol", "srun", "ssh", "nsys", "ibstat", "ethtool",
-                              "ncu"})
+                              "ncu", "c++filt"})
 
 
 @dataclass(frozen=True)

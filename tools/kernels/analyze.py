@@ -6,12 +6,17 @@ throughput, DRAM, achieved and theoretical occupancy, waves per SM, what limits 
 the rule results the report stores; failed launches (grid 0, all nan) are skipped and counted. The verdict per kernel
 follows NVIDIA's own bottleneck rule (tools/kernels/verdict.py); the overall answer weighs the kernels by their GPU
 time and gives the fix for the class that holds it. Nothing of a report's session page (host names, IP addresses,
-the command line) and no Host Name / Process Name column is read. SOP: gpu_utilization_low.
+the command line) and no Host Name / Process Name column is read. Mangled names (`_Z...`) are shown demangled by
+c++filt when it is on PATH (tools/kernels/names.py).
+
+With a trace of the same job beside them (`trace`: a Kineto trace, a folder of them, an Nsight Systems export or
+report), the kernels are joined by name (tools/kernels/trace_join.py): each gains its share of the trace's GPU time,
+the overall answer is weighed by it, and the trace's kernels with no ncu data are listed with the ncu command that
+profiles them. SOP: gpu_utilization_low.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -19,14 +24,24 @@ import anyio
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
+from tools.core.errors import UnreadableInput
 from tools.core.files import InputFile, expand_inputs, read_regular, read_whole_text
-from tools.core.limits import KERNELS_DEFAULT_TOP, KERNELS_MAX_FILES, KERNELS_MAX_TEXT_BYTES, KERNELS_MAX_TOP
-from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
-from tools.core.thresholds import KERNEL_LATENCY_WARN_SHARE
-from tools.kernels.launches import Launch
+from tools.core.kernel_names import bare_function, is_mangled, ncu_profile_command, qualified_function
+from tools.core.limits import (
+    KERNELS_DEFAULT_TOP,
+    KERNELS_MAX_FILES,
+    KERNELS_MAX_TEXT_BYTES,
+    KERNELS_MAX_TOP,
+    KERNELS_MAX_UNPROFILED,
+)
+from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult, cell
+from tools.core.thresholds import KERNEL_LATENCY_WARN_SHARE, KERNEL_TRACE_COVERED_SHARE
+from tools.kernels.launches import WARP_CYCLES, Launch
+from tools.kernels.names import Demangled, demangle
 from tools.kernels.ncu_csv import csv_kind, read_details_csv, read_raw_csv
 from tools.kernels.ncu_report import REPORT_SUFFIXES, ReportUnread, read_report
 from tools.kernels.ncu_text import looks_like_ncu_text, read_ncu_text
+from tools.kernels.trace_join import Match, TraceKernel, TraceKernels, join, read_trace_kernels
 from tools.kernels.verdict import KernelVerdict, judge, occupancy_limiter
 
 __all__ = ["AnalyzeKernelsInput", "AnalyzeKernelsResult", "analyze_kernels"]
@@ -64,13 +79,20 @@ class AnalyzeKernelsInput(InputModel):
                                  "ncu --csv exports (details or raw page), or saved / pasted ncu text output.")
     top: int = Field(default=KERNELS_DEFAULT_TOP, ge=1, le=KERNELS_MAX_TOP,
                      description="How many kernels to list, the most GPU time first.")
+    trace: PathArg | None = Field(default=None, description="A trace of the same job (a Kineto / torch.profiler "
+                                  "trace, a folder of per-rank traces, or an Nsight Systems .sqlite / .nsys-rep): "
+                                  "the kernels are joined with it by name, each gains its share of the trace's GPU "
+                                  "time, and the trace's kernels with no ncu data are listed with the ncu command "
+                                  "that profiles them.")
 
     cli_positional = "files"
 
 
 class KernelStall(BaseModel):
     reason: str = Field(description="Warp stall reason (Warp State Statistics), e.g. long_scoreboard.")
-    pct: float = Field(description="Its share of the stall cycles per issued instruction, in %.")
+    pct: float = Field(description="Its share of the cycles a warp spends between two issued instructions, in %: "
+                       "from the stall breakdown (raw page, reports, --print-details all), or as the Warp State "
+                       "Statistics rule states it for its top reason (text and details output).")
 
 
 class KernelRule(BaseModel):
@@ -81,7 +103,8 @@ class KernelRule(BaseModel):
 
 
 class KernelRow(BaseModel):
-    name: str = Field(description="The kernel's name as ncu printed it (demangled by ncu).")
+    name: str = Field(description="The kernel's name as ncu printed it (demangled by ncu, or by c++filt when ncu "
+                      "printed it mangled).")
     grid: str | None = Field(description="Grid dimensions '(x, y, z)', or the block count when only that is known.")
     block: str | None = Field(description="Block dimensions '(x, y, z)', or the thread count.")
     duration_ns: float | None = Field(description="GPU time of all its profiled launches together, ns.")
@@ -96,7 +119,8 @@ class KernelRow(BaseModel):
     waves_per_sm: float | None
     occupancy_limiter: str | None = Field(description="What limits theoretical occupancy below 100 %: registers, "
                                           "shared memory, block size (warps per block) or blocks per SM.")
-    stalls: list[KernelStall] = Field(description="The top warp-stall reasons (raw page or reports only).")
+    stalls: list[KernelStall] = Field(description="The top warp-stall reasons: from the breakdown (raw page, reports, "
+                                      "--print-details all) or the Warp State Statistics rule (text, details page).")
     rules: list[KernelRule] = Field(description="Rule results the report stores (OPT/WRN first).")
     verdict: KernelVerdict = Field(description="compute_bound, memory_bound, latency_bound or balanced by NVIDIA's "
                                    "rule; unknown without Speed Of Light figures.")
@@ -104,6 +128,23 @@ class KernelRow(BaseModel):
                              "defensible.")
     why: str
     source: str = Field(description="The input it was read from.")
+    trace_share_pct: float | None = Field(default=None, description="With a trace: its share of the trace's GPU "
+                                          "time, %; launch shapes of one name split their name's time by profiled "
+                                          "time. None: not in the trace, or no trace given.")
+    trace_match: str | None = Field(default=None, description="How it was found in the trace (the same name, the "
+                                    "same function with other template arguments, the function name alone, or the "
+                                    "beginning of a name ncu cut short).")
+
+
+class UnprofiledKernel(BaseModel):
+    name: str = Field(description="A kernel of the trace that no ncu result covers (its instance with the most time, "
+                      "when several instances of one function template are in the trace).")
+    instances: int = Field(description="Instances of that function in the trace (template arguments aside), counted "
+                           "together here: the ncu filter names the function, so it profiles whichever runs first.")
+    launches: int
+    total_ms: float = Field(description="Its GPU time in the trace, ms.")
+    share_pct: float = Field(description="Its share of the trace's GPU time, %.")
+    ncu_command: str = Field(description="The ncu command line that profiles one launch of it.")
 
 
 class AnalyzeKernelsResult(ToolResult):
@@ -111,21 +152,35 @@ class AnalyzeKernelsResult(ToolResult):
     skipped_launches: int = Field(description="Failed launches (grid 0, every value nan) left out.")
     time_by_verdict: dict[str, float] = Field(description="Share of the judged kernels' GPU time per verdict, %.")
     fixes: list[str] = Field(description="The fix per verdict class that holds the time, largest first.")
+    trace_profiled_pct: float | None = Field(default=None, description="With a trace: the share of its GPU time "
+                                             "that the judged kernels found in it hold, %.")
+    unprofiled: list[UnprofiledKernel] = Field(default_factory=list, description="With a trace: its kernels with "
+                                               "no ncu data, the most GPU time first, each with the ncu command "
+                                               "that profiles it.")
 
     narrow_hint = "lower top, or pass fewer files"
 
     def tables(self) -> list[Table]:
+        traced = self.trace_profiled_pct is not None
+        basis = "share of the trace's GPU time" if traced and any(k.trace_share_pct for k in self.kernels) \
+            else "share of GPU time"
         return [
-            Table("Time by verdict", ["verdict", "share of GPU time"],
+            Table("Time by verdict", ["verdict", basis],
                   [[verdict, f"{share:.1f} %"] for verdict, share in self.time_by_verdict.items()]),
-            Table("Kernels", ["kernel", "grid", "block", "launches", "time us", "share", "SM %", "Mem %", "DRAM %",
+            Table("Kernels", ["kernel", "grid", "block", "launches", "time us", "share",
+                              *(["trace share"] if traced else []), "SM %", "Mem %", "DRAM %",
                               "occupancy", "waves", "limiter", "verdict", "why"],
                   [[_short(k.name), k.grid or "-", k.block or "-", str(k.launches),
                     cell(None if k.duration_ns is None else k.duration_ns / 1000), _pct(k.share_pct),
+                    *([_pct(k.trace_share_pct)] if traced else []),
                     cell(k.sm_throughput_pct), cell(k.memory_throughput_pct), cell(k.dram_throughput_pct),
                     f"{cell(k.achieved_occupancy_pct)} / {cell(k.theoretical_occupancy_pct)}", cell(k.waves_per_sm),
                     k.occupancy_limiter or "-", k.verdict + (" (borderline)" if k.borderline else ""), k.why]
                    for k in self.kernels], "kernels"),
+            Table("Trace kernels not profiled", ["kernel", "instances", "launches", "time ms", "share of the trace",
+                                                 "ncu command"],
+                  [[_short(u.name), str(u.instances), str(u.launches), cell(u.total_ms), _pct(u.share_pct),
+                    u.ncu_command] for u in self.unprofiled], "unprofiled"),
             Table("Rules of the top kernels", ["kernel", "type", "rule", "est. speedup", "says"],
                   [[_short(k.name), r.type, r.name, _pct(r.speedup_pct), r.message]
                    for k in self.kernels[:3] for r in k.rules[:4]]),
@@ -205,21 +260,36 @@ def _shape_text(shape: str | None, count: float | None) -> str | None:
     return shape if shape else (None if count is None else f"{count:.0f}")
 
 
+def _stalls(group: list[Launch], figures: dict[str, float]) -> list[tuple[str, float]]:
+    """The top three stall reasons with their share of the cycles between two issued instructions: from the
+    breakdown when the launches have it, else as the Warp State Statistics rule states its top reason (its own %,
+    or its cycles over Warp Cycles Per Issued Instruction)."""
+    breakdown: dict[str, float] = defaultdict(float)
+    with_breakdown = [x for x in group if x.stalls]
+    for launch in with_breakdown:
+        for reason, value in launch.stalls.items():
+            if reason != "selected":  # issuing, not a stall
+                breakdown[reason] += value / len(with_breakdown)
+    total = sum(breakdown.values())
+    if total > 0:
+        return sorted(((r, 100 * v / total) for r, v in breakdown.items() if v > 0), key=lambda s: -s[1])[:3]
+    stated: dict[str, list[float]] = defaultdict(list)
+    for launch in group:
+        for reason, (cycles, pct) in launch.stated_stalls.items():
+            cycles_per_issue = launch.figures.get(WARP_CYCLES) or figures.get(WARP_CYCLES)
+            share = pct if pct is not None else (100 * cycles / cycles_per_issue if cycles_per_issue else None)
+            if share is not None:
+                stated[reason].append(share)
+    return sorted(((r, sum(v) / len(v)) for r, v in stated.items()), key=lambda s: -s[1])[:3]
+
+
 def _kernel(source: str, group: list[Launch]) -> KernelRow:
     first = group[0]
     keys = {key for launch in group for key in launch.figures}
     figures = {key: value for key in keys
                if (value := _mean([(x.figures[key], x.invocations) for x in group if key in x.figures])) is not None}
     durations = [x.figures["duration_ns"] * x.invocations for x in group if "duration_ns" in x.figures]
-    stall_sum: dict[str, float] = defaultdict(float)
-    stall_launches = [x for x in group if x.stalls]
-    for launch in stall_launches:
-        for reason, value in launch.stalls.items():
-            if reason != "selected":  # issuing, not a stall
-                stall_sum[reason] += value / len(stall_launches)
-    total = sum(stall_sum.values())
-    stalls = sorted(((r, 100 * v / total) for r, v in stall_sum.items() if v > 0), key=lambda s: -s[1])[:3] \
-        if total > 0 else []
+    stalls = _stalls(group, figures)
     rules: dict[tuple[str, str], KernelRule] = {}
     for launch in group:
         for rule in launch.rules:
@@ -256,13 +326,8 @@ def _fix_key(row: KernelRow) -> str:
 _CAUSE_TEXT = {"small_grid": "waves per SM", "low_occupancy": "achieved occupancy", "stalls": "top stall"}
 
 
-def _kernel_filter(name: str) -> str:
-    """A -k regex for the kernel: its bare function name, without template arguments or parameters."""
-    bare = name
-    while re.search(r"<[^<>]*>", bare):  # template arguments, innermost first
-        bare = re.sub(r"<[^<>]*>", "", bare)
-    words = re.findall(r"\w+", bare.split("(", 1)[0].split("::")[-1])
-    return words[-1] if words else "KERNEL"
+def _profile_command(names: list[str], output: str) -> str:
+    return ncu_profile_command(names, output) or f"ncu --set full -k regex:'KERNEL' -c 1 -o {output} <the application>"
 
 
 # ----------------------------------------------------------------------------------------------- the tool
@@ -275,41 +340,134 @@ async def analyze_kernels(params: AnalyzeKernelsInput, ctx: ToolContext) -> Anal
     throughput, achieved and theoretical occupancy, waves per SM, the occupancy limiter, top stall reasons and the
     report's rule results (failed launches skipped and counted). Verdict per kernel by NVIDIA's bottleneck rule:
     compute_bound, memory_bound (L1/L2 vs DRAM), latency_bound (small grid, low occupancy, stalls) or balanced,
-    borderline near a threshold; the overall answer weighs kernels by GPU time and gives the fix per class. Never
-    echoes the report's session page (host names, IP addresses, command line).
+    borderline near a threshold; the overall answer weighs kernels by GPU time and gives the fix per class. With
+    `trace` (a Kineto trace or folder, an Nsight Systems export) the kernels are joined with it by name: each gains
+    its share of the trace's GPU time, and the trace's kernels without ncu data are listed with the ncu command
+    that profiles them. Mangled names are shown demangled (c++filt). Never echoes the report's session page (host
+    names, IP addresses, command line).
     """
     files = expand_inputs(params.files, ctx.roots, max_files=KERNELS_MAX_FILES)
     read = await _read(files, ctx)
+    trace = await _read_trace(params.trace, ctx, read) if params.trace else None
+    names = {launch.name for _, launch in read.launches} | {k.name for k in (trace.kernels if trace else [])}
+    demangled = await demangle(names, ctx.remaining_s())
+    for _, launch in read.launches:
+        launch.name = demangled.of(launch.name)
+    if trace is not None:
+        for kernel in trace.kernels:
+            kernel.name = demangled.of(kernel.name)
+    _note_mangled(read, demangled, params.trace)
     skipped = sum(launch.invocations for _, launch in read.launches if launch.failed)
-    groups: dict[tuple[str, str, str | None, str | None], list[Launch]] = {}
+    groups: dict[tuple[str, int, str, str | None, str | None], list[Launch]] = {}
     for source, launch in read.launches:
         if not launch.failed:
-            groups.setdefault((source, launch.name, launch.grid, launch.block), []).append(launch)
-    rows = [_kernel(key[0], group) for key, group in groups.items()]
-    return _result(rows, skipped, read, params.top)
+            groups.setdefault((source, launch.run, launch.name, launch.grid, launch.block), []).append(launch)
+    runs: dict[str, list[int]] = defaultdict(list)
+    for source, run, *_ in groups:
+        if run not in runs[source]:
+            runs[source].append(run)
+    # A paste of several profiling runs: the same kernel name in two runs is two results, named by the run.
+    rows = [_kernel(f"{key[0]} (run {runs[key[0]].index(key[1]) + 1} of {len(runs[key[0]])})"
+                    if len(runs[key[0]]) > 1 else key[0], group) for key, group in groups.items()]
+    return _result(rows, skipped, read, params.top, trace)
 
 
-def _result(rows: list[KernelRow], skipped: int, read: _Read, top: int) -> AnalyzeKernelsResult:
+async def _read_trace(path: str, ctx: ToolContext, read: _Read) -> TraceKernels | None:
+    """The trace's kernels, its coverage added to the call's; None (said in its coverage) when it cannot be read."""
+    try:
+        trace = await read_trace_kernels(ctx.path(path), ctx.roots, ctx.remaining_s())
+    except UnreadableInput as exc:
+        read.coverage.append(Coverage.not_understood(path, f"--trace: {exc.message}", _TRACE_FORMATS))
+        return None
+    if not trace.kernels:
+        read.coverage.append(Coverage.not_understood(path, "--trace: no GPU kernel in it", _TRACE_FORMATS))
+        return None
+    read.coverage += [c.model_copy(update={"detail": f"--trace: {c.detail}"}) for c in trace.coverage]
+    return trace
+
+
+_TRACE_FORMATS = ("Kineto / torch.profiler Chrome trace (.json, .json.gz) or a folder of them",
+                  "Nsight Systems SQLite export (.sqlite) or report (.nsys-rep, exported with the nsys on PATH)")
+
+
+def _note_mangled(read: _Read, demangled: Demangled, trace: str | None) -> None:
+    """Each input with names left mangled (no c++filt, or one it could not demangle) is read only in part."""
+    if not demangled.kept:
+        return
+    left: dict[str, int] = defaultdict(int)
+    for source, launch in read.launches:
+        left[source] += is_mangled(launch.name)
+    for index, entry in enumerate(read.coverage):
+        count = left.get(entry.input, 0)
+        if count and entry.status is CoverageStatus.read:
+            read.coverage[index] = Coverage.partial(entry.input, f"{entry.detail}; {count} launch(es) with a mangled "
+                                                    f"kernel name, shown as it is: {demangled.why_kept}")
+    if trace and not any(left.values()):
+        read.notes.append(f"{demangled.kept} mangled kernel name(s) of the trace shown as they are: "
+                          f"{demangled.why_kept}.")
+
+
+@dataclass
+class _Joined:
+    """The trace's side of the answer: each row's share, the unprofiled kernels, what the profiled ones cover."""
+
+    trace: TraceKernels
+    matches: dict[str, Match]
+    unprofiled: list[TraceKernel]
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.matches)
+
+
+def _join(rows: list[KernelRow], trace: TraceKernels) -> _Joined:
+    matches, unprofiled = join([r.name for r in rows], trace)
+    # Launch shapes of one name (and names that met the same trace kernels) split that time by profiled time.
+    sharing: dict[int, list[KernelRow]] = defaultdict(list)
+    for row in rows:
+        if row.name in matches:
+            sharing[id(matches[row.name].trace_kernels)].append(row)
+    for group in sharing.values():
+        match = matches[group[0].name]
+        profiled = [(r.duration_ns or 0.0) for r in group]
+        whole = sum(profiled)
+        for row, own in zip(group, profiled, strict=True):
+            part = own / whole if whole > 0 else 1 / len(group)
+            row.trace_share_pct = trace.share_pct(match.total_us * part)
+            shared = f"; shares it with {len(group) - 1} other profiled row(s), split by profiled time" \
+                if len(group) > 1 else ""
+            row.trace_match = f"{match.how}{shared}"
+    return _Joined(trace, matches, unprofiled)
+
+
+def _result(rows: list[KernelRow], skipped: int, read: _Read, top: int,
+            trace: TraceKernels | None) -> AnalyzeKernelsResult:
     notes = list(read.notes)
     if skipped:
         notes.append(f"{skipped} failed launch(es) skipped (grid (0, 0, 0) or every value nan: ncu could not "
                      "collect them).")
     judged = [r for r in rows if r.verdict != "unknown"]
+    joined = _join(rows, trace) if trace is not None else None
+    by_trace = joined is not None and any(r.trace_share_pct for r in judged)
     timed = all(r.duration_ns is not None for r in judged)
     weight = {id(r): (r.duration_ns or 0.0) if timed else 1.0 for r in judged}
     total = sum(weight.values())
-    if judged and not timed:
+    if judged and not timed and not by_trace:
         notes.append("Some kernels have no duration: each judged kernel counts once in the shares.")
     for row in judged:
         row.share_pct = round(100 * weight[id(row)] / total, 1) if total > 0 else None
-    rows.sort(key=lambda r: (r.verdict == "unknown", -(r.share_pct or 0), -(r.duration_ns or 0)))
+    rows.sort(key=lambda r: (r.verdict == "unknown", -(r.trace_share_pct or 0), -(r.share_pct or 0),
+                             -(r.duration_ns or 0)))
     by_verdict: dict[str, float] = defaultdict(float)
     by_fix: dict[str, float] = defaultdict(float)
     for row in judged:
-        by_verdict[row.verdict] += row.share_pct or 0
-        by_fix[_fix_key(row)] += row.share_pct or 0
-    time_by_verdict = {v: round(s, 1) for v, s in sorted(by_verdict.items(), key=lambda item: -item[1])}
-    fixes = [f"{key.replace(':', ' (').rstrip()}{')' if ':' in key else ''} - {share:.0f} % of the time: {_FIX[key]}"
+        share = (row.trace_share_pct or 0) if by_trace else (row.share_pct or 0)
+        by_verdict[row.verdict] += share
+        by_fix[_fix_key(row)] += share
+    time_by_verdict = {v: round(s, 1) for v, s in sorted(by_verdict.items(), key=lambda item: -item[1])
+                       if s > 0 or not by_trace}
+    basis_text = "of the trace's GPU time" if by_trace else "of the time"
+    fixes = [f"{key.replace(':', ' (').rstrip()}{')' if ':' in key else ''} - {share:.0f} % {basis_text}: {_FIX[key]}"
              for key, share in sorted(by_fix.items(), key=lambda item: -item[1]) if share > 0][:4]
     unknown_rows = [r for r in rows if r.verdict == "unknown"]
     if unknown_rows:
@@ -318,6 +476,7 @@ def _result(rows: list[KernelRow], skipped: int, read: _Read, top: int) -> Analy
     kept = rows[:top]
     if len(rows) > top:
         notes.append(f"{len(rows) - top} more kernel(s) not listed (top={top}).")
+    unprofiled, covered, trace_says = _trace_side(joined, judged, notes)
     decides = None
     next_steps: list[NextStep] = []
     if not judged:
@@ -327,37 +486,96 @@ def _result(rows: list[KernelRow], skipped: int, read: _Read, top: int) -> Analy
             conclusion = [f"Cannot judge the kernels: {read.coverage[0].detail if read.coverage else 'no input'}.",
                           f"Run {read.decides[0]} where ncu is installed (no GPU needed) and pass the CSV."]
         else:
-            target = _kernel_filter(unknown_rows[0].name) if unknown_rows else "NAME"
-            decides = f"ncu --set basic -k regex:{target} -c 1 -o {target} <the application>, then this call on it"
+            decides = _profile_command([unknown_rows[0].name] if unknown_rows else [], "kernels")
+            decides = decides.replace("--set full", "--set basic") + ", then this call on it"
             conclusion = ["Cannot judge the kernels: " + ("none of them has Speed Of Light figures (Compute (SM) "
                           "and Memory Throughput)." if unknown_rows else "no kernel launch was read."),
                           f"Profile with the SpeedOfLight section: {decides}."]
         next_steps.append(NextStep(branch=_BRANCH, action=decides, why="Collects Compute (SM) and Memory "
                                    "Throughput, which decide whether a kernel is compute-, memory- or latency-bound."))
+        conclusion += trace_says[:1]
     else:
         dominant = next(iter(time_by_verdict))
-        holders = [r for r in rows if r.verdict == dominant]
+        holders = [r for r in rows if r.verdict == dominant and (not by_trace or r.trace_share_pct)]
         share = time_by_verdict[dominant]
         lead = holders[0]
         what = "kernel that takes" if len(holders) == 1 else f"{len(holders)} kernels that take"
-        basis = "of the profiled GPU time" if timed else "of the judged kernels"
+        basis = "of the trace's GPU time" if by_trace else "of the profiled GPU time" if timed \
+            else "of the judged kernels"
         conclusion = [f"The {what} {share:.0f} % {basis} {'is' if len(holders) == 1 else 'are'} "
                       f"{dominant.replace('_', '-')}: {_short(lead.name, 60)}: {lead.why}.",
                       f"Fix: {_FIX[_fix_key(lead)]} ({_NCU_DOCS}).".replace(" - ", " ")]
-        latency_share = by_verdict.get("latency_bound", 0.0) / 100
+        judged_share = sum(by_verdict.values())
+        latency_share = by_verdict.get("latency_bound", 0.0) / judged_share if judged_share > 0 else 0.0
         severity = Severity.warn if latency_share >= KERNEL_LATENCY_WARN_SHARE else Severity.ok
-        if severity is Severity.warn:
-            conclusion.append(f"Latency-bound kernels hold {latency_share * 100:.0f} % of the time: the GPU is far "
-                              "from both its compute and memory limits there.")
+        if trace_says:
+            conclusion.append(trace_says[0])
+        elif severity is Severity.warn:
+            conclusion.append(f"Latency-bound kernels hold {latency_share * 100:.0f} % of the judged time: the GPU "
+                              "is far from both its compute and memory limits there.")
         elif lead.borderline:
             conclusion.append("That kernel is borderline: near a threshold of NVIDIA's rule, either neighbouring "
                               "verdict is defensible.")
-        target = _kernel_filter(lead.name)
-        next_steps.append(NextStep(branch=_BRANCH, action=f"ncu --set full -k regex:{target} -c 1 -o {target} <the "
-                                   "application>, then analyze_kernels on it", why="The full set adds the stall "
-                                   "reasons, memory workload and source counters behind the verdict."))
+        if severity is Severity.ok and covered is not None and covered < KERNEL_TRACE_COVERED_SHARE and unprofiled:
+            # Most of the trace's kernel time was not profiled: ok would speak for the minority of the work.
+            severity = Severity.unknown
+            decides = _profile_command([u.name for u in unprofiled[:3]], "top_kernels") + ", then this call on it"
+        next_steps.append(NextStep(branch=_BRANCH, action=f"{_profile_command([lead.name], bare_function(lead.name))}"
+                                   ", then analyze_kernels on it", why="The full set adds the stall reasons, memory "
+                                   "workload and source counters behind the verdict."))
         next_steps.append(NextStep(branch=_BRANCH, action="After the fix: compare_runs(before=<trace before>, "
                                    "after=<trace after>)", why="Whether the kernel's time really went down."))
-    return AnalyzeKernelsResult(severity=severity, conclusion=conclusion[:3], next_steps=next_steps,
+    if unprofiled:
+        next_steps.insert(0 if decides and "top_kernels" in decides else len(next_steps), NextStep(
+            branch=_BRANCH, action=_profile_command([u.name for u in unprofiled[:3]], "top_kernels")
+            + ", then analyze_kernels on it with the same trace",
+            why="These trace kernels hold GPU time and have no ncu data."))
+    return AnalyzeKernelsResult(severity=severity, conclusion=conclusion[:3], next_steps=next_steps[:3],
                                 coverage=read.coverage, decides=decides, notes=notes[:20], kernels=kept,
-                                skipped_launches=skipped, time_by_verdict=time_by_verdict, fixes=fixes)
+                                skipped_launches=skipped, time_by_verdict=time_by_verdict, fixes=fixes,
+                                trace_profiled_pct=None if joined is None else round(
+                                    sum(r.trace_share_pct or 0 for r in judged), 1),
+                                unprofiled=unprofiled)
+
+
+def _function(kernel: UnprofiledKernel) -> str:
+    return _short(qualified_function(kernel.name) or kernel.name, 60) + (
+        f" ({kernel.instances} instances)" if kernel.instances > 1 else "")
+
+
+def _trace_side(joined: _Joined | None, judged: list[KernelRow],
+                notes: list[str]) -> tuple[list[UnprofiledKernel], float | None, list[str]]:
+    """The trace's unprofiled kernels, the share of its profilable kernel time the judged kernels cover (None
+    without a trace), and the sentence the conclusion gives it (none when the profiled kernels hold the time)."""
+    if joined is None:
+        return [], None, []
+    trace = joined.trace
+    by_function: dict[str, list[TraceKernel]] = defaultdict(list)
+    for kernel in joined.unprofiled:  # the most time first: each function's first is its largest instance
+        by_function[qualified_function(kernel.name) or kernel.name].append(kernel)
+    unprofiled = sorted((UnprofiledKernel(
+        name=group[0].name, instances=len(group), launches=sum(k.launches for k in group),
+        total_ms=round(sum(k.total_us for k in group) / 1000, 3),
+        share_pct=trace.share_pct(sum(k.total_us for k in group)),
+        ncu_command=_profile_command([group[0].name], bare_function(group[0].name) or "kernel"))
+        for group in by_function.values()), key=lambda u: -u.total_ms)[:KERNELS_MAX_UNPROFILED]
+    matched_us = sum(m.total_us for name, m in joined.matches.items() if any(r.name == name for r in judged))
+    # None: the trace holds no kernel ncu could profile (copies, memsets, collectives only), so nothing is missed.
+    covered = matched_us / trace.profilable_us if trace.profilable_us > 0 else None
+    said: list[str] = []
+    missing = sum(k.total_us for k in joined.unprofiled)
+    if not joined.matched:
+        notes.append("None of the profiled kernels appears in the trace (names compared demangled, template "
+                     "arguments and parameters aside, cut names by their beginning): it is of another run or "
+                     "program, or the kernels were renamed; shares are of the profiled time.")
+        said.append(f"None of the profiled kernels is in the trace, whose kernels ({trace.share_pct(missing):.0f} % of "
+                    f"its GPU time) have no ncu data: profile them, {_function(unprofiled[0])} first."
+                    if unprofiled else "None of the profiled kernels is in the trace.")
+    elif covered is not None and covered < KERNEL_TRACE_COVERED_SHARE and unprofiled:
+        found_us = sum(m.total_us for m in joined.matches.values())
+        unjudged = f" ({trace.share_pct(found_us):.0f} % with the unjudged ones found in it)" \
+            if found_us > matched_us else ""
+        said.append(f"The judged kernels hold only {trace.share_pct(matched_us):.0f} % of the trace's GPU time"
+                    f"{unjudged}; {len(joined.unprofiled)} kernel(s) with {trace.share_pct(missing):.0f} % have no ncu "
+                    f"data, the largest {_function(unprofiled[0])} ({unprofiled[0].share_pct:.1f} %).")
+    return unprofiled, covered, said

@@ -21,6 +21,8 @@ __all__ = [
     "duration_ns",
     "parse_number",
     "sol_section",
+    "stall_reason",
+    "stated_stall",
 ]
 
 
@@ -48,6 +50,10 @@ class Launch:
     rules: list[Rule] = field(default_factory=list)
     invocations: int = 1  # a --print-summary row stands for this many launches
     nan_values: int = 0  # values printed as nan: a failed launch has nothing else
+    # The top stall as the Warp State Statistics rule states it (text and details output without the breakdown):
+    # reason -> (cycles per issued instruction, the rule's own % of the cycles between two issues, if it gives one).
+    stated_stalls: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+    run: int = 0  # which profiling run of a pasted text it came from (a new `$ ncu ...` prompt starts one)
 
     @property
     def failed(self) -> bool:
@@ -65,6 +71,7 @@ ACHIEVED, THEORETICAL, WAVES = "achieved_occupancy_pct", "theoretical_occupancy_
 LIMIT_REGISTERS, LIMIT_SHARED, LIMIT_WARPS, LIMIT_BLOCKS = ("limit_registers", "limit_shared_mem", "limit_warps",
                                                             "limit_blocks")
 REGISTERS, GRID_BLOCKS, BLOCK_THREADS = "registers_per_thread", "grid_blocks", "block_threads"
+WARP_CYCLES = "warp_cycles_per_issue"
 
 # Metric names (the raw page, `--metrics` sections), current and pre-Volta.
 FIGURE_BY_METRIC: dict[str, str] = {
@@ -91,6 +98,7 @@ FIGURE_BY_METRIC: dict[str, str] = {
     "launch__registers_per_thread": REGISTERS,
     "launch__grid_size": GRID_BLOCKS,
     "launch__block_size": BLOCK_THREADS,
+    "smsp__average_warp_latency_per_inst_issued.ratio": WARP_CYCLES,
 }
 # The stall breakdown of Warp State Statistics, one metric per reason.
 STALL_METRIC = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
@@ -111,6 +119,7 @@ _OTHER_LABELS = {
     "Theoretical Occupancy": THEORETICAL, "Achieved Occupancy": ACHIEVED,
     "Block Limit Registers": LIMIT_REGISTERS, "Block Limit Shared Mem": LIMIT_SHARED,
     "Block Limit Warps": LIMIT_WARPS, "Block Limit SM": LIMIT_BLOCKS,
+    "Warp Cycles Per Issued Instruction": WARP_CYCLES,
 }
 FIGURE_BY_LABEL: dict[tuple[bool, str], str] = {
     **{(True, label): key for label, key in _SOL_LABELS.items()},
@@ -142,17 +151,21 @@ def figure_for_label(section: str | None, label: str, unit: str) -> str | None:
     return key
 
 
+_THOUSANDS_SPACE = re.compile(r"^[+-]?\d{1,3}( \d{3})+([.,]\d+)?$")  # `23 982 976`, `23 111 929,56` (Swedish locale)
 _THOUSANDS_COMMA = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 _THOUSANDS_DOT = re.compile(r"^[+-]?\d{1,3}(\.\d{3})+(,\d+)?$")
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d+$")
 
 
 def parse_number(text: str) -> float | None:
-    """A value as ncu prints it: thousands separators (`1,196,204`), the European locale (`9.420.231,80`, `4,17`),
-    `(!) nan`, `n/a`. None when it is no number (or nan: ncu's mark of a value it could not collect)."""
+    """A value as ncu prints it: thousands separators (`1,196,204`), the European locales (`9.420.231,80`, `4,17`,
+    `23 111 929,56`), `(!) nan`, `n/a`. None when it is no number (or nan: ncu's mark of a value it could not
+    collect)."""
     value = text.strip().replace("(!)", "").strip().replace("\u00a0", "")
     if not value or value.lower() in ("n/a", "nan", "-nan", "inf", "-inf"):
         return None
+    if _THOUSANDS_SPACE.match(value):
+        value = value.replace(" ", "")
     if _THOUSANDS_COMMA.match(value):
         value = value.replace(",", "")
     elif _THOUSANDS_DOT.match(value) and (value.count(".") > 1 or "," in value):
@@ -180,3 +193,50 @@ def duration_ns(value: float, unit: str) -> float | None:
     reports from GPUs it does not know, values in base units); another unit is no duration."""
     scale = _NS_PER_UNIT.get(unit.strip().lower(), 1.0 if not unit.strip() else None)
     return None if scale is None else value * scale
+
+
+def stall_reason(section: str | None, label: str) -> str | None:
+    """The stall reason of a row of the Warp State Statistics breakdown (`Stall Long Scoreboard` -> long_scoreboard,
+    `Selected` -> selected), as `--print-details all` prints it in text and CSV; None for any other row."""
+    if section is None or "warp state" not in section.lower():
+        return None
+    label = label.strip()
+    if label == "Selected":
+        return "selected"
+    if not label.startswith("Stall "):
+        return None
+    return re.sub(r"\W+", "_", label[len("Stall "):].strip().lower()).strip("_") or None
+
+
+_STATED = re.compile(r"spends (?P<cycles>[\d.,]+) cycles being stalled (?P<what>[^.]*(?:\.\d[^.]*)*)\.(?:[^.]*?This "
+                     r"represents about (?P<pct>[\d.,]+) ?% of the total average)?", re.IGNORECASE)
+# What the Warp State Statistics rule (CPIStall) says a warp waits for, by reason; first match wins (the L1TEX
+# scoreboard's text names texture operations too).
+_STATED_REASONS = (
+    ("immediate constant cache", "imc_miss"), ("scoreboard dependency on a l1tex", "long_scoreboard"),
+    ("scoreboard dependency on a mio", "short_scoreboard"), ("mio (memory input/output) instruction queue",
+                                                              "mio_throttle"),
+    ("local and global (lg) memory", "lg_throttle"), ("fixed latency execution dependency", "wait"),
+    ("cta barrier", "barrier"), ("memory barrier", "membar"), ("math execution pipeline", "math_pipe_throttle"),
+    ("after an exit", "drain"), ("after exit", "drain"), ("branch target", "branch_resolving"),
+    ("queue for texture", "tex_throttle"),
+    ("instruction cache miss", "no_instruction"), ("fetch an instruction", "no_instruction"),
+    ("dispatch", "dispatch_stall"), ("sleeping", "sleeping"), ("warpgroup", "gmma"),
+)
+
+
+def stated_stall(message: str) -> tuple[str, float, float | None] | None:
+    """(reason, cycles per issued instruction, the rule's % of the cycles between two issues or None) from the
+    Warp State Statistics rule's text ("... spends 20.5 cycles being stalled waiting for sibling warps at a CTA
+    barrier. This represents about 58.0% of the total average of 35.4 cycles ..."); None for another rule or a
+    wording not known here."""
+    found = _STATED.search(" ".join(message.split()))
+    if found is None:
+        return None
+    what = found.group("what").lower()
+    reason = next((r for phrase, r in _STATED_REASONS if phrase in what), None)
+    cycles = parse_number(found.group("cycles"))
+    if reason is None or cycles is None:
+        return None
+    pct = parse_number(found.group("pct")) if found.group("pct") else None
+    return reason, cycles, pct

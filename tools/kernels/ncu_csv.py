@@ -24,6 +24,8 @@ from tools.kernels.launches import (
     figure_for_label,
     is_nan,
     parse_number,
+    stall_reason,
+    stated_stall,
 )
 
 __all__ = ["csv_kind", "read_details_csv", "read_raw_csv"]
@@ -83,9 +85,13 @@ def _add_rule(launch: Launch, row: dict[str, str]) -> None:
     if not kind or not name:
         return
     speedup = parse_number(row.get("Estimated Speedup", ""))
-    message = re.split(r"(?<=[.!?])\s", row.get("Rule Description", "").strip(), maxsplit=1)[0][:300]
+    description = row.get("Rule Description", "").strip()
+    message = re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0][:300]
     if not any(r.name == name and r.message == message for r in launch.rules):
         launch.rules.append(Rule(kind, name, speedup, message))
+    stall = stated_stall(description)
+    if stall is not None:
+        launch.stated_stalls.setdefault(stall[0], stall[1:])
 
 
 def read_details_csv(text: str) -> list[Launch]:
@@ -117,6 +123,10 @@ def read_details_csv(text: str) -> list[Launch]:
             continue
         unit = row.get("Metric Unit", "").strip()
         section = row.get("Section Name", "").strip() or None
+        reason = stall_reason(section, label)
+        if reason is not None:  # the breakdown table `--print-details all` adds
+            launch.stalls[reason] = value
+            continue
         figure = figure_for_label(section, label, unit) or FIGURE_BY_METRIC.get(label)
         if figure is None:
             stall = STALL_METRIC.match(label)

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import re
 
-from tools.kernels.launches import Launch, Rule, duration_ns, figure_for_label, is_nan, parse_number
+from tools.kernels.launches import (
+    Launch,
+    Rule,
+    duration_ns,
+    figure_for_label,
+    is_nan,
+    parse_number,
+    stall_reason,
+    stated_stall,
+)
 
 __all__ = ["looks_like_ncu_text", "read_ncu_text"]
 
@@ -28,7 +37,11 @@ _SPEEDUP = re.compile(r"^Est\. (?:Local |Global )?Speedup: ?(?P<pct>[\d.,]+) ?%\
 _COMMENT = re.compile(r"^\s*(?://+|#+|\*+)?")
 _ROW_SPLIT = re.compile(r"\s{2,}")
 # Words that mark a table row's unit column (a value alone is a row without a unit).
-_NUMBERISH = re.compile(r"^(?:\(!\)\s*)?[-+]?[\d.,]+$|^(?:\(!\)\s*)?n/?a$|^(?:\(!\)\s*)?-?nan$", re.IGNORECASE)
+_NUMBERISH = re.compile(r"^(?:\(!\)\s*)?[-+]?[\d.,]+$|^[-+]?\d{1,3}(?: \d{3})+(?:[.,]\d+)?$|^(?:\(!\)\s*)?n/?a$|"
+                        r"^(?:\(!\)\s*)?-?nan$", re.IGNORECASE)
+# A shell prompt running the profiler: in a paste of several runs, each starts here (`$ ncu ./app`,
+# `$ srun ... nv-nsight-cu-cli ./app 500E6`), and the same kernel name in two runs is two results, not one.
+_PROFILER_PROMPT = re.compile(r"^\$\s.*\b(?:ncu|nv-nsight-cu-cli)\b")
 
 
 def looks_like_ncu_text(text: str) -> bool:
@@ -73,20 +86,29 @@ def read_ncu_text(text: str) -> list[Launch]:
                 message = message[speedup.end():]
             rule.message = re.split(r"(?<=[.!?])\s", message.strip(), maxsplit=1)[0][:300]
             launch.rules.append(rule)
+            stall = stated_stall(message)
+            if stall is not None:
+                launch.stated_stalls.setdefault(stall[0], stall[1:])
         rule = None
         rule_lines.clear()
 
+    run = 0
     for raw in text.splitlines():
         line = _strip(raw)
         if not line:
             close_rule()
+            continue
+        if _PROFILER_PROMPT.match(line):
+            close_rule()
+            run += 1
+            launch = None
             continue
         header = _KERNEL_NEW.match(line) or _KERNEL_OLD.match(line)
         if header and not line.startswith("Section:"):
             close_rule()
             groups = header.groupdict()
             launch = Launch(name=groups["name"].strip(), grid=f"({groups['grid']})" if groups.get("grid") else None,
-                            block=f"({groups['block']})" if groups.get("block") else None)
+                            block=f"({groups['block']})" if groups.get("block") else None, run=run)
             invocations = _INVOCATIONS.search(groups.get("rest") or "")
             if invocations:
                 launch.invocations = int(invocations.group(1))
@@ -119,6 +141,10 @@ def read_ncu_text(text: str) -> list[Launch]:
         value = parse_number(raw_value)
         if value is None:
             launch.nan_values += is_nan(raw_value)
+            continue
+        reason = stall_reason(section, label)
+        if reason is not None:
+            launch.stalls[reason] = value
             continue
         figure = figure_for_label(section, label, unit)
         if figure is None:

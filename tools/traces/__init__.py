@@ -5,7 +5,7 @@ These names are the package's public surface: another domain imports them from h
 """
 
 from tools.traces.kineto import TraceEvent, TraceHeader, rank_of_trace, read_trace, trace_files
-from tools.traces.nsys import is_nsys_export, nsys_processes, read_nsys_batches
+from tools.traces.nsys import exported_reports, is_nsys_export, nsys_processes, read_nsys_batches
 from tools.traces.summary import (
     SummarizeTraceInput,
     SummarizeTraceResult,
@@ -26,6 +26,7 @@ __all__ = [
     "bottleneck",
     "branch_of_cause",
     "breakdown",
+    "exported_reports",
     "is_nsys_export",
     "nsys_processes",
     "rank_of_trace",

@@ -39,7 +39,8 @@ from tools.core.context import ToolContext
 from tools.core.errors import UnreadableInput
 from tools.core.files import read_regular, size_text
 from tools.core.intervals import Spans, merge
-from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_TOP_KERNELS
+from tools.core.kernel_names import ncu_profile_command
+from tools.core.limits import TRACE_MAX_RANK_ROWS, TRACE_NCU_TOP_KERNELS, TRACE_TOP_KERNELS
 from tools.core.models import Coverage, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges
 from tools.core.thresholds import (
@@ -49,6 +50,7 @@ from tools.core.thresholds import (
     LAUNCH_AHEAD_US,
     MIN_CAUSE_PCT,
     SMALL_GAP_US,
+    TRACE_NCU_COMPUTE_SHARE,
 )
 from tools.traces.collect import (
     COMM_NAME,
@@ -968,12 +970,13 @@ async def summarize_trace(params: SummarizeTraceInput, ctx: ToolContext) -> Summ
             severity = Severity.unknown
     elif found.missing_ranks and len(ranks) > 1 and severity is Severity.ok:
         severity = Severity.unknown  # a rank with no trace may be the one that hung or lagged
+    verdict = "unknown" if len(found.undecided) == len(ranks) else bottleneck(statistics.median(busy) if busy
+                                                                              else None, causes)
     return SummarizeTraceResult(
         severity=severity,
-        bottleneck="unknown" if len(found.undecided) == len(ranks)
-        else bottleneck(statistics.median(busy) if busy else None, causes),
+        bottleneck=verdict,
         conclusion=_conclude(ranks, causes, caveats, found, severity),
-        next_steps=_next_steps(causes),
+        next_steps=_next_steps(causes, verdict, found.kernels),
         coverage=coverage,
         decides=decides if severity is Severity.unknown else None,
         ranks=_bounded_ranks(ranks),
@@ -1138,13 +1141,36 @@ def branch_of_cause(kind: str) -> str:
     return _BRANCH.get(kind, "gpu_utilization_low")
 
 
-def _next_steps(causes: list[Cause]) -> list[NextStep]:
+def _ncu_step(verdict: str, kernels: dict[str, tuple[int, float, str]]) -> NextStep | None:
+    """For a busy GPU whose time its compute kernels hold: Nsight Compute on the top ones, then analyze_kernels."""
+    if verdict != "gpu_busy":
+        return None
+    total = sum(us for _, us, _ in kernels.values())
+    compute = sorted(((name, us) for name, (_, us, kind) in kernels.items()
+                      if kind == "compute" and not name.startswith("CUDA graph ")), key=lambda item: -item[1])
+    if total <= 0 or sum(us for _, us in compute) / total < TRACE_NCU_COMPUTE_SHARE:
+        return None  # copies, memsets or collectives hold the time: not a kernel's inside
+    top = compute[:TRACE_NCU_TOP_KERNELS]
+    command = ncu_profile_command([name for name, _ in top], "top_kernels", "<the user's command>")
+    if command is None:
+        return None
+    held = 100 * sum(us for _, us in top) / total
+    return NextStep(branch="gpu_utilization_low", step="kernels",
+                    action=f"{command}, then analyze_kernels(files=['top_kernels.ncu-rep'], trace=<this trace>)",
+                    why=f"The GPU is busy and its compute kernels hold the time; the top {len(top)} take {held:.0f}% "
+                        "of it: Nsight Compute says whether they are compute-, memory- or latency-bound.")
+
+
+def _next_steps(causes: list[Cause], verdict: str, kernels: dict[str, tuple[int, float, str]]) -> list[NextStep]:
+    ncu = _ncu_step(verdict, kernels)
+    first = [ncu] if ncu is not None else []
     if not causes:
-        return [NextStep(branch="gpu_utilization_low", step="sample",
-                         action="Sample utilisation with nvidia_smi_query count=20",
-                         why="A busy GPU in the trace points at the model itself (kernel efficiency, batch size).")]
+        return first or [NextStep(branch="gpu_utilization_low", step="sample",
+                                  action="Sample utilisation with nvidia_smi_query count=20",
+                                  why="A busy GPU in the trace points at the model itself (kernel efficiency, "
+                                      "batch size).")]
     lead = causes[0]
     branch = branch_of_cause(lead.kind)
-    return [NextStep(branch=branch, step={"gpu_utilization_low": "trace", "straggler": "find"}.get(branch),
-                     action=f"Fix {lead.kind} ({lead.fix.split(':')[0].split(',')[0]}), then profile again and compare",
-                     why="The trace shows it is the largest share of step time.")]
+    return [*first, NextStep(branch=branch, step={"gpu_utilization_low": "trace", "straggler": "find"}.get(branch),
+                             action=f"Fix {lead.kind} ({lead.fix.split(':')[0].split(',')[0]}), then profile again "
+                                    "and compare", why="The trace shows it is the largest share of step time.")]

@@ -5,8 +5,12 @@ Values are asserted against what ncu itself printed for the same report."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,13 +18,17 @@ import pytest
 
 from tests.helpers import REPO, base_env, run_cli, stdio_client
 from tools.core.context import ToolContext
+from tools.core.kernel_names import instance_form, is_mangled, ncu_kernel_filter, qualified_function
 from tools.core.models import CoverageStatus, Severity
 from tools.kernels import AnalyzeKernelsInput, AnalyzeKernelsResult, analyze_kernels
+from tools.kernels.launches import parse_number, stated_stall
+from tools.kernels.names import demangle
 from tools.kernels.verdict import judge
 
 pytestmark = pytest.mark.anyio
 
 FILES = REPO / "tests" / "data" / "kernels" / "files"
+NSYS = REPO / "tests" / "data" / "nsys" / "files"
 NCU = REPO / ".cache" / "ncu" / "usr" / "lib" / "x86_64-linux-gnu" / "nsight-compute" / "target" / \
     "linux-desktop-glibc_2_11_3-x64" / "ncu"
 # What the reports' session pages hold (ncu --import F --page session): never in our output.
@@ -174,3 +182,110 @@ def test_a_fifo_named_like_a_report_is_refused_before_ncu_starts(ncu: Path, tmp_
     assert time.monotonic() - started < 10 and done.returncode == 4, done.stderr
     result = json.loads(done.stdout)
     assert result["coverage"][0]["status"] == "not_understood" and "is a FIFO" in result["coverage"][0]["detail"]
+
+
+async def test_stalls_from_the_warp_state_breakdown_in_text_and_csv_equal_the_reports(ncu: Path) -> None:
+    # `ncu --import ... --print-details all` prints the Warp State Statistics breakdown ("Stall Barrier inst 20.53")
+    # in text and CSV: the same metrics the report's raw page holds, so the same top three.
+    report = (await analyze("speedy_scan-2020.3.ncu-rep")).kernels[0].stalls
+    assert [(s.reason, s.pct) for s in report] == [("barrier", 59.4), ("long_scoreboard", 15.1), ("wait", 8.1)]
+    for export in ("speedy_scan-2020.3-details-all-excerpt.txt", "speedy_scan-2020.3-details-all-excerpt.csv"):
+        [row] = (await analyze(export)).kernels
+        assert row.stalls == report, export
+        assert "barrier" in row.why and row.verdict == "latency_bound"
+
+
+async def test_the_top_stall_as_the_warp_state_rule_states_it() -> None:
+    # Without the breakdown, text and details output keep the rule's own figure: "spends 20.5 cycles being stalled
+    # waiting for sibling warps at a CTA barrier. This represents about 58.0% of the total average of 35.4 cycles".
+    for export in ("speedy_scan-2020.3-sol-labels.txt", "speedy_scan-2020.3-details.csv"):
+        [row] = (await analyze(export)).kernels
+        assert [(s.reason, s.pct) for s in row.stalls] == [("barrier", 58.0)], export
+        assert "top stall barrier" in row.why
+
+
+def test_stated_stalls_of_other_reasons_and_wordings() -> None:
+    # Rule texts (CPIStall) as stored in two development reports of the accuracy set (LakshyaSingh354/CudaCode
+    # gemm/reps/naive.ncu-rep, blob 7bc2a745; eschnett/IndexSpaces.jl profile.ncu-rep, blob 3176628c; read through
+    # ncu 2024.1): the first gives no share, the second does.
+    lg = stated_stall("On average, each warp of this kernel spends 23.9 cycles being stalled waiting for the L1 "
+                      "instruction queue for local and global (LG) memory operations to be not full. Typically, this "
+                      "stall occurs only when executing local or global memory instructions extremely frequently.")
+    assert lg == ("lg_throttle", 23.9, None)
+    drain = stated_stall("On average, each warp of this kernel spends 24.3 cycles being stalled waiting after an "
+                         "EXIT instruction for all outstanding memory instructions to complete so that the warp's "
+                         "resources can be freed. This represents about 52.7% of the total average of 46.1 cycles "
+                         "between issuing two instructions.")
+    assert drain == ("drain", 24.3, 52.7)
+    # Another rule of the same section (speedy_scan-2020.3-sol-labels.txt, Scheduler Statistics) is no stall.
+    assert stated_stall("Every scheduler is capable of issuing one instruction per cycle, but for this kernel each "
+                        "scheduler only issues an instruction every 3.3 cycles.") is None
+
+
+def test_numbers_in_the_swedish_locale_of_2020_profile_time_text() -> None:
+    # nv-nsight-cu-cli output pasted in hpc2n/gpu-course (2020-Nov, Kebnekaise V100): decimal commas and spaces as
+    # thousands separators ("SM Active Cycles  cycle  23 111 929,56").
+    assert parse_number("23 111 929,56") == 23_111_929.56
+    assert parse_number("23 982 976") == 23_982_976
+    assert parse_number("866,86") == 866.86
+    assert parse_number("1,196,204") == 1_196_204
+
+
+async def test_mangled_names_are_demangled_by_cxxfilt(ncu: Path) -> None:
+    # `ncu --import ... --print-kernel-base mangled` prints _Z8kernel_APdii: shown demangled, with the figures of the
+    # same kernels in the demangled export.
+    mangled = await analyze("yzwang-cudacode-details-mangled.csv")
+    plain = await analyze("yzwang-cudacode-details-20col.csv")
+    assert [k.name for k in mangled.kernels] == ["kernel_A(double*, int, int)", "kernel_C(double*, double const*, int)"]
+    assert [c.status for c in mangled.coverage] == [CoverageStatus.read]
+    for ours, theirs in zip(mangled.kernels, plain.kernels, strict=True):
+        assert qualified_function(ours.name) == qualified_function(theirs.name)
+        assert (ours.sm_throughput_pct, ours.memory_throughput_pct, ours.verdict) == (
+            theirs.sm_throughput_pct, theirs.memory_throughput_pct, theirs.verdict)
+
+
+def test_without_cxxfilt_mangled_names_stay_and_coverage_says_so(tmp_path: Path) -> None:
+    # A PATH with python but no c++filt: the names are kept as ncu printed them, the file is read in part.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").symlink_to(sys.executable)
+    done = run_cli(["analyze-kernels", "yzwang-cudacode-details-mangled.csv", "--root", str(FILES), "--json"],
+                   base_env(PATH=str(tmp_path / "bin")))
+    assert done.returncode in (0, 1, 2, 4), done.stderr
+    result = json.loads(done.stdout)
+    assert [k["name"] for k in result["kernels"]] == ["_Z8kernel_APdii", "_Z8kernel_CPdPKdi"]
+    [entry] = result["coverage"]
+    assert entry["status"] == "partial" and "no c++filt" in entry["detail"]
+
+
+async def test_real_mangled_names_demangled_as_nsys_demangled_them() -> None:
+    # The kernel table of a real Nsight Systems export keeps each kernel's mangled and demangled name (NVIDIA's
+    # demangler): c++filt's spelling differs (anonymous namespaces, casts, parameters as T2) but names the same
+    # function, and the same template instance.
+    with sqlite3.connect(f"file:{NSYS / 'fuser-register-stealing-report1.sqlite'}?mode=ro", uri=True) as db:
+        pairs = db.execute("SELECT DISTINCT m.value, d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds m ON "
+                           "m.id = k.mangledName JOIN StringIds d ON d.id = k.demangledName").fetchall()
+    mangled = [(m, d) for m, d in pairs if is_mangled(m)]
+    assert len(mangled) == 14
+    found = await demangle([m for m, _ in mangled], 30)
+    assert found.kept == 0 and len(found.names) == 14
+    for symbol, nvidia in mangled:
+        assert qualified_function(found.of(symbol)) == qualified_function(nvidia), symbol
+    assert sum(instance_form(found.of(s)) == instance_form(n) for s, n in mangled) == 13
+
+
+async def test_the_ncu_filter_selects_exactly_the_kernels_it_names(ncu: Path, tmp_path: Path) -> None:
+    # Kernel filters apply on import too: the -k argument the tool writes (bare function names, anchored), run by
+    # ncu itself on a report of esmm_shmem_multi, esmm_shmem_multi2 and esmm_shmem_multi3, selects the one named,
+    # not the other two its name begins.
+    names = [k.name for k in (await analyze("esmm-2023.1-failed-launch.ncu-rep")).kernels]
+    for wanted in ([names[0]], names[1:]):
+        target = ncu_kernel_filter(wanted)
+        assert target is not None and target.startswith("regex:'^(") and target.endswith(")$'")
+        argv = [str(ncu), "--import", str(FILES / "esmm-2023.1-failed-launch.ncu-rep"), "-k", target.replace("'", ""),
+                "--csv", "--page", "raw", "--metrics", "gpu__time_duration.sum"]
+        env = base_env(HOME=str(tmp_path), NV_COMPUTE_PROFILER_DISABLE_STOCK_FILE_DEPLOYMENT="1")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        rows = list(csv.reader(line for line in done.stdout.splitlines() if not line.startswith("==")))
+        picked = [row[rows[0].index("Kernel Name")] for row in rows[2:]]
+        assert picked == wanted
