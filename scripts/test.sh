@@ -15,18 +15,19 @@ fi
 # check_interconnect's live mode runs the real ibstat (infiniband-diags: its "no IB device" path) and ethtool;
 # tests/test_stalled_fs.py mounts a FUSE file system that stalls (fuse3: libfuse3 and fusermount3).
 # telemetry_history's tests backfill and serve GPU history with a real Prometheus (Debian's prometheus: promtool too).
+# analyze_kernels demangles kernel names with binutils' c++filt.
 need=()
 for program in munged mungekey slurmctld slurmd srun scontrol sbatch sshd ssh ssh-keygen ibstat ethtool fusermount3 \
-    prometheus promtool; do
+    prometheus promtool c++filt; do
   command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || need+=("$program")
 done
 if [ "${#need[@]}" -gt 0 ]; then
-  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags, ethtool, fuse3 and prometheus (missing: ${need[*]})" >&2
+  echo "installing Debian's Slurm, munge, OpenSSH, infiniband-diags, ethtool, fuse3, prometheus and binutils (missing: ${need[*]})" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
     slurmctld slurmd slurm-client munge openssh-server openssh-client infiniband-diags ethtool fuse3 prometheus \
-    >/dev/null
+    binutils >/dev/null
 fi
 export PATH="$PATH:/usr/sbin"
 
