@@ -75,6 +75,9 @@ TRACE_READ_CHARS: Final = 1 * 1024 * 1024
 # The most bytes of a trace decoded in one call (a few hundred events): under the 128 KiB from which the CLI maps each
 # allocation afresh (mcp_server/process.py), as the copy decoded is made per batch.
 TRACE_BATCH_BYTES: Final = 120 * 1024
+# Events sorted into the summary's columns at a time (numpy over a chunk's fields): enough that numpy's cost per
+# call is spread thin, few enough that a chunk's columns stay under the same 128 KiB (8 bytes an event each).
+TRACE_COLLECT_EVENTS: Final = 8192
 # nsys stats CSV output is read whole: a summary table is kilobytes; anything this large is not one.
 NSYS_STATS_MAX_BYTES: Final = 64 * 1024 * 1024
 # A metadata value (anything but traceEvents) larger than this is refused rather than held.
@@ -180,6 +183,7 @@ COMPILE_MAX_FINDINGS: Final = 24
 # check_interconnect: saved nccl-tests outputs and node captures are read whole (they are KB; a bigger one is not
 # such an output), NCCL logs through the log reader (any size, one pass).
 NET_MAX_CAPTURE_BYTES: Final = 8 * 1024 * 1024
+NET_SNIFF_BYTES: Final = 200_000  # the head that tells a file given as `files` its kind (as much as kind_of reads)
 NET_MAX_FILES: Final = 1024
 NET_MAX_FINDINGS: Final = 40
 NET_MAX_WARN_KINDS: Final = 8  # distinct NCCL WARN messages listed
@@ -220,6 +224,15 @@ KERNELS_MAX_FILES: Final = 64
 KERNELS_MAX_TEXT_BYTES: Final = 64 * 1024 * 1024
 KERNELS_DEFAULT_TOP: Final = 20
 KERNELS_MAX_TOP: Final = 200
+# Mangled kernel names are demangled by c++filt, given as arguments: at most this many bytes of names a run (far
+# below any system's argument limit) and this many names a call (a report or trace holds a few hundred kernels).
+KERNELS_DEMANGLE_BATCH_BYTES: Final = 64 * 1024
+KERNELS_DEMANGLE_MAX_NAMES: Final = 4096
+KERNELS_DEMANGLE_TIMEOUT_S: Final = 10.0
+# The trace kernels listed as not profiled, with the ncu command for them.
+KERNELS_MAX_UNPROFILED: Final = 10
+# summarize_trace names the ncu command for at most this many of a compute-dominated trace's top kernels.
+TRACE_NCU_TOP_KERNELS: Final = 3
 
 # telemetry_history: a Prometheus-compatible API read over HTTP. Prometheus refuses a range query of more than 11,000
 # points per series; each range query here asks for at most TELEMETRY_QUERY_POINTS points in all (series x points),

@@ -260,6 +260,13 @@ KERNEL_LOW_OCCUPANCY_PCT = 50.0
 KERNEL_DRAM_NEAR_PCT = 10.0
 # Latency-bound kernels holding at least this share of the profiled GPU time make the answer a warning.
 KERNEL_LATENCY_WARN_SHARE = 0.5
+# With a trace beside the ncu results: when the profiled kernels hold less than this share of the trace's kernel
+# time, most of the GPU's work was not looked at, and an answer of ok would speak for the minority: unknown, naming
+# the ncu command for the kernels that hold the rest.
+KERNEL_TRACE_COVERED_SHARE = 0.5
+# summarize_trace: a busy GPU whose kernel time is at least this share compute kernels (not copies, memsets or
+# communication) is held by its kernels: the next step is Nsight Compute on the top ones.
+TRACE_NCU_COMPUTE_SHARE = 0.5
 
 # telemetry_history (dcgm-exporter history from Prometheus). A busy GPU's SM clock this share below its own usual
 # level (the 90th percentile of its busy samples) or below its peers' median is throttled: boost clocks of one model
@@ -280,3 +287,20 @@ TELEMETRY_MIN_PEERS = 4
 # go on has stopped: the exporter lost the GPU (fallen off the bus) or the node.
 TELEMETRY_SILENT_STEPS = 4
 TELEMETRY_SILENT_MIN_S = 120.0
+# When the job slowed (step_change, from the job's step logs): the first logged step this share slower than the median
+# of up to TELEMETRY_STEP_BASELINE_LINES steps before it, with the median of it and the next
+# TELEMETRY_STEP_RISE_MIN_LINES - 1 steps as slow too (one slow step is a checkpoint or a GC pause, not a change). The
+# share is find_stragglers' crit line (STRAGGLER_CRIT_PCT): a steady job's steps differ by a few per cent.
+TELEMETRY_STEP_RISE_SHARE = 0.15
+TELEMETRY_STEP_RISE_MIN_LINES = 5
+TELEMETRY_STEP_BASELINE_LINES = 20
+# Which GPU series changed with it: a change beginning within TELEMETRY_STEP_CHANGE_WINDOW_S either side of the slow
+# step (dcgm-exporter samples every 30 s and a log line closes a step that may be many seconds long), against the
+# series' level over the TELEMETRY_STEP_BASELINE_S before that. A change is TELEMETRY_MIN_RUN_SAMPLES samples in a row
+# past: the clock's TELEMETRY_CLOCK_DROP_SHARE; TELEMETRY_SERIES_CHANGE_SHARE of the earlier level for utilisation,
+# power and NVLink / PCIe throughput (they wobble 5-10 % from sample to sample under a steady load); a temperature
+# TELEMETRY_TEMP_CHANGE_C away (sample to sample 1-3 C); a slowing clock-event reason newly set.
+TELEMETRY_STEP_CHANGE_WINDOW_S = 300.0
+TELEMETRY_STEP_BASELINE_S = 600.0
+TELEMETRY_SERIES_CHANGE_SHARE = 0.2
+TELEMETRY_TEMP_CHANGE_C = 8.0

@@ -12,7 +12,12 @@ Verdicts: throttled (SM clock below the GPU's own busy level or its peers', with
 in the window, the gauge's changes; a GPU that then falls silent), held_idle (a held GPU at zero utilisation, graphics
 engine activity on MIG, for TELEMETRY_HELD_IDLE_MIN_S while memory is held), below_peers (a GPU or node whose
 utilisation sits below the selection's median at the same times), hardware_errors (ECC, row remap, PCIe replay and
-NVLink counters rising). `unknown`, naming what would decide, when the server has no matching series.
+NVLink counters rising: by how much and from which sample), step_change (tools/telemetry/step_change.py: the time the
+job's step logs slowed and the GPU series that changed within minutes of it). `unknown`, naming what would decide,
+when the server has no matching series, or when step logs were given but cannot place the slowdown in time.
+
+A Slurm job: scontrol gives its window and nodes; its series are those labelled hpc_job=<id> where the exporter sets
+that label, else those of its nodes.
 """
 
 from __future__ import annotations
@@ -46,7 +51,18 @@ from tools.core.limits import (
     TELEMETRY_MIN_STEP_S,
     TELEMETRY_QUERY_POINTS,
 )
-from tools.core.models import Coverage, InputModel, NameArg, NextStep, Severity, Table, ToolResult, cell, worst
+from tools.core.models import (
+    Coverage,
+    InputModel,
+    NameArg,
+    NextStep,
+    PathArg,
+    Severity,
+    Table,
+    ToolResult,
+    cell,
+    worst,
+)
 from tools.core.proc import run_program
 from tools.core.thresholds import (
     CRIT_THROTTLE,
@@ -58,26 +74,41 @@ from tools.core.thresholds import (
     TELEMETRY_MIN_RUN_SAMPLES,
     TELEMETRY_SILENT_MIN_S,
     TELEMETRY_SILENT_STEPS,
+    TELEMETRY_STEP_BASELINE_S,
+    TELEMETRY_STEP_CHANGE_WINDOW_S,
+    TELEMETRY_STEP_RISE_MIN_LINES,
+    TELEMETRY_STEP_RISE_SHARE,
     UNDER_LOAD_PCT,
 )
 from tools.core.urls import checked_url
 from tools.core.xid import xid_meaning
 from tools.telemetry.client import ENV_URL, PromClient
 from tools.telemetry.names import CONCEPTS, LABELS, REASON_BITS, RELEVANT_REASONS, label_of
+from tools.telemetry.step_change import (
+    STEP_SERIES,
+    JobSteps,
+    SeriesChange,
+    StepChange,
+    mark_job_wide,
+    read_job_steps,
+    series_change,
+    slowdown,
+)
 
 __all__ = ["TelemetryHistoryInput", "TelemetryHistoryResult", "telemetry_history"]
 
-Kind = Literal["throttled", "xid", "held_idle", "below_peers", "hardware_errors"]
-Verdict = Literal["throttled", "xid", "held_idle", "below_peers", "hardware_errors", "none", "unknown"]
+Kind = Literal["throttled", "xid", "held_idle", "below_peers", "hardware_errors", "step_change"]
+Verdict = Literal["throttled", "xid", "held_idle", "below_peers", "hardware_errors", "step_change", "none", "unknown"]
 _BRANCH: dict[str, str] = {"throttled": "straggler", "xid": "gpu_hardware", "held_idle": "gpu_utilization_low",
-                           "below_peers": "straggler", "hardware_errors": "gpu_hardware"}
-_ORDER: tuple[Kind, ...] = ("xid", "hardware_errors", "throttled", "below_peers", "held_idle")
+                           "below_peers": "straggler", "hardware_errors": "gpu_hardware", "step_change": "straggler"}
+_ORDER: tuple[Kind, ...] = ("xid", "hardware_errors", "throttled", "step_change", "below_peers", "held_idle")
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _FILTER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 _NodeName = Annotated[str, Field(min_length=1, max_length=128, pattern=_FILTER)]
 _GpuName = Annotated[str, Field(min_length=1, max_length=64, pattern=_FILTER)]
 _HARDWARE_CRIT = {"ecc_dbe", "remapped_uncorrectable", "row_remap_failure"}
+_UTC_OFFSET = re.compile(r"^(?:Z|UTC|[+-]\d\d:?\d\d)$")
 
 
 class TelemetryHistoryInput(InputModel):
@@ -104,6 +135,15 @@ class TelemetryHistoryInput(InputModel):
     step_s: float | None = Field(default=None, ge=TELEMETRY_MIN_STEP_S, le=TELEMETRY_MAX_STEP_S,
                                  description=f"Resolution of the range queries, seconds. Default "
                                  f"{TELEMETRY_DEFAULT_STEP_S:g} (the exporter's interval), coarser on long windows.")
+    step_logs: list[PathArg] = Field(default_factory=list, max_length=64, description="The job's step-time logs "
+                                     "(paths or globs inside the roots, as find_stragglers reads them) with a "
+                                     "timestamp on each line: when the job slowed, and which GPU series changed "
+                                     "with it (step_change). Without start/end or job they set the window.")
+    step_regex: str | None = Field(default=None, max_length=512, description="Your own RE2 regex for the step "
+                                   "lines, with named groups step_ms or step_s (and optionally step, rank).")
+    step_log_utc_offset: str | None = Field(default=None, max_length=6, pattern=_UTC_OFFSET.pattern,
+                                            description="The zone of step-log times written without one (Python "
+                                            "logging's default), e.g. +08:00 or Z. Default: this machine's.")
 
     cli_positional = "url"
 
@@ -145,6 +185,11 @@ class TelemetryFinding(BaseModel):
     evidence: str
     reasons: list[str] = Field(default_factory=list, description="Clock-event reasons seen (throttled).")
     xid_code: int | None = None
+    metric: str = Field(default="", description="hardware_errors: the counter or flag that rose.")
+    rise: float | None = Field(default=None, description="hardware_errors: how much the counter rose in the window "
+                               "(1 for a flag newly set).")
+    changes: list[SeriesChange] = Field(default_factory=list, description="step_change: this GPU's series that "
+                                        "changed with the job's step time, and the job-wide ones.")
     meaning: str = ""
     sop_branch: str
 
@@ -176,6 +221,13 @@ class TelemetryHistoryResult(ToolResult):
     gpus: list[GpuHistory]
     metrics: list[ResolvedName] = Field(description="The names this server holds, per measure.")
     host_label: str | None
+    job: str | None = Field(default=None, description="The Slurm job asked about.")
+    nodes: list[str] = Field(default_factory=list, description="The nodes the selection was narrowed to (given, or "
+                             "the job's NodeList from scontrol).")
+    window_source: str = Field(description="Where the window came from: start/end, the Slurm job (scontrol), the "
+                               "step logs' times, or the default last hour.")
+    step_change: StepChange | None = Field(default=None, description="When the job slowed, from step_logs; None "
+                                           "when none were given.")
     queries: int
     points_read: int
 
@@ -234,18 +286,33 @@ class _Window:
     step: float
     nodes: list[str]
     notes: list[str]
+    source: str
+    coverage: list[Coverage] = field(default_factory=list)
+    job_nodes: bool = False  # the nodes are the Slurm job's, from scontrol
 
 
-async def _slurm_job(job: str, ctx: ToolContext) -> tuple[float | None, float | None, list[str], str]:
-    """The job's start, end (None while it runs) and nodes from `scontrol show job`, or a note saying why not."""
+@dataclass
+class _SlurmJob:
+    start: float | None = None
+    end: float | None = None  # None while it runs with no end known
+    nodes: list[str] = field(default_factory=list)
+    note: str = ""
+    coverage: Coverage | None = None
+
+
+async def _slurm_job(job: str, ctx: ToolContext) -> _SlurmJob:
+    """The job's start, end and nodes from `scontrol show job`, or a note saying why not."""
+    what = f"scontrol show job {job}"
     try:
         shown = await run_program("scontrol", ["show", "job", "-o", job], timeout_s=min(10.0, ctx.remaining_s()))
     except (Unavailable, TriageError) as exc:
-        return None, None, [], f"scontrol could not give job {job}'s window ({exc.message}); using the hpc_job label."
+        note = f"scontrol could not give job {job}'s window ({exc.message}); using the hpc_job label."
+        return _SlurmJob(note=note, coverage=Coverage.partial(what, note))
     text = shown.stdout.decode("utf-8", "replace")
     fields = dict(re.findall(r"(\w+)=(\S+)", text))
     if shown.returncode != 0 or "StartTime" not in fields:
-        return None, None, [], f"scontrol does not know job {job}; using the hpc_job label only."
+        note = f"scontrol does not know job {job}; using the hpc_job label only."
+        return _SlurmJob(note=note, coverage=Coverage.partial(what, note))
 
     def local(value: str) -> float | None:
         try:
@@ -259,22 +326,45 @@ async def _slurm_job(job: str, ctx: ToolContext) -> tuple[float | None, float | 
         expanded = await run_program("scontrol", ["show", "hostnames", node_list],
                                      timeout_s=min(10.0, ctx.remaining_s()))
         nodes = expanded.stdout.decode("utf-8", "replace").split()[:TELEMETRY_MAX_FILTERS]
-    return local(fields["StartTime"]), local(fields.get("EndTime", "")), nodes, ""
+    start, end = local(fields["StartTime"]), local(fields.get("EndTime", ""))
+    detail = (f"JobState={fields.get('JobState', '?')} StartTime={fields['StartTime']} "
+              f"EndTime={fields.get('EndTime', '?')} NodeList={node_list or '?'} ({len(nodes)} nodes)")
+    return _SlurmJob(start, end, nodes, coverage=Coverage.read(what, detail))
 
 
-async def _window(params: TelemetryHistoryInput, ctx: ToolContext) -> _Window:
+async def _window(params: TelemetryHistoryInput, ctx: ToolContext, logs: JobSteps | None) -> _Window:
     now = time.time()
     notes: list[str] = []
-    job_start = job_end = None
+    coverage: list[Coverage] = []
+    slurm = _SlurmJob()
     nodes = list(params.nodes)
     if params.job is not None and (params.start is None or not nodes):
-        job_start, job_end, job_nodes, note = await _slurm_job(params.job, ctx)
-        nodes = nodes or job_nodes
-        if note:
-            notes.append(note)
-    end = _parse_time(params.end, now, "end") if params.end else min(job_end or now, now)
-    start = (_parse_time(params.start, now, "start") if params.start else
-             job_start if job_start is not None else end - TELEMETRY_DEFAULT_WINDOW_S)
+        slurm = await _slurm_job(params.job, ctx)
+        if slurm.note:
+            notes.append(slurm.note)
+        if slurm.coverage is not None:
+            coverage.append(slurm.coverage)
+    job_nodes = not nodes and bool(slurm.nodes)
+    nodes = nodes or slurm.nodes
+    # The step logs' own times bound the window when nothing else does, with room for the change's minutes.
+    margin = TELEMETRY_STEP_CHANGE_WINDOW_S + TELEMETRY_STEP_BASELINE_S
+    span_of_logs = logs.span if logs is not None and params.start is None and slurm.start is None else None
+    if params.end:
+        end = _parse_time(params.end, now, "end")
+    elif slurm.start is not None:
+        end = min(slurm.end or now, now)
+    elif span_of_logs is not None and params.start is None:
+        end = min(span_of_logs[1] + TELEMETRY_STEP_CHANGE_WINDOW_S, now)
+    else:
+        end = now
+    if params.start:
+        start, source = _parse_time(params.start, now, "start"), "start/end"
+    elif slurm.start is not None:
+        start, source = slurm.start, f"Slurm job {params.job} (scontrol)"
+    elif span_of_logs is not None:
+        start, source = span_of_logs[0] - margin, "the step logs' times"
+    else:
+        start, source = end - TELEMETRY_DEFAULT_WINDOW_S, "the last hour (default)"
     if end <= start:
         raise BadInput(f"the window ends ({_iso(end)}) before it starts ({_iso(start)}).", "Check start and end.")
     if end - start > TELEMETRY_MAX_WINDOW_S:
@@ -287,7 +377,8 @@ async def _window(params: TelemetryHistoryInput, ctx: ToolContext) -> _Window:
         notes.append(f"step_s raised to {step:g} s: Prometheus answers at most 11,000 points per series.")
     # Aligned to the step: the same window gives the same points (and Mimir caches only aligned queries).
     start = math.floor(start / step) * step
-    return _Window(start=start, end=end, step=float(step), nodes=nodes, notes=notes)
+    return _Window(start=start, end=end, step=float(step), nodes=nodes, notes=notes, source=source,
+                   coverage=coverage, job_nodes=job_nodes)
 
 
 # ------------------------------------------------------------------------------------------------ selection
@@ -370,15 +461,18 @@ class _Reader:
                 if series.points and not math.isnan(series.points[0][1]):
                     self.row(series.labels).stats[concept][stat] = series.points[0][1] * scale
 
-    def detail(self, concept: str, keys: list[_Key]) -> dict[_Key, list[tuple[float, float]]]:
-        """The points of one measure for the GPUs `keys`, at the step, in queries of at most TELEMETRY_QUERY_POINTS
-        points (series x points) each."""
+    def detail(self, concept: str, keys: list[_Key], names: list[str] | None = None,
+               span: tuple[float, float] | None = None) -> dict[_Key, list[tuple[float, float]]]:
+        """The points of one measure (of its metric `names` only, when given) for the GPUs `keys`, at the step, over
+        the window or `span` within it, in queries of at most TELEMETRY_QUERY_POINTS points (series x points)
+        each."""
         out: dict[_Key, list[tuple[float, float]]] = {}
         window = self.window
-        points_each = int((window.end - window.start) / window.step) + 1
+        start, end = span or (window.start, window.end)
+        points_each = int((end - start) / window.step) + 1
         per_query = max(1, TELEMETRY_QUERY_POINTS // points_each)
         step = window.step if points_each <= TELEMETRY_QUERY_POINTS else math.ceil(
-            (window.end - window.start) / (TELEMETRY_QUERY_POINTS - 1))
+            (end - start) / (TELEMETRY_QUERY_POINTS - 1))
         by_uuid: dict[str, list[_Key]] = defaultdict(list)
         for key in keys:
             by_uuid[self.rows[key].uuid or key.gpu].append(key)
@@ -394,12 +488,14 @@ class _Reader:
             count += len(members)
         wanted = set(keys)
         for name, scale in self.names.get(concept, []):
+            if names is not None and name not in names:
+                continue
             for chunk in chunks:
                 if not chunk:
                     continue
                 uuid_label = self._uuid_label()
                 query = self._select(name, f'{uuid_label}=~"{_regex(chunk)}"')
-                for series in self.client.range(query, window.start, window.end, step):
+                for series in self.client.range(query, start, end, step):
                     key = _key(series.labels)
                     if key in wanted:
                         merged = out.setdefault(key, [])
@@ -706,24 +802,143 @@ def _fleet_median(reader: _Reader) -> list[tuple[float, float]]:
 
 
 def _hardware(reader: _Reader) -> list[TelemetryFinding]:
+    """Counters that rose and flags set in the window: the GPUs come from one instant query per metric, then their
+    points say by how much and from when (the first sample above the one before it, to the step)."""
     found = []
     for concept in ("ecc_dbe", "remapped_uncorrectable", "row_remap_failure", "pcie_replay", "nvlink_crc"):
         spec = CONCEPTS[concept]
         for name, _ in reader.names.get(concept, []):
             function = "increase" if spec.counter else "max_over_time"
             query = f"{function}({reader._select(name)}[{reader.range_s}]) > 0"
-            for series in reader.client.instant(query, reader.window.end):
-                if not series.points:
-                    continue
-                row = reader.row(series.labels)
-                value = series.points[0][1]
-                what = f"rose by {value:.0f}" if spec.counter else "set"
+            rows = [reader.row(s.labels) for s in reader.client.instant(query, reader.window.end) if s.points]
+            rows = list({r.key: r for r in rows}.values())[:TELEMETRY_MAX_DETAIL_GPUS]
+            if not rows:
+                continue
+            points = reader.detail(concept, [r.key for r in rows], names=[name])
+            for row in rows:
+                rise, began, already = _rise(points.get(row.key, []), counter=spec.counter)
+                if rise <= 0 and not already:
+                    continue  # increase() extrapolates: a counter that did not move between samples did not rise
+                if spec.counter:
+                    what = f"rose by {rise:.0f}" + (f" from {_iso(began)}" if began is not None else "")
+                else:
+                    what = (f"set from {_iso(began)}" if began is not None else
+                            "set (already when the window began)")
                 severity = Severity.crit if concept in _HARDWARE_CRIT else Severity.warn
-                found.append(_finding("hardware_errors", severity, row, None,
-                                      f"{spec.title} ({name}) {what} in the window",
+                found.append(_finding("hardware_errors", severity, row, began, f"{spec.title} ({name}) {what}",
+                                      metric=name, rise=rise if spec.counter else 1.0 if began is not None else 0.0,
                                       meaning="The GPU or its link reports hardware errors: drain and check it "
                                       "before tuning anything."))
     return found
+
+
+def _rise(points: list[tuple[float, float]], *, counter: bool) -> tuple[float, float | None, bool]:
+    """(how much a counter rose: the sum of its increases, a reset not counted; the time of the first sample of
+    a rise, or of a flag's setting; whether a flag was already set at the first sample)."""
+    if not points:
+        return 0.0, None, False
+    if not counter:
+        if points[0][1] > 0:
+            return 0.0, None, True
+        began = next((t for t, v in points if v > 0), None)
+        return (1.0 if began is not None else 0.0), began, False
+    rise = 0.0
+    began = None
+    for (_, before), (t, value) in zip(points, points[1:], strict=False):
+        if value > before:
+            rise += value - before
+            began = t if began is None else began
+    return rise, began, False
+
+
+def _step_change(reader: _Reader, logs: JobSteps) -> tuple[list[TelemetryFinding], StepChange]:
+    """When the job slowed (its step logs) and which GPU series changed within TELEMETRY_STEP_CHANGE_WINDOW_S of it:
+    every selected GPU's series over the minutes around that moment, against their level before."""
+    window = reader.window
+    base = StepChange(status="unknown", ranks=logs.ranks, lines=int(logs.times.size), unit=logs.unit)
+    if logs.times.size == 0:
+        return [], base.model_copy(update={
+            "evidence": "no step line with a timestamp was read", "decides": "The job's step logs with a time on "
+            "each line (e.g. Python logging's %(asctime)s), or a step_regex for their format."})
+    slow = slowdown(logs)
+    first, last = _iso(float(logs.times[0])), _iso(float(logs.times[-1]))
+    if slow is None:
+        return [], base.model_copy(update={"status": "steady", "evidence": (
+            f"no sustained step-time rise (>= {100 * TELEMETRY_STEP_RISE_SHARE:.0f} % over the steps before, for "
+            f"{TELEMETRY_STEP_RISE_MIN_LINES} steps) in {logs.times.size} step lines from {first} to {last}; median "
+            f"{_num(logs.median())} {logs.unit}")})
+    where = f" (step {slow.step})" if slow.step is not None else ""
+    step_text = (f"step time {_num(slow.before)} -> {_num(slow.after)} {logs.unit} from {_iso(slow.at)}{where}"
+                 + (f", back at {_iso(slow.recovered_at)}" if slow.recovered_at is not None else ""))
+    facts = base.model_copy(update={
+        "began": _iso(slow.at), "began_unix": slow.at, "step": slow.step, "before": slow.before, "after": slow.after,
+        "recovered": None if slow.recovered_at is None else _iso(slow.recovered_at)})
+    near, spread = slow.at, TELEMETRY_STEP_CHANGE_WINDOW_S
+    before_end = near - spread
+    if not window.start <= near <= window.end:
+        return [], facts.model_copy(update={
+            "evidence": f"{step_text}: outside the telemetry window ({_iso(window.start)} to {_iso(window.end)})",
+            "decides": f"A window holding {_iso(near)} (start / end), so that the GPUs' series at that time are "
+            "read."})
+    # On the window's step grid, so that a change is timed to the same step as the other verdicts.
+    earliest = max(window.start, before_end - TELEMETRY_STEP_BASELINE_S)
+    span = (window.start + math.floor((earliest - window.start) / window.step) * window.step,
+            min(window.end, near + spread + (TELEMETRY_MIN_RUN_SAMPLES + 1) * window.step))
+    rows = sorted(reader.rows.values(), key=lambda r: (not _held(r, window.nodes), r.key.node, len(r.key.gpu),
+                                                       r.key.gpu, r.key.mig))[:TELEMETRY_MAX_FILTERS]
+    changes: dict[_Key, list[SeriesChange]] = defaultdict(list)
+    gpus_with: dict[str, int] = defaultdict(int)
+    judged = 0
+    for concept in STEP_SERIES:
+        keys = [r.key for r in rows if (concept != "gpu_util" or not r.key.mig)
+                and (concept != "gr_engine_active" or r.key.mig or "gpu_util" not in reader.names)]
+        for name in _names(reader, concept):
+            points = reader.detail(concept, keys, names=[name], span=span)
+            gpus_with[CONCEPTS[concept].title] += len(points)
+            for key, series in points.items():
+                judged += sum(1 for t, _ in series if t < before_end) >= TELEMETRY_MIN_RUN_SAMPLES
+                change = series_change(concept, name, series, before_end, near, spread, reader.window.step)
+                if change is not None:
+                    changes[key].append(change)
+    mark_job_wide({f"{k.node}/{k.gpu}/{k.mig}": v for k, v in changes.items()}, gpus_with)
+    shared: dict[tuple[str, str], list[SeriesChange]] = defaultdict(list)
+    for per_gpu in changes.values():
+        for change in per_gpu:
+            if change.job_wide:
+                shared[(change.measure, change.direction)].append(change)
+    job_wide = [f"{measure} {direction} on {len(items)} of {gpus_with[measure]} GPUs from "
+                f"{min(items, key=lambda c: c.began_unix).began} (the job as a whole)"
+                for (measure, direction), items in shared.items()]
+    own = sorted(((k, [c for c in v if not c.job_wide]) for k, v in changes.items() if any(not c.job_wide for c in v)),
+                 key=lambda item: min(c.began_unix for c in item[1]))[:TELEMETRY_MAX_DETAIL_GPUS]
+    found: list[TelemetryFinding] = []
+    for key, mine in own:
+        row = reader.rows[key]
+        gpu, mig = _gpu_label(row)
+        text = "; ".join([step_text, f"{key.node} GPU {gpu}{f' ({mig})' if mig else ''}: "
+                          + ", ".join(c.text() for c in mine), *job_wide])
+        found.append(_finding("step_change", Severity.warn, row, near, text, changes=changes[key],
+                              reasons=sorted({r for c in mine for r in c.reasons}),
+                              meaning="This GPU changed when the job slowed: in synchronous training every step "
+                              "waits for it."))
+    gpus = [f"{f.node}/{f.gpu}" + (f" ({f.mig})" if f.mig else "") for f in found]
+    if found:
+        evidence = f"{step_text}; with it: " + "; ".join(f.evidence.split("; ")[1] for f in found[:4])
+    elif not judged:
+        evidence = (f"{step_text}; the GPUs' series hold too few samples before {_iso(before_end)} to tell what "
+                    "changed (the window begins too late)")
+    else:
+        evidence = (f"{step_text}; no GPU's own clocks, clock-event reasons, power, temperature, activity or "
+                    f"NVLink / PCIe throughput changed within {spread / 60:g} min of it ({len(rows)} GPUs)"
+                    + (f"; only job-wide: {', '.join(job_wide)}" if job_wide else ""))
+    if not found:
+        found.append(TelemetryFinding(
+            kind="step_change", severity=Severity.warn, node="", gpu="", began=_iso(near), began_unix=near,
+            evidence=evidence, sop_branch="gpu_utilization_low", changes=[c for v in shared.values() for c in v][:8],
+            meaning="The job slowed while its GPUs did not change: look at the input pipeline, the network, the "
+            "host and the code (find_stragglers, summarize_trace)." if judged else
+            "The job slowed; which GPU changed is not known: widen the window to start earlier."))
+    return found, facts.model_copy(update={"status": "slowed", "gpus": gpus, "evidence": evidence})
 
 
 # ------------------------------------------------------------------------------------------------ the call
@@ -734,7 +949,8 @@ def _resolve(available: set[str]) -> dict[str, list[tuple[str, float]]]:
             for key, concept in CONCEPTS.items() if any(c.name in available for c in concept.candidates)}
 
 
-def _selector(host_label: str | None, window: _Window, params: TelemetryHistoryInput, uuid_label: str) -> str:
+def _selector(host_label: str | None, window: _Window, params: TelemetryHistoryInput, uuid_label: str,
+              by_job: bool) -> str:
     parts = []
     if window.nodes and host_label:
         parts.append(f'{host_label}=~"({_regex(window.nodes)})([.:].*)?"')
@@ -744,7 +960,7 @@ def _selector(host_label: str | None, window: _Window, params: TelemetryHistoryI
         parts.append(f'gpu=~"{_regex(indices)}"')
     if uuids:
         parts.append(f'{uuid_label}=~"{_regex(uuids)}"')
-    if params.job is not None:
+    if params.job is not None and by_job:
         parts.append(f'hpc_job="{params.job}"')
     return ",".join(parts)
 
@@ -759,9 +975,11 @@ class _Outcome:
     host_label: str | None
     undecided: str | None  # why nothing can be judged, or None
     decides: str | None
+    step_change: StepChange | None = None
 
 
-def _analyse(client: PromClient, window: _Window, params: TelemetryHistoryInput, ctx: ToolContext) -> _Outcome:
+def _analyse(client: PromClient, window: _Window, params: TelemetryHistoryInput, ctx: ToolContext,
+             logs: JobSteps | None) -> _Outcome:
     notes = list(window.notes)
     build = client.optional("/api/v1/status/buildinfo")
     server = str(build.get("version")) if isinstance(build, dict) and build.get("version") else None
@@ -780,7 +998,18 @@ def _analyse(client: PromClient, window: _Window, params: TelemetryHistoryInput,
     label_names = set(client.labels(primary_name, window.start, window.end))
     host_label = next((n for n in LABELS["host"] if n in label_names), None)
     uuid_label = next((n for n in LABELS["uuid"] if n in label_names), "UUID")
-    reader = _Reader(client, window, _selector(host_label, window, params, uuid_label), names)
+    by_job = params.job is not None
+    if params.job is not None and window.nodes and host_label:
+        # Few clusters label series with the job (dcgm-exporter's --hpc-job-mapping-dir; soperator dropped it for
+        # its cardinality): where none carries it, the job is its nodes.
+        jobs = client.label_values(LABELS["job"][0], window.start, window.end, match=primary_name)
+        if params.job not in jobs:
+            by_job = False
+            whose = "the job's nodes from scontrol" if window.job_nodes else "the nodes given"
+            notes.append(f"no series carries hpc_job={params.job} (dcgm-exporter's --hpc-job-mapping-dir does not "
+                         f"map it): the selection is {whose} ({', '.join(window.nodes[:8])}"
+                         f"{' ...' if len(window.nodes) > 8 else ''}).")
+    reader = _Reader(client, window, _selector(host_label, window, params, uuid_label, by_job), names)
     ctx.progress.update(1, 4, "summaries")
     for concept, stats in (("sm_clock", ("median", "min", "max", "last")), ("gpu_util", ("median", "min", "max",
                            "last")), ("gr_engine_active", ("median", "min", "max", "last")), ("gpu_temp", ("max",)),
@@ -817,11 +1046,16 @@ def _analyse(client: PromClient, window: _Window, params: TelemetryHistoryInput,
     below, below_notes = _below_peers(reader, {f_key(f) for f in idle} | silent)
     findings += below + idle
     notes += below_notes
+    step: StepChange | None = None
+    if logs is not None:
+        ctx.progress.update(3, 4, "step change")
+        step_findings, step = _step_change(reader, logs)
+        findings += step_findings
     if "clock_reasons" not in names:
         notes.append("The server has no DCGM_FI_DEV_CLOCKS_EVENT_REASONS (not in dcgm-exporter's default CSV): "
                      "clock drops are judged without their reasons.")
     timeline = _timeline(reader, findings, fleet_last)
-    return _Outcome(reader, findings, timeline, notes, server, host_label, None, None)
+    return _Outcome(reader, findings, timeline, notes, server, host_label, None, None, step)
 
 
 def _last_samples(reader: _Reader, name: str) -> None:
@@ -873,12 +1107,31 @@ def _retention(client: PromClient, window: _Window) -> tuple[str, str]:
             "A window inside the server's retention in which dcgm-exporter was scraped (start / end, or job).")
 
 
+def _event(finding: TelemetryFinding) -> str:
+    if finding.kind == "hardware_errors":
+        return f"hardware_errors: {finding.metric}" + (f" +{finding.rise:.0f}" if finding.rise else "")
+    if finding.kind == "step_change":
+        return "step_change: " + finding.evidence.split(" from ", 1)[0]  # "step time 800 -> 1200 ms"
+    return (finding.kind + (f" XID {finding.xid_code}" if finding.xid_code is not None else "")
+            + (f": {', '.join(finding.reasons)}" if finding.reasons else ""))
+
+
 def _timeline(reader: _Reader, findings: list[TelemetryFinding], fleet_last: float | None) -> list[TimelineEvent]:
     events = [TimelineEvent(time=f.began, time_unix=f.began_unix, node=f.node,
                             gpu=f.gpu + (f" ({f.mig})" if f.mig else ""),
-                            event=f"{f.kind}" + (f" XID {f.xid_code}" if f.xid_code is not None else "") +
-                            (f": {', '.join(f.reasons)}" if f.reasons else ""))
+                            event=_event(f))
               for f in findings if f.began is not None and f.began_unix is not None]
+    # What changed on a GPU when the job slowed, each at its own time (the job-wide changes once, from the first).
+    shared_done = False
+    for f in (f for f in findings if f.kind == "step_change"):
+        gpu = f.gpu + (f" ({f.mig})" if f.mig else "")
+        for change in f.changes:
+            if change.job_wide and shared_done:
+                continue
+            events.append(TimelineEvent(time=change.began, time_unix=change.began_unix,
+                                        node="(job)" if change.job_wide else f.node,
+                                        gpu="" if change.job_wide else gpu, event=change.text()))
+        shared_done = shared_done or any(c.job_wide for c in f.changes)
     for row in reader.rows.values():
         silent = _silent_since(row, fleet_last, reader.window.step)
         if silent is not None:
@@ -921,13 +1174,23 @@ def _conclusion(findings: list[TelemetryFinding], gpus: int, window: _Window) ->
                 "rising hardware counter.", "If the job is still slow, look at its own steps (find_stragglers) and "
                 "traces (summarize_trace): the GPUs' history does not explain it."]
     top = findings[0]
-    where = f"{top.node} GPU {top.gpu}" + (f" ({top.mig})" if top.mig else "")
+    where = f"{top.node} GPU {top.gpu}" + (f" ({top.mig})" if top.mig else "") if top.node else "the job"
     text = [f"{top.kind.replace('_', ' ')} on {where}" + (f" from {top.began}" if top.began else "") +
             f": {top.evidence.split('; ')[0]}.", top.meaning or "See the findings."]
     if len(findings) > 1:
         others = sorted({f.kind.replace("_", " ") for f in findings[1:]})
         text.append(f"Also {len(findings) - 1} more finding(s): {', '.join(others)}.")
     return text
+
+
+def _utc_offset_s(text: str | None) -> float | None:
+    if text is None:
+        return None
+    if text in ("Z", "UTC"):
+        return 0.0
+    digits = text[1:].replace(":", "")
+    seconds = int(digits[:2]) * 3600 + int(digits[2:]) * 60
+    return float(seconds if text[0] == "+" else -seconds)
 
 
 async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> TelemetryHistoryResult:
@@ -937,8 +1200,11 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
     clock-event reasons: thermal, power cap, HW slowdown, power brake), xid (the codes seen and their meaning; a GPU
     that then falls silent), held_idle (a GPU the job holds at zero utilisation while holding memory), below_peers (a
     GPU or node below the selection's median utilisation), hardware_errors (ECC, row remap, PCIe replay, NVLink
-    counters rising). Window: start/end (RFC3339, unix or -2h) or a Slurm job (hpc_job label; scontrol for its
-    window and nodes). Loopback by default, other hosts via allow_host; credentials only from the environment.
+    counters rising, by how much and from when), step_change (with step_logs: when the job's steps slowed, and the
+    GPU whose clocks, clock-event reasons, power, temperature, activity or NVLink/PCIe throughput changed within
+    minutes of it; job-wide changes told apart). Window: start/end (RFC3339, unix or -2h), a Slurm job (scontrol for
+    its window and nodes; its hpc_job label where the exporter sets one), or the step logs' times. Loopback by
+    default, other hosts via allow_host; credentials only from the environment.
     Bounded: instant summaries for every GPU, point-by-point reads only for the GPUs a verdict concerns.
     """
     raw_url = params.url or os.environ.get(ENV_URL, "")
@@ -946,11 +1212,17 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
         raise BadInput("no Prometheus URL: pass url, or set " + ENV_URL + " in the server's environment.",
                        "For example url='http://127.0.0.1:9090'.")
     url = checked_url(raw_url, params.allow_host, "http://HOST:9090 (the Prometheus API root)")
-    window = await _window(params, ctx)
+    logs: JobSteps | None = None
+    if params.step_logs:
+        offset = _utc_offset_s(params.step_log_utc_offset)
+        logs = await anyio.to_thread.run_sync(read_job_steps, list(params.step_logs), ctx.roots, params.step_regex,
+                                              offset, time.monotonic() + max(0.5, ctx.remaining_s() / 2))
+    window = await _window(params, ctx, logs)
     deadline = time.monotonic() + max(0.5, ctx.remaining_s() - 0.5)
     client = PromClient(url, deadline)
     with anyio.fail_after(max(1.0, ctx.remaining_s())):
-        outcome = await anyio.to_thread.run_sync(_analyse, client, window, params, ctx, abandon_on_cancel=True)
+        outcome = await anyio.to_thread.run_sync(_analyse, client, window, params, ctx, logs,
+                                                 abandon_on_cancel=True)
     findings = sorted(outcome.findings, key=lambda f: (-f.severity.rank, _ORDER.index(f.kind),
                                                        f.began_unix if f.began_unix is not None else math.inf))
     reader = outcome.reader
@@ -960,16 +1232,17 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
                for c, pairs in (reader.names.items() if reader else ()) for n, _ in pairs]
     detail = (f"{outcome.server or 'Prometheus API'}: {len(gpus)} GPU series, {client.queries} queries, "
               f"{client.points} points")
-    notes = outcome.notes
+    notes = outcome.notes + (logs.notes if logs is not None else [])
     short = [g for g in gpus if g.samples and g.samples < 0.5 * (window.end - window.start) / window.step]
     if short:
         notes.append(f"{len(short)} GPU series have fewer than half the samples the window should hold "
                      "(scrape gaps, or the series began or ended inside it).")
     verdict: Verdict
+    step_decides: str | None = None  # set where the step logs alone leave the call undecided
     if outcome.undecided is not None:
         severity, verdict = Severity.unknown, "unknown"
         conclusion = [f"Cannot judge: {outcome.undecided}.", "Nothing here says the GPUs are fine."]
-        coverage = [Coverage.partial(url, f"{detail}; {outcome.undecided}")]
+        coverage = [Coverage.partial(url, f"{detail}; {outcome.undecided}"), *window.coverage]
         next_steps: list[NextStep] = []
     else:
         severity = worst(f.severity for f in findings)
@@ -977,19 +1250,33 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
         conclusion = _conclusion(findings, len(gpus), window)
         missing = [CONCEPTS[c].title for c in ("sm_clock", "gpu_util") if reader is None or c not in reader.names]
         coverage = [Coverage.partial(url, f"{detail}; no {' or '.join(missing)} series") if missing
-                    else Coverage.read(url, detail)]
+                    else Coverage.read(url, detail), *window.coverage]
         if not findings and missing:
             severity, verdict = Severity.unknown, "unknown"
             conclusion = [f"No finding, but the server has no {' or '.join(missing)} series, so throttling and idle "
                           "GPUs cannot be judged.", "Collect them in dcgm-exporter's CSV."]
+        step = outcome.step_change
+        if step is not None and step.status == "unknown" and severity is Severity.ok:
+            severity, verdict, step_decides = Severity.unknown, "unknown", step.decides
+            conclusion = [f"No GPU finding in {len(gpus)} GPU series, but when the job slowed cannot be told: "
+                          f"{step.evidence}.", "Nothing here says what changed when it slowed."]
+        elif step is not None and step.status == "unknown":
+            notes.append(f"step_change unknown: {step.evidence}; {step.decides}")
         branch = findings[0].sop_branch if findings else "straggler"
         next_steps = [NextStep.from_sop(branch, done={"telemetry_history"})]
     decides = outcome.decides if severity is Severity.unknown else None
+    decides = decides or step_decides
+    if logs is not None:
+        coverage += logs.coverage
+    elif outcome.undecided is None:
+        coverage.append(Coverage.partial("step_logs", "not given: the job's step-time logs (with a time on each "
+                                         "line) would decide what changed on which GPU when it slowed (step_change)"))
     if severity is Severity.unknown and decides is None:
         decides = "dcgm-exporter's SM clock and utilisation series for these GPUs over the window."
     return TelemetryHistoryResult(
         severity=severity, conclusion=conclusion[:3], coverage=coverage, decides=decides, notes=notes[:8],
         next_steps=next_steps, url=url, server=outcome.server, window_start=_iso(window.start),
         window_end=_iso(window.end), step_s=window.step, verdict=verdict, findings=findings,
-        timeline=outcome.timeline, gpus=gpus, metrics=metrics, host_label=outcome.host_label,
-        queries=client.queries, points_read=client.points)
+        timeline=outcome.timeline, gpus=gpus, metrics=metrics, host_label=outcome.host_label, job=params.job,
+        nodes=window.nodes, window_source=window.source, step_change=outcome.step_change, queries=client.queries,
+        points_read=client.points)

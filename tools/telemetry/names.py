@@ -68,6 +68,19 @@ CONCEPTS: dict[str, Concept] = {c.key: c for c in (
        ("DCGM_FI_DEV_ROW_REMAP_FAILED", 1.0, "4.9")),
     _c("nvlink_crc", "NVLink CRC flit errors", "errors",
        ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 1.0, "legacy"), counter=True),
+    # Link throughput, read as rates (bytes/s). The PROF fields are gauges of B/s; 4.10 adds _PER_SECOND to their
+    # names. NVLINK_BANDWIDTH_TOTAL is declared a counter but holds a rate in MB/s (KempnerInstitute/kempnerpulse
+    # issue 10, checked against nvidia-smi nvlink -gt d); 4.9 names it THROUGHPUT_TOTAL in bytes/s.
+    _c("nvlink_tx", "NVLink TX", "B/s", ("DCGM_FI_PROF_NVLINK_TX_BYTES", 1.0, "legacy"),
+       ("DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND", 1.0, "4.10")),
+    _c("nvlink_rx", "NVLink RX", "B/s", ("DCGM_FI_PROF_NVLINK_RX_BYTES", 1.0, "legacy"),
+       ("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND", 1.0, "4.10")),
+    _c("nvlink_total", "NVLink throughput", "B/s", ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 1e6, "legacy"),
+       ("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", 1.0, "4.9")),
+    _c("pcie_tx", "PCIe TX", "B/s", ("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0, "legacy"),
+       ("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 1.0, "4.10")),
+    _c("pcie_rx", "PCIe RX", "B/s", ("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0, "legacy"),
+       ("DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", 1.0, "4.10")),
 )}
 
 # How each label of a GPU series may be spelled, in order of preference. `instance` (host:port of the scrape) is the

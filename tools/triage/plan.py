@@ -25,6 +25,10 @@ __all__ = ["PlannedStep", "TriagePlanInput", "TriagePlanResult", "triage_plan"]
 _PLACEHOLDER = re.compile(r"^<.*>$")
 # A rank the user names: "rank 3", "rank3", "rank_3", "rank #3"; in Chinese "3号卡" / "3 号 rank".
 _NAMED_RANK = re.compile(r"\brank[\s_#-]*(\d{1,7})\b|(\d{1,7})\s*号\s*(?:卡|rank)", re.IGNORECASE)
+# A Slurm job the user names: "job 12345", "jobid=12345", "job #12345"; in Chinese "作业 12345" / "作业号12345". Not
+# a count of what it holds ("job 2 nodes").
+_NAMED_JOB = re.compile(r"\bjob[\s_-]*(?:id)?[\s#:=]*(\d{1,12})\b(?!\s*(?:nodes?|gpus?|ranks?|cards?|卡|节点))"
+                        r"|作业\s*(?:号|id)?\s*[:：#=]?\s*(\d{1,12})(?!\d)(?!\s*(?:个|张|卡|节点))", re.IGNORECASE)
 # The steps that judge ranks, and what to check of the rank the user named there.
 _RANK_CHECK = {"find_stragglers": "is rank {r} flagged, or does it wait on another rank (the one that waits least "
                                   "is the straggler)?",
@@ -167,10 +171,13 @@ def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep
     if step.tool == "telemetry_history":  # planned only where the cluster's Prometheus is configured
         arguments["url"] = os.environ.get(PROMETHEUS_URL_ENV, arguments.get("url"))
         needs = [n for n in needs if "Prometheus" not in n]
-        if params.slurm_job:
+        job = params.slurm_job or _job_named(params.symptom)
+        if job:
             arguments.pop("start", None)  # the job's own window, from scontrol
-            arguments["job"] = params.slurm_job
+            arguments["job"] = job
             needs = [n for n in needs if "began" not in n]
+        if params.logs:
+            arguments["step_logs"] = params.logs  # when the job slowed, matched with what changed on its GPUs
     if step.tool == "find_stragglers" and params.slurm_job and arguments.pop("sample_gpus", False):
         arguments["slurm_job"] = params.slurm_job  # the flagged rank's own GPU, read on its own node
     decides = step.decides
@@ -180,6 +187,11 @@ def _planned(branch: Branch, step: Step, params: TriagePlanInput) -> PlannedStep
         decides = f"{decides.rstrip('.')}. Named by the user: {_RANK_CHECK[step.tool].format(r=ranks)}"
     return PlannedStep(branch=branch.id, step=step.id, tool=step.tool, arguments=arguments, decides=decides,
                        needs=needs)
+
+
+def _job_named(symptom: str) -> str | None:
+    match = _NAMED_JOB.search(symptom)
+    return (match.group(1) or match.group(2)) if match else None
 
 
 def _ranks_named(symptom: str) -> list[int]:

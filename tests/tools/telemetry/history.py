@@ -25,6 +25,12 @@ LEGACY = {
     "fb_used": ("DCGM_FI_DEV_FB_USED", "gauge"), "clock_reasons": ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge"),
     "xid": ("DCGM_FI_DEV_XID_ERRORS", "gauge"), "pcie_replay": ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "unknown"),
     "gr_engine_active": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge"),
+    # Commented out in etc/default-counters.csv (ECC) or enabled there (row remap, NVLink, PCIe): the names as written.
+    "ecc_dbe": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "unknown"),
+    "remapped_uncorrectable": ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "unknown"),
+    "row_remap_failure": ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge"),
+    "nvlink_total": ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "unknown"),
+    "pcie_tx": ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge"),
 }
 V4_9 = {
     "sm_clock": ("DCGM_FI_DEV_SM_CLOCK_HERTZ", "gauge"), "gpu_util": ("DCGM_FI_DEV_GPU_UTIL_RATIO", "gauge"),

@@ -11,6 +11,13 @@ Day 2 (2026-01-11 02:00-04:00Z, the 4.9 names and units, `hostname`): gpu-n2 GPU
 (reasons 0x4, SM clock 1.98 -> 1.50 GHz).
 Day 3 (2026-01-12 02:00-04:00Z, MIG on one H100, the label sets of dcgm-exporter issue 512): instances 7 and 9 held
 by pods, 8 free; instance 9's graphics engine idles from 02:30:00.
+Day 4 (2026-01-13 02:00-04:00Z, legacy names), 2 nodes x 4 GPUs: hw-n2 GPU 3 has a double-bit ECC error at 02:50:00
+(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL 0 -> 1, one uncorrectable remapped row) and another at 03:20:00 whose row remap fails
+(DBE 1 -> 2, DCGM_FI_DEV_ROW_REMAP_FAILURE 0 -> 1); hw-n1 GPU 0's PCIe replay counter climbs 100 -> 150 from 03:05:00
+(5 a sample for ten samples). Every other counter stays where it is.
+Day 5 (2026-01-14 02:00-04:00Z, legacy names with NVLink and PCIe throughput), 2 nodes x 2 GPUs, one job: sc-n2
+GPU 1 slows down at 02:40:00 (hw_slowdown: SM clock 1980 -> 1500 MHz, power 690 -> 470 W); the job's steps go from
+0.8 to 1.2 s a minute later (the test writes the step logs), and from then every GPU moves a third less over NVLink.
 """
 
 from __future__ import annotations
@@ -99,6 +106,57 @@ def _day3(gpu: Gpu, concept: str, t: int) -> float | None:
     return {"sm_clock": 1980, "gpu_util": 0, "gpu_temp": 52, "power": 310, "clock_reasons": 0, "xid": 0}[concept]
 
 
+DAY4 = DAY3 + 86400
+DBE_AT = DAY4 + 50 * 60  # 02:50:00
+REMAP_FAILED_AT = DAY4 + 80 * 60  # 03:20:00
+REPLAY_AT = DAY4 + 65 * 60  # 03:05:00
+
+
+def _day4(gpu: Gpu, concept: str, t: int) -> float | None:
+    broken = (gpu.node, gpu.index) == ("hw-n2", 3)
+    if concept == "ecc_dbe":
+        return (2 if t >= REMAP_FAILED_AT else 1 if t >= DBE_AT else 0) if broken else 0
+    if concept == "remapped_uncorrectable":
+        return 1 if broken and t >= DBE_AT else 0
+    if concept == "row_remap_failure":
+        return 1 if broken and t >= REMAP_FAILED_AT else 0
+    if concept == "pcie_replay":
+        if (gpu.node, gpu.index) != ("hw-n1", 0):
+            return 7
+        return 100 + 5 * min(10, (t - REPLAY_AT) // 30 + 1) if t >= REPLAY_AT else 100
+    return {"sm_clock": 1980, "gpu_util": 97, "gpu_temp": 66, "power": 680, "fb_used": 61000, "clock_reasons": 0,
+            "xid": 0}[concept]
+
+
+DAY5 = DAY4 + 86400
+GPU_SLOW_AT = DAY5 + 40 * 60  # 02:40:00: sc-n2 GPU 1's clocks drop
+STEPS_SLOW_AT = GPU_SLOW_AT + 60  # the job's steps slow a minute later
+STEP_MS_BEFORE, STEP_MS_AFTER = 800.0, 1200.0
+
+
+def _day5(gpu: Gpu, concept: str, t: int) -> float | None:
+    slow = (gpu.node, gpu.index) == ("sc-n2", 1) and t >= GPU_SLOW_AT
+    wobble = (t // 30 + gpu.index) % 3
+    if concept == "nvlink_total":  # MB/s, a rate (the exporter calls it a counter)
+        return (120_000 if t >= STEPS_SLOW_AT else 180_000) + 1000 * wobble
+    return {"sm_clock": 1500 if slow else 1980, "gpu_util": 96 + wobble, "gpu_temp": 66 - wobble,
+            "power": 470 if slow else 690 - 5 * wobble, "fb_used": 61000, "clock_reasons": 0x8 if slow else 0,
+            "xid": 0, "pcie_tx": 2.1e9 + 1e7 * wobble}[concept]
+
+
+def step_log_lines(start: int, end: int) -> list[tuple[float, int, float]]:
+    """(unix time, step, step ms) of a line every 10 steps, as the job logs them: a block of ten steps started at or
+    after STEPS_SLOW_AT takes STEP_MS_AFTER each."""
+    lines = []
+    t, step = float(start), 0
+    while t < end:
+        ms = STEP_MS_AFTER if t >= STEPS_SLOW_AT else STEP_MS_BEFORE
+        t += 10 * ms / 1000
+        step += 10
+        lines.append((t, step, ms))
+    return lines
+
+
 def scenarios() -> list[Scenario]:
     legacy_day3 = ("sm_clock", "gpu_util", "gpu_temp", "power", "clock_reasons", "xid", "gr_engine_active")
     return [
@@ -108,4 +166,12 @@ def scenarios() -> list[Scenario]:
                  _day2, DAY2, DAY2 + 2 * HOUR, generation="4.9"),
         # H100 MIG instances have no FB series (dcgm-exporter issue 512) and GPU_UTIL reads 0 on MIG (issue 216).
         Scenario(_day3_gpus(), _day3, DAY3, DAY3 + 2 * HOUR, concepts=legacy_day3),
+        Scenario([Gpu(node, i, uuid(20 + n, i), f"00000000:{0x19 + 0x10 * i:02X}:00.0")
+                  for n, node in enumerate(("hw-n1", "hw-n2")) for i in range(4)], _day4, DAY4, DAY4 + 2 * HOUR,
+                 concepts=("sm_clock", "gpu_util", "gpu_temp", "power", "fb_used", "clock_reasons", "xid",
+                           "pcie_replay", "ecc_dbe", "remapped_uncorrectable", "row_remap_failure")),
+        Scenario([Gpu(node, i, uuid(30 + n, i), f"00000000:{0x19 + 0x10 * i:02X}:00.0", hpc_job="5151")
+                  for n, node in enumerate(("sc-n1", "sc-n2")) for i in range(2)], _day5, DAY5, DAY5 + 2 * HOUR,
+                 concepts=("sm_clock", "gpu_util", "gpu_temp", "power", "fb_used", "clock_reasons", "xid",
+                           "nvlink_total", "pcie_tx")),
     ]

@@ -1,7 +1,9 @@
 """telemetry_history against a real Prometheus 2.42 (Debian's package, installed by scripts/test.sh) holding the
 histories of tests/tools/telemetry/scenarios.py in dcgm-exporter's own names and labels: each verdict's node, GPU,
 reason, code and start time (to the step), the 4.9 names, MIG, a window past the data, a server that never answers,
-wrong URLs, and the bound on what each range query asks for (through a recording proxy).
+wrong URLs, and the bound on what each range query asks for (through a recording proxy); hardware counters rising
+(ECC, row remap, PCIe replays) with their rise and time; the step-time change of the job's own logs matched with the
+GPU series that changed with it.
 """
 
 from __future__ import annotations
@@ -13,28 +15,40 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp.types import TextContent
 
-from tests.helpers import REPO, base_env, run_cli, stdio_client
+from tests.helpers import DATA, REPO, base_env, run_cli, stdio_client
 from tests.tools.telemetry.history import Prometheus, prometheus_available, write_families
 from tests.tools.telemetry.scenarios import (
     DAY1,
     DAY2,
     DAY3,
+    DAY4,
+    DAY5,
+    DBE_AT,
+    GPU_SLOW_AT,
     HOUR,
     IDLE_AT,
     MIG_IDLE_AT,
     MIG_UUID,
     POWER_CAP_AT,
+    REMAP_FAILED_AT,
+    REPLAY_AT,
     SLOW_AT,
+    STEP_MS_AFTER,
+    STEP_MS_BEFORE,
+    STEPS_SLOW_AT,
     THROTTLE_AT,
     XID_AT,
     scenarios,
+    step_log_lines,
     uuid,
 )
 from tools.core.context import ToolContext
@@ -61,9 +75,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.close()
 
 
-def run(url: str, start: int, end: int, timeout_s: float = 60, **args: Any) -> TelemetryHistoryResult:
-    params = TelemetryHistoryInput.model_validate({"url": url, "start": iso(start), "end": iso(end), **args})
-    return anyio.run(telemetry_history, params, ToolContext(roots=(REPO,), timeout_s=timeout_s))
+def run(url: str, start: int | None, end: int | None, timeout_s: float = 60, roots: tuple[Path, ...] = (REPO,),
+        **args: Any) -> TelemetryHistoryResult:
+    window = {} if start is None or end is None else {"start": iso(start), "end": iso(end)}
+    params = TelemetryHistoryInput.model_validate({"url": url, **window, **args})
+    return anyio.run(telemetry_history, params, ToolContext(roots=roots, timeout_s=timeout_s))
 
 
 def by_kind(result: TelemetryHistoryResult, kind: str) -> list[Any]:
@@ -100,6 +116,92 @@ def test_day1_each_verdict_names_node_gpu_and_start(prometheus: str) -> None:
     assert {m.metric for m in result.metrics} >= {"DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
                                                   "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}
     assert result.coverage[0].status.value == "read"
+    # No step logs: no step_change, and the coverage says what they would decide.
+    assert result.step_change is None and result.window_source == "start/end"
+    [missing] = [c for c in result.coverage if c.input == "step_logs"]
+    assert missing.status.value == "partial" and "would decide what changed" in missing.detail
+
+
+def test_hardware_counters_rising_name_gpu_counter_rise_and_time(prometheus: str) -> None:
+    result = run(prometheus, DAY4, DAY4 + 2 * HOUR)
+    assert (result.severity, result.verdict) == (Severity.crit, "hardware_errors")
+    found = {(f.node, f.gpu, f.uuid, f.metric, f.rise, f.began, f.severity) for f in result.findings}
+    assert found == {
+        ("hw-n2", "3", uuid(21, 3), "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2.0, iso(DBE_AT), Severity.crit),
+        ("hw-n2", "3", uuid(21, 3), "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1.0, iso(DBE_AT), Severity.crit),
+        ("hw-n2", "3", uuid(21, 3), "DCGM_FI_DEV_ROW_REMAP_FAILURE", 1.0, iso(REMAP_FAILED_AT), Severity.crit),
+        ("hw-n1", "0", uuid(20, 0), "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 50.0, iso(REPLAY_AT), Severity.warn)}
+    assert all(f.kind == "hardware_errors" and f.sop_branch == "gpu_hardware" for f in result.findings)
+    [replays] = [f for f in result.findings if f.metric == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]
+    assert replays.evidence == f"PCIe replays (DCGM_FI_DEV_PCIE_REPLAY_COUNTER) rose by 50 from {iso(REPLAY_AT)}"
+    assert [(e.time, e.node, e.gpu) for e in result.timeline] == [
+        (iso(DBE_AT), "hw-n2", "3"), (iso(DBE_AT), "hw-n2", "3"), (iso(REPLAY_AT), "hw-n1", "0"),
+        (iso(REMAP_FAILED_AT), "hw-n2", "3")]
+    # The other GPUs' counters hold still (PCIe replays at 7 the whole window): not flagged.
+    assert {(f.node, f.gpu) for f in result.findings} == {("hw-n2", "3"), ("hw-n1", "0")}
+
+
+def _write_step_logs(folder: Path) -> tuple[float, int]:
+    """Two ranks' logs of the day-5 job, one line every ten steps: rank 0 as Python logging writes it (local time of
+    a node in UTC+8, no zone), rank 1 in ISO 8601 with Z. Returns the time and step of the first slow line."""
+    lines = step_log_lines(DAY5 + 300, DAY5 + 90 * 60)
+
+    def stamp(t: float, offset_h: int, sep: str, frac: str) -> str:
+        moment = datetime.fromtimestamp(t + offset_h * 3600, UTC)
+        return moment.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + f"{frac}{int(round(t * 1000)) % 1000:03d}"
+
+    (folder / "rank0.log").write_text("".join(
+        f"{stamp(t, 8, ' ', ',')} INFO train.py:212 step {step} time {ms:.1f} ms loss 2.31\n" for t, step, ms in lines))
+    (folder / "rank1.log").write_text("".join(
+        f"{stamp(t, 0, 'T', '.')}Z step={step} step_time_ms={ms:.1f} loss=2.31\n" for t, step, ms in lines))
+    t, step, _ = next(line for line in lines if line[2] == STEP_MS_AFTER)
+    return t, step
+
+
+def test_step_change_names_the_gpu_whose_series_changed_when_the_job_slowed(prometheus: str, tmp_path: Path) -> None:
+    slow_at, slow_step = _write_step_logs(tmp_path)
+    assert slow_at > STEPS_SLOW_AT > GPU_SLOW_AT
+    # No start or end: the step logs' times set the window.
+    result = run(prometheus, None, None, roots=(tmp_path,), step_logs=[str(tmp_path / "rank*.log")],
+                 step_log_utc_offset="+08:00")
+    assert result.window_source == "the step logs' times"
+    step = result.step_change
+    assert step is not None and step.status == "slowed"
+    assert (step.began, step.step, step.before, step.after, step.unit, step.ranks) == (
+        iso(int(slow_at)), slow_step, STEP_MS_BEFORE, STEP_MS_AFTER, "ms", 2)
+    assert step.gpus == ["sc-n2/1"]
+    [changed] = by_kind(result, "step_change")
+    assert (changed.node, changed.gpu, changed.uuid, changed.began) == ("sc-n2", "1", uuid(31, 1), iso(int(slow_at)))
+    own = {(c.measure, c.metric, c.direction, c.before, c.after, c.began) for c in changed.changes if not c.job_wide}
+    assert own == {("SM clock", "DCGM_FI_DEV_SM_CLOCK", "fell", 1980.0, 1500.0, iso(GPU_SLOW_AT)),
+                   ("power draw", "DCGM_FI_DEV_POWER_USAGE", "fell", 685.0, 470.0, iso(GPU_SLOW_AT)),
+                   ("clock event reasons", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "set", 0.0, 8.0, iso(GPU_SLOW_AT))}
+    assert changed.reasons == ["hw_slowdown"]
+    # Every GPU moved a third less over NVLink once the steps slowed: the job's, not this GPU's own change.
+    [shared] = [c for c in changed.changes if c.job_wide]
+    assert (shared.measure, shared.direction, shared.began) == ("NVLink throughput", "fell", iso(STEPS_SLOW_AT))
+    assert "NVLink throughput fell on 4 of 4 GPUs" in changed.evidence
+    assert changed.evidence.startswith(f"step time 800 -> 1200 ms from {iso(int(slow_at))} (step {slow_step})")
+    # The GPU's own history says the same: it throttles from the minute before.
+    [throttled] = by_kind(result, "throttled")
+    assert (throttled.node, throttled.gpu, throttled.began, throttled.reasons) == (
+        "sc-n2", "1", iso(GPU_SLOW_AT), ["hw_slowdown"])
+    rows = {c.input: c for c in result.coverage}
+    assert rows["rank0.log"].status.value == "read" and "times without a zone read as UTC+08:00" in rows[
+        "rank0.log"].detail
+    assert rows["rank1.log"].status.value == "read" and "without a zone" not in rows["rank1.log"].detail
+
+
+def test_step_logs_without_timestamps_leave_step_change_unknown(prometheus: str) -> None:
+    # A real key=value step log (tests/data/logs/steps/PROVENANCE.md) has step times but no time of day; the window
+    # (day 2 before its power cap) holds no GPU finding, so the call is unknown, never a guess.
+    log = DATA / "logs" / "steps" / "keyvalue_rank3.log"
+    result = run(prometheus, DAY2, DAY2 + 50 * 60, step_logs=[str(log)])
+    assert (result.severity, result.verdict, result.findings) == (Severity.unknown, "unknown", [])
+    assert result.step_change is not None and result.step_change.status == "unknown"
+    assert result.decides is not None and "a time on each line" in result.decides
+    [row] = [c for c in result.coverage if c.input.endswith("keyvalue_rank3.log")]
+    assert row.status.value == "partial" and "none with a timestamp" in row.detail
 
 
 def test_job_and_nodes_narrow_the_selection(prometheus: str) -> None:
@@ -297,6 +399,22 @@ def test_triage_plan_ships_it_only_where_prometheus_is_configured() -> None:
     [history] = [s for s in planned["steps"] if s["tool"] == "telemetry_history"]
     assert history["arguments"] == {"url": "http://127.0.0.1:9090", "job": "4242"} and history["needs"] == []
     TelemetryHistoryInput.model_validate(history["arguments"])  # a call the tool takes as it is
+    # The job named in the user's words (English or Chinese), and the logs given as the step logs to time it by.
+    configured = base_env(GPU_TRIAGE_PROMETHEUS_URL="http://127.0.0.1:9090")
+    for words, branch in (("job 12345 got slow at 03:10, rank 3 is slow", "straggler"),
+                          ("作业 12345 训练变慢", "gpu_utilization_low"),
+                          ("Slurm job #12345 hangs at step 1200", "nccl_hang_or_slow")):
+        done = run_cli(["triage-plan", "--symptom", words, "--logs", "logs/rank*.log", "--json"], configured)
+        plan = json.loads(done.stdout)
+        [history] = [s for s in plan["steps"] if s["tool"] == "telemetry_history"]
+        assert (plan["branch"], history["arguments"], history["needs"]) == (branch, {
+            "url": "http://127.0.0.1:9090", "job": "12345", "step_logs": ["logs/rank*.log"]}, []), words
+        TelemetryHistoryInput.model_validate(history["arguments"])
+    # A count is not a job id: "job 2 nodes" names none, and the step keeps asking when it began.
+    counted = json.loads(run_cli(["triage-plan", "--symptom", "my job 2 nodes is slow, rank 1 is slow", "--json"],
+                                 configured).stdout)
+    [history] = [s for s in counted["steps"] if s["tool"] == "telemetry_history"]
+    assert "job" not in history["arguments"] and history["needs"]
 
 
 async def test_a_stalled_server_ends_at_the_deadline_and_the_mcp_server_answers_after(prometheus: str) -> None:
