@@ -43,6 +43,7 @@ HOST = REPO / "tests" / "data" / "host"
 PYSPY = HOST / "pyspy"
 ROUND4 = HOST / "round4"
 ROUND5 = HOST / "round5"  # all held out: collected after round 4's tuning, frozen unread
+ROUND6 = HOST / "round6"  # split 60/40 by repository: collected after round 5 was scored
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -179,10 +180,14 @@ def main() -> None:
     print()
     score_round("round 4, development (tests/data/host/round4/dev)", ROUND4 / "dev",
                 _labels(ROUND4 / "dev" / "cases.jsonl"), args.misses)
+    score_round("round 6, development (tests/data/host/round6/dev)", ROUND6 / "dev",
+                _labels(ROUND6 / "dev" / "cases.jsonl"), args.misses)
     if args.held_out:
         score_round("round 4, held out (tests/data/host/round4/heldout)", ROUND4 / "heldout", load_heldout(), False)
         score_round("round 5, held out (tests/data/host/round5/heldout, fresh)", ROUND5 / "heldout",
                     load_heldout(ROUND5), False)
+        score_round("round 6, held out (tests/data/host/round6/heldout, split and frozen 2026-12-02)",
+                    ROUND6 / "heldout", load_heldout(ROUND6), False)
 
 
 if __name__ == "__main__":

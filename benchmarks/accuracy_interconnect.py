@@ -50,6 +50,7 @@ from tools.interconnect import CheckInterconnectInput, CheckInterconnectResult, 
 DEFAULT = REPO / "tests" / "data" / "interconnect" / "wild"
 ROUND4 = REPO / "tests" / "data" / "interconnect" / "round4"
 ROUND5 = REPO / "tests" / "data" / "interconnect" / "round5"  # all held out: collected after round 4's tuning
+ROUND6 = REPO / "tests" / "data" / "interconnect" / "round6"  # split 60/40 by repository, after round 5 was scored
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 
@@ -181,11 +182,14 @@ def main() -> None:
         return
     score("wild", DEFAULT, load_labels(DEFAULT), args.misses)
     score("round 4, development", ROUND4 / "dev", load_labels(ROUND4 / "dev"), args.misses)
+    score("round 6, development", ROUND6 / "dev", load_labels(ROUND6 / "dev"), args.misses)
     score("affinity and P2P (development, labelled by their rules' author)", AFFINITY, load_labels(AFFINITY),
           args.misses)
     if args.held_out:
         score("round 4, held out (frozen 2026-12-02)", ROUND4 / "heldout", load_heldout(ROUND4), misses=False)
         score("round 5, held out (fresh, frozen 2026-12-02)", ROUND5 / "heldout", load_heldout(ROUND5), misses=False)
+        score("round 6, held out (split and frozen 2026-12-02, third session)", ROUND6 / "heldout",
+              load_heldout(ROUND6), misses=False)
 
 
 if __name__ == "__main__":
