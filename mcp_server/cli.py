@@ -15,6 +15,8 @@ import sys
 import threading
 import types
 import typing
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -158,7 +160,7 @@ def _run(spec: ToolSpec, args: argparse.Namespace) -> int:
 
         return run_report(spec, _arguments(spec, args), args)
     arguments = absolute_paths(spec.input_model, _arguments(spec, args))
-    settings = settings_from_args(args)
+    settings = replace(settings_from_args(args), cwd=Path.cwd())  # a path in the answer as a shell means it
     report = terminal_progress(f"gpu-triage {spec.cli_name}")
     try:
         result = anyio.run(execute, spec, arguments, settings, report)

@@ -1,8 +1,8 @@
 """The tool contract, applied once for every tool by both the MCP server and the CLI.
 
 validate the arguments against the tool's input model -> run it under the wall-clock limit ->
-redact token-like strings -> cut rows to the byte budget. Errors come out as TriageError with an
-actionable message; nothing here imports MCP.
+redact token-like strings -> write paths under the roots relative to them -> cut rows to the byte budget. Errors
+come out as TriageError with an actionable message; nothing here imports MCP.
 
 A tool runs on an event loop of its own, in a worker thread: a file-system call that never returns (a stalled NFS,
 Lustre or FUSE mount blocks even stat in the kernel) then holds that thread only, and the call still ends at its
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from mcp_server.registry import ToolSpec
 from mcp_server.render import fit_to_budget
 from mcp_server.settings import Settings
+from mcp_server.shown_paths import relative_paths
 from tools.core.context import ToolContext
 from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.files import take_unmatched
@@ -197,5 +198,11 @@ async def execute(spec: ToolSpec, arguments: dict[str, Any], settings: Settings,
         ) from exc
     finally:
         take_unmatched(call_id)  # a failed call's record goes too
-    redacted = spec.result_model.model_validate(redact_value(judged(result).model_dump(mode="json")))
+    # Paths under the root (in the CLI, else under the working directory) written relative: usable in the next call,
+    # and no machine's layout in the answer (mcp_server/shown_paths.py). With several roots a path keeps its root:
+    # they are often different jobs, and a relative path found under two of them is refused.
+    shown_from = [*(settings.roots if len(settings.roots) == 1 else ()),
+                  *([settings.cwd] if settings.cwd is not None else [])]
+    redacted = spec.result_model.model_validate(
+        relative_paths(redact_value(judged(result).model_dump(mode="json")), shown_from))
     return fit_to_budget(redacted, spec.title, settings.max_bytes)

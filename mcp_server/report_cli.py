@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,9 @@ _RUNS = (("health", ("health",)), ("logs", ("logs", "slurm_job")), ("traces", ("
          ("stacks", ("stacks", "pids", "job", "slurm_job")), ("flight recorder", ("fr_dir",)), ("memory", ("memory",)),
          ("metrics", ("metrics",)), ("compile logs", ("compile_logs",)),
          ("interconnect", ("nccl_logs", "nccl_tests", "net_captures")), ("cpu profile", ("profile_cpu",)),
-         ("host sample", ("sample_host",)), ("baseline", ("baseline",)))
+         ("host sample", ("sample_host",)), ("baseline", ("baseline",)), ("telemetry", ("prometheus",)))
 _DEMO_INPUTS = ("logs", "traces", "stacks", "fr_dir", "memory", "pids", "job", "slurm_job", "metrics", "compile_logs",
-                "baseline", "nccl_logs", "nccl_tests", "net_captures")
+                "baseline", "nccl_logs", "nccl_tests", "net_captures", "prometheus")
 
 
 def _check_out(out: str) -> None:
@@ -79,7 +80,7 @@ def run_report(spec: ToolSpec, arguments: dict[str, Any], args: argparse.Namespa
         args.root = [*(args.root or []), str(SAMPLES)]
     if args.max_bytes is None:
         args.max_bytes = REPORT_MAX_BYTES
-    settings = settings_from_args(args)
+    settings = replace(settings_from_args(args), cwd=Path.cwd())  # a path in the answer as a shell means it
     arguments = absolute_paths(spec.input_model, arguments)
     validate_arguments(spec, arguments)  # a bad argument is refused before the line says what runs
     on = {**arguments, "health": arguments.get("health", True)}

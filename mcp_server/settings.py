@@ -36,6 +36,9 @@ class Settings:
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     remote_python: str = sys.executable
     ssh_config: Path | None = None
+    # The CLI's working directory: a path in a result that lies under no root but under it is shown relative to it
+    # (mcp_server/shown_paths.py), as a shell means a relative path. None in the server.
+    cwd: Path | None = None
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:

@@ -91,7 +91,7 @@ async def stdio_client(env: dict[str, str], *server_args: str, cwd: Path = REPO)
 
 # The tools that can reach other machines (a /metrics URL; a job's nodes through Slurm or SSH): openWorldHint true.
 OPEN_WORLD_TOOLS = {"inference_metrics", "health_check", "dump_stacks", "triage_report", "profile_cpu",
-                    "gpu_activity", "telemetry_history"}
+                    "gpu_activity", "telemetry_history", "find_stragglers", "check_interconnect", "sample_host"}
 
 HANG_LAB = REPO / "tests" / "lab" / "rank_conditional_allgather.py"
 

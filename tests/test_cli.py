@@ -11,7 +11,7 @@ from pathlib import Path
 import tools
 from mcp_server.cli import build_parser, main
 from mcp_server.registry import TOOLS
-from tests.helpers import H200, REPO, base_env, run_cli, with_fake_smi
+from tests.helpers import DATA, H200, REPO, base_env, run_cli, with_fake_smi
 
 
 def test_registry_tools_all_and_cli_agree() -> None:
@@ -151,7 +151,8 @@ def test_one_report_command_with_every_flag_triage_report_has_over_mcp(tmp_path:
     for name in TriageReportInput.model_fields:
         assert f"--{name.replace('_', '-')}" in help_text, name
     assert "--demo" in help_text and "--out FILE" in help_text
-    for extra in (["--logs", "logs/rank*.log"], ["--traces", "t.json"], ["--fr-dir", "fr"], ["--job"]):
+    for extra in (["--logs", "logs/rank*.log"], ["--traces", "t.json"], ["--fr-dir", "fr"], ["--job"],
+                  ["--prometheus", "http://127.0.0.1:9090"]):
         done = run_cli(["report", "--demo", *extra], env, cwd=tmp_path)
         assert done.returncode == 3 and done.stdout == "", (extra, done.stderr)
         assert f"--demo runs on the bundled samples; it takes no inputs of your own (got {extra[0]})" in done.stderr
@@ -161,3 +162,28 @@ def test_one_report_command_with_every_flag_triage_report_has_over_mcp(tmp_path:
 def test_gpu_triage_version() -> None:
     done = run_cli(["--version"], base_env())
     assert done.returncode == 0 and done.stdout.strip() == "gpu-triage 0.1.0", done.stdout + done.stderr
+
+
+def test_check_interconnect_takes_its_files_positionally_and_tells_them_apart_by_content() -> None:
+    """As its siblings: `gpu-triage check-interconnect FILES`, with an NCCL log, an nccl-tests output and an ibstat
+    capture (real outputs of public threads, tests/data/interconnect/wild/PROVENANCE.md) in any order; each is read as
+    what it is, and the answer is the one the three flags give."""
+    wild = DATA / "interconnect" / "wild"
+    log, tests, ibstat = ("flannel-roce-horovod__nccl-224.log", "nccl_tests__NVIDIA-nccl-1706.txt",
+                          "ibstat__NVIDIA-nccl-1591.txt")
+    env = base_env()
+    positional = run_cli(["check-interconnect", ibstat, tests, log, "--json"], env, cwd=wild)
+    flagged = run_cli(["check-interconnect", "--nccl-logs", log, "--nccl-tests", tests, "--captures", ibstat, "--json"],
+                      env, cwd=wild)
+    assert positional.returncode == flagged.returncode == 1, positional.stderr + flagged.stderr
+    told, given = json.loads(positional.stdout), json.loads(flagged.stdout)
+    assert {c["input"]: (c["status"], c["detail"]) for c in told["coverage"]} == {
+        ibstat: ("read", "ibstat"), log: ("read", "NCCL lines of 4 process(es)"),
+        tests: ("read", "nccl-tests: 1 run(s)")}
+    assert told == given and told["verdict"] == "wrong_interface"
+    # A file that is none of them (the lab's training log, no NCCL_DEBUG) is read as a log for its NCCL lines, and
+    # says it has none: unknown, never ok.
+    other = run_cli(["check-interconnect", "rank0.log", "--json"], env, cwd=DATA / "logs" / "lab" / "straggler_steps")
+    assert other.returncode == 4, other.stderr
+    assert [(c["input"], c["status"], c["detail"]) for c in json.loads(other.stdout)["coverage"]] == [
+        ("rank0.log", "not_understood", "no NCCL INFO/WARN line in it")]

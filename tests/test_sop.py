@@ -112,8 +112,9 @@ async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) ->
     assert hang_plan["branch"] == "nccl_hang_or_slow" and hang_plan["confidence"] >= 0.5
     assert [s["tool"] for s in hang_plan["steps"]] == ["health_check", "diagnose_logs", "dump_stacks",
                                                         "analyze_flight_recorder", "check_interconnect"]
-    network = hang_plan["steps"][-1]  # the job's logs filled in; nccl-tests and captures asked for
-    assert network["arguments"]["nccl_logs"] == hang_args["logs"] and len(network["needs"]) == 2
+    network = hang_plan["steps"][-1]  # the job's logs filled in (relative to the root); nccl-tests, captures asked
+    assert network["arguments"]["nccl_logs"] == [str(Path(log).relative_to(REPO)) for log in hang_args["logs"]]
+    assert len(network["needs"]) == 2
     assert set(hang) == {"health_check", "diagnose_logs", "dump_stacks", "analyze_flight_recorder"}
     assert [(s["rank"], s["function"]) for s in hang["dump_stacks"]["suspects"]] == [(0, "save_checkpoint")]
     assert [(s["rank"], s["reason"]) for s in hang["analyze_flight_recorder"]["suspects"]] == [(0, "mismatched_op")]
@@ -131,7 +132,8 @@ async def test_an_agent_follows_the_plan_to_the_right_verdict(tmp_path: Path) ->
                                                                             "kernels (.ncu-rep, ncu --csv or text)",)}
     # The SOP's last step verifies the fix: the trace the user gave is the baseline, the new run is still to come.
     verify = slow_plan["steps"][-1]
-    assert (verify["tool"], verify["arguments"]["before"]) == ("compare_runs", slow_args["traces"][0])
+    assert (verify["tool"], verify["arguments"]["before"]) == ("compare_runs",
+                                                              str(Path(slow_args["traces"][0]).relative_to(REPO)))
 
 
 def test_no_keyword_means_the_entry_and_a_question() -> None:

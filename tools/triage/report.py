@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from sop import branches
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
-from tools.core.limits import INFER_MAX_ALLOWED_HOSTS, PLAN_MAX_SYMPTOM_CHARS
+from tools.core.limits import INFER_MAX_ALLOWED_HOSTS, MAX_PATH_CHARS, PLAN_MAX_SYMPTOM_CHARS
 from tools.core.models import (
     Coverage,
     CoverageStatus,
@@ -36,10 +36,10 @@ from tools.core.verdict import judged
 __all__ = ["BaselineRow", "ReportRow", "TriageReportInput", "TriageReportResult", "triage_report"]
 
 _RANK = {Severity.crit: 0, Severity.warn: 1, Severity.unknown: 2, Severity.ok: 3}
-_SOURCE_ORDER = {"health_check": 0, "dump_stacks": 1, "analyze_flight_recorder": 2, "find_stragglers": 3,
-                 "check_interconnect": 3, "profile_cpu": 3, "sample_host": 3, "summarize_trace": 4,
-                 "analyze_memory": 4, "inference_metrics": 4, "diagnose_compile": 4, "diagnose_logs": 5,
-                 "compare_runs": 6}
+_SOURCE_ORDER = {"health_check": 0, "telemetry_history": 0, "dump_stacks": 1, "analyze_flight_recorder": 2,
+                 "find_stragglers": 3, "check_interconnect": 3, "profile_cpu": 3, "sample_host": 3,
+                 "summarize_trace": 4, "analyze_memory": 4, "inference_metrics": 4, "diagnose_compile": 4,
+                 "diagnose_logs": 5, "compare_runs": 6}
 
 
 class TriageReportInput(InputModel):
@@ -61,7 +61,13 @@ class TriageReportInput(InputModel):
     metrics: PathArg | None = Field(default=None, description="An inference server's /metrics URL or saved page "
                                     "(inference_metrics).")
     allow_host: list[NameArg] = Field(default_factory=list, max_length=INFER_MAX_ALLOWED_HOSTS,
-                                      description="Hosts besides loopback whose /metrics may be scraped.")
+                                      description="Hosts besides loopback whose /metrics may be scraped, or whose "
+                                      "Prometheus may be asked (prometheus).")
+    prometheus: str | None = Field(default=None, min_length=1, max_length=MAX_PATH_CHARS,
+                                   description="The cluster's Prometheus-compatible API root holding dcgm-exporter "
+                                   "series, e.g. http://127.0.0.1:9090: telemetry_history over the job's window (the "
+                                   "Slurm job's, else the logs' times) says what changed on which GPU. A host besides "
+                                   "loopback must be in allow_host.")
     compile_logs: list[PathArg] = Field(default_factory=list, max_length=64,
                                         description="Logs written with TORCH_LOGS=graph_breaks,recompiles "
                                         "(diagnose_compile).")
@@ -119,7 +125,8 @@ class TriageReportResult(ToolResult):
     def tables(self) -> list[Table]:
         return [
             Table("Report", ["severity", "symptom", "root cause", "evidence", "fix", "verification"],
-                  [[r.severity.value, (f"[another run] {r.symptom}" if r.other_run else r.symptom), r.root_cause,
+                  # The category first in every cell that may be cut; another run's mark beside the severity.
+                  [[r.severity.value + (" [another run]" if r.other_run else ""), r.symptom, r.root_cause,
                     r.evidence, r.fix, r.verification] for r in self.rows], "rows"),
             Table("Compared with the baseline", ["measure", "before", "after", "change"],
                   [[b.measure, b.before, b.after, b.change] for b in self.baseline], "baseline"),
@@ -158,7 +165,7 @@ def _log_rows(result: Any) -> list[ReportRow]:
 
 def _trace_rows(result: Any) -> list[ReportRow]:
     return [ReportRow(severity=Severity.warn if c.share_pct >= 10 else Severity.ok,
-                      symptom=f"GPU idle: {c.kind}", root_cause=c.kind.replace("_", " "),
+                      symptom=f"{c.kind}: GPU idle", root_cause=c.kind.replace("_", " "),
                       evidence=f"{c.share_pct:.1f}% of step time; {c.evidence}", fix=c.fix,
                       verification="summarize_trace on a new trace: this share near 0",
                       source="summarize_trace", branch="gpu_utilization_low")
@@ -166,7 +173,7 @@ def _trace_rows(result: Any) -> list[ReportRow]:
 
 
 def _straggler_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=f.severity, symptom=f"rank {f.rank} slower than the median rank",
+    return [ReportRow(severity=f.severity, symptom=f"{f.kind}: rank {f.rank} slower than the median rank",
                       root_cause=f.kind.replace("_", " "), evidence=f.evidence,
                       fix=("check that rank's GPU (clocks, throttling, power, links) and its data"
                            if f.kind != "wait_slow" else "check its network and data input (nccl-tests, ibstat)"),
@@ -188,19 +195,18 @@ async def _slurm_job_logs(job_id: str, runs: list[ToolRun]) -> list[str]:
     return sorted(set(job.log_paths()))
 
 
-def _suspect_kind(suspect: Any) -> str:
-    """What the suspect rank is doing, where dump_stacks says it (input stall, checkpoint, sleeping, computing,
-    a different collective); else nothing, and the reason alone tells it."""
-    kind = getattr(suspect, "kind", None)
-    return f": {str(kind).replace('_', ' ')}" if kind else ""
+def _meaning_first(reason: str) -> str:
+    """dump_stacks' reason, written 'where the rank is: what that means', turned round so that a cell cut short
+    still says what it means: 'a collective only some ranks call (...): in all_gather while ranks 1-3 wait ...'."""
+    where, colon, meaning = reason.rstrip(".").rpartition(": ")
+    return f"{meaning}: {where}." if colon and where and meaning else reason
 
 
 def _stack_rows(result: Any) -> list[ReportRow]:
     severity = result.severity if result.severity in (Severity.warn, Severity.crit) else Severity.crit
     return [ReportRow(severity=severity,
-                      symptom=f"rank {s.rank}{f' on {s.node}' if s.node else ''} not where the others are"
-                      f"{_suspect_kind(s)}",
-                      root_cause=s.reason, evidence=f"rank {s.rank} in {s.function} at {s.location}",
+                      symptom=f"{s.kind}: rank {s.rank}{f' on {s.node}' if s.node else ''} not where the others are",
+                      root_cause=_meaning_first(s.reason), evidence=f"rank {s.rank} in {s.function} at {s.location}",
                       fix="make every rank make the same collectives in the same order",
                       verification="the job passes that step; dump_stacks shows one group", source="dump_stacks",
                       branch="nccl_hang_or_slow")
@@ -209,7 +215,7 @@ def _stack_rows(result: Any) -> list[ReportRow]:
 
 def _flight_rows(result: Any) -> list[ReportRow]:
     return [ReportRow(severity=Severity.crit if s.reason != "no_dump" else Severity.warn,
-                      symptom=f"rank {s.rank} {s.reason.replace('_', ' ')} at collective seq {s.seq} (pg {s.pg})",
+                      symptom=f"{s.reason}: rank {s.rank} at collective seq {s.seq} (pg {s.pg})",
                       root_cause=s.detail, evidence=s.location or f"op {s.op}",
                       fix="make every rank issue the same collective at that point",
                       verification="analyze_flight_recorder on new dumps: no suspect",
@@ -220,8 +226,8 @@ def _flight_rows(result: Any) -> list[ReportRow]:
 def _memory_rows(result: Any) -> list[ReportRow]:
     if result.verdict == "none":
         return []
-    return [ReportRow(severity=result.severity, symptom=f"GPU memory: {result.verdict.replace('_', ' ')}"
-                      + (" (CUDA OOM)" if result.oom else ""), root_cause=result.evidence[-1] if len(
+    return [ReportRow(severity=result.severity, symptom=f"{result.verdict}: GPU memory"
+                      + (", CUDA OOM" if result.oom else ""), root_cause=result.evidence[-1] if len(
                           result.evidence) > 1 else result.evidence[0],
                       evidence=result.evidence[0], fix="; ".join(result.fix[:2]),
                       verification=_verify("oom", "analyze_memory on a new snapshot: verdict none"),
@@ -229,7 +235,7 @@ def _memory_rows(result: Any) -> list[ReportRow]:
 
 
 def _inference_rows(result: Any) -> list[ReportRow]:
-    return [ReportRow(severity=f.severity, symptom=f"inference server: {f.kind.replace('_', ' ')}", root_cause=f.cause,
+    return [ReportRow(severity=f.severity, symptom=f"{f.kind}: inference server", root_cause=f.cause,
                       evidence=f.evidence, fix=f.fix, verification=f.verify, source="inference_metrics",
                       branch=f.sop_branch)
             for f in result.findings]
@@ -238,13 +244,22 @@ def _inference_rows(result: Any) -> list[ReportRow]:
 def _kind_rows(findings: Any, source: str, area: str, verification: str, limit: int,
                root_cause: Callable[[Any], str]) -> list[ReportRow]:
     """Report rows for the findings of a tool whose findings carry kind, severity, evidence, fix and sop_branch."""
-    return [ReportRow(severity=f.severity, symptom=f"{area}: {f.kind.replace('_', ' ')}", root_cause=root_cause(f),
+    return [ReportRow(severity=f.severity, symptom=f"{f.kind}: {area}", root_cause=root_cause(f),
                       evidence=f.evidence, fix=f.fix, verification=verification, source=source, branch=f.sop_branch)
             for f in findings[:limit]]
 
 
 def _kind(finding: Any) -> str:
     return str(finding.kind).replace("_", " ")
+
+
+def _telemetry_rows(result: Any) -> list[ReportRow]:
+    return [ReportRow(severity=f.severity, symptom=f"{f.kind}: {f.node} GPU {f.gpu}" + (f" ({f.mig})" if f.mig else ""),
+                      root_cause=f.meaning or ", ".join(f.reasons) or _kind(f),
+                      evidence=f.evidence + (f" (from {f.began})" if f.began else ""), fix=f"See sop://{f.sop_branch}",
+                      verification="telemetry_history over the next run's window: no such finding",
+                      source="telemetry_history", branch=f.sop_branch)
+            for f in result.findings[:8]]
 
 
 def _compile_rows(result: Any) -> list[ReportRow]:
@@ -276,7 +291,7 @@ def _compare_rows(result: Any) -> list[ReportRow]:
     dominant = result.now_dominant
     regressed = result.verdict == "regressed"
     return [ReportRow(severity=Severity.warn if regressed else Severity.ok,
-                      symptom=f"compared with the baseline: {result.verdict.replace('_', ' ')}",
+                      symptom=f"{result.verdict}: compared with the baseline",
                       root_cause=f"now dominant: {dominant.kind}" if dominant else "not in step logs (profile the run)",
                       evidence=result.conclusion[0], fix=dominant.fix if dominant else "summarize_trace on a new trace",
                       verification="compare_runs: verdict improved, the cause resolved", source="compare_runs",
@@ -315,7 +330,7 @@ def _unknown_row(name: str, result: ToolResult) -> ReportRow:
     odd = next((c for c in result.coverage if c.status is not CoverageStatus.read), None)
     evidence = ("; ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.items()) or "no input read"
                 ) + (f" ({odd.input}: {odd.detail})" if odd is not None and odd.detail else "")
-    return ReportRow(severity=Severity.unknown, symptom=f"{name}: cannot tell",
+    return ReportRow(severity=Severity.unknown, symptom=f"unknown: {name} cannot tell",
                      root_cause=result.conclusion[0] if result.conclusion else "its inputs do not decide",
                      evidence=evidence, fix=result.decides or "the same call on the job's own inputs of that kind",
                      verification=f"{name}: a verdict (ok, warn or crit)", source=name)
@@ -362,7 +377,8 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     summarize_trace, stacks / pids / job -> dump_stacks, slurm_job -> health_check and dump_stacks on every node
     and diagnose_logs on the job's output, fr_dir -> analyze_flight_recorder, metrics ->
     inference_metrics, compile_logs -> diagnose_compile, nccl_logs / nccl_tests / net_captures ->
-    check_interconnect, profile_cpu with pids -> profile_cpu, sample_host -> sample_host) and merge what they
+    check_interconnect, profile_cpu with pids -> profile_cpu, sample_host -> sample_host, prometheus ->
+    telemetry_history over the job's window) and merge what they
     found into the SOP's answer: one table (symptom | root cause | evidence | fix | verification), worst first,
     three sentences, and the official references of the branches involved. A tool that cannot run is reported,
     the others still are; memory -> analyze_memory. With a baseline (the run before the fix), compare_runs
@@ -385,6 +401,14 @@ async def triage_report(params: TriageReportInput, ctx: ToolContext) -> TriageRe
     if params.health:
         health_input = HealthCheckInput(slurm_job=params.slurm_job)
         await _run("health_check", lambda: health_check(health_input, ctx), _health_rows, rows, runs, ctx, coverage)
+    if params.prometheus:
+        from tools.telemetry import TelemetryHistoryInput, telemetry_history
+
+        # The job's window: the Slurm job's (scontrol), else the times of the job's step logs; else the last hour.
+        telemetry_input = TelemetryHistoryInput(url=params.prometheus, allow_host=params.allow_host,
+                                                job=params.slurm_job, step_logs=params.logs or job_logs)
+        await _run("telemetry_history", lambda: telemetry_history(telemetry_input, ctx), _telemetry_rows, rows, runs,
+                   ctx, coverage)
     if params.logs or job_logs:
         log_input = DiagnoseLogsInput(paths=params.logs or job_logs)
         await _run("diagnose_logs", lambda: diagnose_logs(log_input, ctx), _log_rows, rows, runs, ctx, coverage)

@@ -129,7 +129,8 @@ async def test_slurm_job_hang_is_diagnosed_from_one_mcp_call(slurm_hang: SlurmHa
     assert data["severity"] == "crit"
     assert data["conclusion"][0].startswith(f"Rank 0 on {node0} is at ")
     # The job's output file, from scontrol, is the next thing to read.
-    assert any(str(slurm_hang.output) in step["action"] and step["action"].startswith("diagnose_logs")
+    assert any(str(slurm_hang.output.relative_to(slurm_hang.dir)) in step["action"]  # relative to the root
+               and step["action"].startswith("diagnose_logs")
                for step in data["next_steps"])
 
 
@@ -312,7 +313,7 @@ def test_report_for_a_slurm_job(slurm_hang: SlurmHang) -> None:
     assert ran["health_check"]["conclusion"].startswith(f"Slurm job {slurm_hang.job}: 2 of 2 nodes answered.")
     first = data["rows"][0]
     # The lab's rank 0 calls all_gather where the others wait in another collective: dump_stacks' class says so.
-    assert first["symptom"] == f"rank 0 on {slurm_hang.node_of_rank[0]} not where the others are: other collective"
+    assert first["symptom"] == f"other_collective: rank 0 on {slurm_hang.node_of_rank[0]} not where the others are"
     assert first["evidence"] == f"rank 0 in save_checkpoint at rank_conditional_allgather.py:{ALL_GATHER_LINE} " \
                                 "save_checkpoint"
 

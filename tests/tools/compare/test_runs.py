@@ -89,7 +89,7 @@ def test_real_pair_in_report_with_baseline(tmp_path: Path) -> None:
     assert rows["cause data_loading (% of step)"]["change"] == "resolved"
     assert rows["now dominant"]["after"] == "launch_bound"
     compared = next(r for r in out["rows"] if r["source"] == "compare_runs")
-    assert compared["symptom"] == "compared with the baseline: improved"
+    assert compared["symptom"] == "improved: compared with the baseline"
     assert "baseline" in done.stderr
     text = subprocess.run([sys.executable, "-m", "mcp_server.cli", "report", "--no-health", "--baseline", SLOW,
                            "--traces", FAST, "--root", str(SHARED)], cwd=SHARED, env=base_env(),

@@ -178,5 +178,5 @@ async def test_through_the_mcp_client_the_cli_and_the_report(logs: Path) -> None
          str(logs), "--json"], cwd=logs, env=base_env(), capture_output=True, text=True, timeout=120))
     assert report.returncode == 2, report.stderr
     rows_ = json.loads(report.stdout)["rows"]
-    assert [r["symptom"] for r in rows_][:2] == ["torch.compile: limit hit", "torch.compile: fullgraph error"]
+    assert [r["symptom"] for r in rows_][:2] == ["limit_hit: torch.compile", "fullgraph_error: torch.compile"]
     assert {r["source"] for r in rows_} == {"diagnose_compile"} and len(rows_) == 6

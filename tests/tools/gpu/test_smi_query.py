@@ -178,7 +178,7 @@ def _query(args: list[str], env: dict[str, str]) -> tuple[int, dict]:
 def test_a_capture_read_whole_is_ok_and_says_so() -> None:
     code, data = _query(["--csv-path", H200, "--fields", "index,temperature.gpu", "--root", str(SMI)], base_env())
     assert (code, data["severity"], data["decides"]) == (0, "ok", None)
-    assert data["coverage"] == [{"input": str(SMI / H200), "status": "read", "formats_known": None,
+    assert data["coverage"] == [{"input": H200, "status": "read", "formats_known": None,  # relative to the root
                                  "detail": "1 row(s), 1 sample(s) of 2 field(s)"}]
     # A field this GPU leaves N/A is named: the capture was read in part.
     _, p100 = _query(["--csv-path", "query_gpu_tesla_p100_header_nounits.csv", "--root", str(SMI)], base_env())

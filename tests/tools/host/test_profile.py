@@ -180,7 +180,7 @@ def test_the_report_records_the_pids_it_is_given(tmp_path: Path) -> None:
                            ToolContext(roots=(tmp_path.resolve(),)))
     assert {r.tool for r in report.runs} == {"dump_stacks", "profile_cpu"}
     row = next(r for r in report.rows if r.source == "profile_cpu")
-    assert row.symptom == "host CPU: input bound cpu" and "heavy_transform" in row.evidence
+    assert row.symptom == "input_bound_cpu: host CPU" and "heavy_transform" in row.evidence
 
 
 @pytest.mark.anyio

@@ -461,7 +461,7 @@ def test_cli_and_report(tmp_path: Path) -> None:
     assert [r["tool"] for r in data["runs"]] == ["analyze_memory"]
     (row,) = data["rows"]
     assert (row["source"], row["branch"]) == ("analyze_memory", "oom")
-    assert row["symptom"] == "GPU memory: capacity (CUDA OOM)"
+    assert row["symptom"] == "capacity: GPU memory, CUDA OOM"
     assert "gpu-triage report: memory ..." in report.stderr
 
 

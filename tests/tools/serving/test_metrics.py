@@ -264,7 +264,7 @@ def test_the_report_includes_the_server_metrics(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     data = json.loads(done.stdout)
     assert [(r["source"], r["symptom"]) for r in data["rows"]] == [
-        ("inference_metrics", "inference server: kv cache pressure")]
+        ("inference_metrics", "kv_cache_pressure: inference server")]
     assert data["rows"][0]["evidence"] == "KV-cache usage 96.3 % (>= 90 %); 14 preemptions since start"
     assert "gpu-triage report: metrics ..." in done.stderr
 

@@ -25,9 +25,9 @@ def test_demo_on_the_bundled_samples_from_any_folder(tmp_path: Path) -> None:
     text = done.stdout
     assert text.startswith("## Triage report: crit")
     assert "| severity | symptom | root cause | evidence | fix | verification |" in text
-    lines = [line for line in text.splitlines() if line.startswith("| crit | rank 0 ")]
+    lines = [line for line in text.splitlines() if line.startswith("| crit | other_collective: rank 0 ")]
     assert lines and "save_checkpoint" in lines[0] and "all_gather" in lines[0]
-    assert "| warn | [another run] GPU idle: data_loading |" in text and "flight_recorder_tutorial" in text
+    assert "| warn [another run] | data_loading: GPU idle |" in text and "flight_recorder_tutorial" in text
     assert len(text.encode()) <= 32 * 1024
     assert "gpu-triage report: health, logs, traces, stacks, flight recorder" in done.stderr
     written = report(["--demo", "--json", "--out", str(tmp_path / "r.json")], tmp_path)
@@ -54,7 +54,7 @@ def test_the_demo_tells_one_job_and_keeps_the_other_runs_trace_apart(tmp_path: P
     assert all("recorded 2021-06-08" in r["other_run"] for r in apart)
     assert data["rows"][-len(apart):] == apart  # after this job's rows, whatever their severity
     conclusion = data["conclusion"]
-    assert "data_loading" not in conclusion[0] and "problem(s); worst: rank 0" in conclusion[0]
+    assert "data_loading" not in conclusion[0] and "problem(s); worst: other_collective: rank 0" in conclusion[0]
     assert conclusion[2].startswith(f"Caveat: the traces {trace} are another run's (recorded 2021-06-08")
     assert "find_stragglers cannot tell (needed: compute-only times (or traces) of all 4 ranks)" in conclusion[2]
     # find_stragglers joined no rank of this job to the other job's trace, and says it cannot tell: not ok.
@@ -88,8 +88,8 @@ def test_exit_codes_for_ci(tmp_path: Path) -> None:
     healthy = report(["--no-health", "--traces", str(DATA / "traces" / "resnet50_num_workers_0"), "--root",
                       str(REPO)], tmp_path)
     # A warning (data loading); find_stragglers on one rank's trace cannot tell, which is below a warning.
-    assert healthy.returncode == 1 and "GPU idle: data_loading" in healthy.stdout
-    assert "| unknown | find_stragglers: cannot tell |" in healthy.stdout
+    assert healthy.returncode == 1 and "data_loading: GPU idle" in healthy.stdout
+    assert "| unknown | unknown: find_stragglers cannot tell |" in healthy.stdout
     bad = report(["--pids", "one,two"], tmp_path)
     assert bad.returncode == 3 and "--pids: 'one,two' is not a comma-separated list" in bad.stderr
     # A tool that cannot run is a row saying why; when none could, nothing was looked at: unknown, not ok.
