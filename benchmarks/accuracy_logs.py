@@ -191,6 +191,8 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     # The JSON contract gives a finding's ranks in `ranks`, not among its facts.
     if name == "rank" and isinstance(want, int) and want in finding.ranks:
         return True
+    if name == "rank" and isinstance(want, list) and want and set(want) <= set(finding.ranks):  # several ranks
+        return True
     if name == "nccl_error" and isinstance(want, str):  # one NCCL result, as its name or ncclGetErrorString's text
         want = nccl_result_name(want)
     if name == "signal" and signal_number(want) is not None:  # one signal: 9, "SIGKILL" and "Killed" alike

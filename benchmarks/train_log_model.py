@@ -1,7 +1,7 @@
 """Train the learned fallback of diagnose_logs (issue 31, "learning where rules stop"): sop/log_model.json.
 
-Data: the DEVELOPMENT sets only (tests/data/logs/wild, public, round2/dev, round5/dev), never round2/heldout,
-round3 or round4.
+Data: the DEVELOPMENT sets only (tests/data/logs/wild, public, round2/dev, round5/dev, round8/dev), never a
+`heldout/` folder nor the all-held-out rounds (3, 4, 6, 7).
 Each excerpt is read as diagnose_logs reads it (tools/logs/learned.py: its error lines' normalised tokens); its
 class is its labelled category (benign and unclassified_error included).
 
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from accuracy_logs import SERIOUS, Case, load_cases, load_round2_dev, load_round5_dev  # noqa: E402
+from accuracy_logs import SERIOUS, Case, load_cases, load_round2_dev, load_round5_dev, load_round8_dev  # noqa: E402
 
 from tools.core.context import ToolContext  # noqa: E402
 from tools.core.files import InputFile  # noqa: E402
@@ -98,7 +98,7 @@ async def _rules(cases: list[Case]) -> list[tuple[frozenset[str], frozenset[str]
 def examples(rules_too: bool = True) -> list[Example]:
     """The development excerpts, read as the model reads them; with what the rules alone report (where the model would
     be consulted, which the thresholds depend on, and the printed rules + model figures)."""
-    cases = load_cases() + load_round2_dev() + load_round5_dev()
+    cases = load_cases() + load_round2_dev() + load_round5_dev() + load_round8_dev()
     learned.OVERRIDE = False  # the rules alone
     rules = anyio.run(_rules, cases) if rules_too else [(frozenset[str](), frozenset[str](), False)] * len(cases)
     part = int(learned.settings()["part_kib"]) * 1024

@@ -126,6 +126,11 @@ BUSBW_CRIT_RATIO = 0.5
 BUSBW_PEER_RATIO = 0.8
 # Usable share of a NIC's line rate as NCCL busbw (NVIDIA: ~12 GB/s per 100G, ~24 per 200G, 46-48 per 400G NIC).
 NIC_EFFICIENCY = 0.96
+# A multi-node run of NVSwitch-board or superchip GPUs (A100/H100/H200/H800/H20 SXM, B200, GB200, GH200) whose NICs
+# nothing names: no platform of theirs is built with less than one NIC of this rate (Gb/s) per node (the smallest
+# cloud A100 instances give 100 Gb/s; NVIDIA's DGX/HGX/MGX designs give each GPU 200-400 Gb/s). A busbw low against
+# that floor is low on any fabric they run on; one above it is not cleared (the real fabric may give 30 times more).
+PLATFORM_MIN_NIC_GBPS = 100.0
 # A run whose busbw at its largest size (at least FALL_OFF_MIN_BYTES) is under this share of its own peak falls off:
 # busbw rises with the size and then holds on a healthy path (Azure lists the fall-off as a congestion pattern).
 FALL_OFF_RATIO = 0.5
@@ -163,6 +168,10 @@ IO_AWAIT_MS = 20.0
 IO_QUEUE_DEPTH = 1.0
 IO_BUSY_UTIL_PCT = 90.0  # with a queue and IO_BUSY_AWAIT_MS: a disk that serves one request at a time, saturated
 IO_BUSY_AWAIT_MS = 10.0
+# Stalled: at IO_BUSY_UTIL_PCT with a queue, the time a request spends queued by Little's law (aqu-sz / IOPS) is
+# IO_STALL_MS or more, ten times IO_BUSY_AWAIT_MS and beyond a spinning disk's seek at a modest queue: few requests
+# complete, so the await column (of the completed ones only) can read near 0 while the queue does not move.
+IO_STALL_MS = 100.0
 IOWAIT_PCT = 20.0
 CPU_IDLE_PCT = 10.0
 WORKER_SATURATED_PCT = 80.0
@@ -207,6 +216,11 @@ SWAP_FULL_PCT = 90.0
 RECLAIM_SYSTEM_PCT = 50.0
 MAJOR_FAULTS_S = 100.0
 DIRECT_SCANS_S = 1000.0
+# A capture of several memory readings (free -s, a logged `free -m`, top -b frames, a top -p log of one process)
+# shows reclaim at work where the page cache at the lowest reading is at most MEM_RUNNING_OUT_RATIO of its largest
+# before it (the kernel evicts cache as memory runs out), and memory still running out where available memory has
+# fallen to that share of what it was; either, with MEM_AVAILABLE_PCT or less left, is pressure.
+MEM_RUNNING_OUT_RATIO = 0.5
 PSI_MEMORY_FULL_PCT = 5.0
 PSI_MEMORY_SOME_PCT = 20.0
 PSI_IO_FULL_PCT = 10.0

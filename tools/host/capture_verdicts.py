@@ -27,6 +27,7 @@ from tools.core.thresholds import (
     MAIN_LOOP_REST_IDLE_PCT,
     MAJOR_FAULTS_S,
     MEM_AVAILABLE_PCT,
+    MEM_RUNNING_OUT_RATIO,
     NUMA_MISS_SHARE,
     PSI_CPU_SOME_PCT,
     PSI_IO_FULL_PCT,
@@ -36,7 +37,7 @@ from tools.core.thresholds import (
     RECLAIM_SYSTEM_PCT,
     SWAP_FULL_PCT,
 )
-from tools.host.host_formats import HostCapture, ProcessSample
+from tools.host.host_formats import HostCapture, MemorySnapshot, ProcessSample
 
 __all__ = ["CaptureJudgement", "Evidence", "judge_captures"]
 
@@ -104,15 +105,18 @@ def judge_captures(captures: list[HostCapture], swapping: bool) -> CaptureJudgem
 
 
 def _memory(judgement: CaptureJudgement, captures: list[HostCapture], swapping: bool) -> None:
-    """Little available memory is pressure only with reclaim seen beside it; a full page cache alone is health."""
-    snapshots = [(c, c.memory) for c in captures if c.memory is not None and c.memory.available_pct is not None]
+    """Little available memory is pressure only with reclaim seen beside it (or memory still running out across the
+    capture's readings); a full page cache alone is health."""
+    snapshots = [(c, m, c.memory_series or [m]) for c in captures
+                 for m in (c.memory_series or ([c.memory] if c.memory is not None else []))
+                 if m.available_pct is not None]
     if not snapshots or swapping:
         return
-    capture, memory = min(snapshots, key=lambda s: s[1].available_pct or 0.0)
+    capture, memory, series = min(snapshots, key=lambda s: s[1].available_pct or 0.0)
     available = memory.available_pct
     if available is None or available > MEM_AVAILABLE_PCT:
         return
-    signs = []
+    signs = _running_out(memory, series)
     kswapd = [p for c in captures for p in c.processes if p.command.startswith("kswapd")
               and (p.cpu_pct or 0) >= KSWAPD_BUSY_PCT]
     if kswapd:
@@ -132,14 +136,39 @@ def _memory(judgement: CaptureJudgement, captures: list[HostCapture], swapping: 
     scans = max((v for c in captures for v in c.direct_scans_s), default=0.0)
     if scans >= DIRECT_SCANS_S:
         signs.append(f"{scans:g} direct-reclaim page scans/s")
-    said = (f"{available:g} % of memory available ({capture.kind}"
-            + (": free + buffers + cache, no MemAvailable printed" if memory.available_estimated else "") + ")")
+    if memory.bound:
+        said = f"at most {available:g} % of memory available ({capture.kind}: {memory.bound})"
+    else:
+        said = (f"{available:g} % of memory available ({capture.kind}"
+                + (": free + buffers + cache, no MemAvailable printed" if memory.available_estimated else "") + ")")
     if signs:
         judgement.findings.append(Evidence("memory_pressure", Severity.crit, f"{said} with {', '.join(signs)}",
                                            MEMORY_FIX))
     else:
-        judgement.undecided.append((f"only {said} in one snapshot, with no sign of reclaim (swap traffic, kswapd, "
+        readings = "in one snapshot" if len(series) <= 1 else f"over {len(series)} readings, not falling"
+        judgement.undecided.append((f"only {said} {readings}, with no sign of reclaim (swap traffic, kswapd, "
                                     "major faults) in it", _INTERVAL))
+
+
+def _running_out(lowest: MemorySnapshot, series: list[MemorySnapshot]) -> list[str]:
+    """What the readings before the lowest one say: the page cache evicted as memory ran out (reclaim at work), or
+    the available memory itself fallen to MEM_RUNNING_OUT_RATIO of what it was (still running out)."""
+    before = series[:series.index(lowest)] if lowest in series else []
+    signs = []
+    caches = [m.cache_kb for m in before if m.cache_kb is not None]
+    if caches and lowest.cache_kb is not None and lowest.cache_kb <= MEM_RUNNING_OUT_RATIO * max(caches):
+        # As shares of memory: free's plain numbers are in whatever unit it was asked for.
+        signs.append(f"buffers + page cache shrunk from {_share(max(caches), lowest)} to "
+                     f"{_share(lowest.cache_kb, lowest)} across {len(before) + 1} readings (reclaimed)")
+    earlier = [m.available_pct for m in before if m.available_pct is not None]
+    if earlier and (lowest.available_pct or 0.0) <= MEM_RUNNING_OUT_RATIO * max(earlier):
+        signs.append(f"available memory down from {max(earlier):g} % across {len(before) + 1} readings (still "
+                     "running out)")
+    return signs
+
+
+def _share(kb: float, reading: MemorySnapshot) -> str:
+    return f"{100 * kb / reading.total_kb:.1f} % of memory" if reading.total_kb else f"{kb:g}"
 
 
 def _pressure(judgement: CaptureJudgement, captures: list[HostCapture]) -> None:

@@ -17,12 +17,41 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DiskSample", "GpuSeries", "HostCapture", "MemorySnapshot", "NumaNode", "Pressure", "ProcessSample",
-           "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor",
-           "is_vmstat", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat"]
+           "clock_span", "has_clock", "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor", "is_vmstat",
+           "is_vmstat_counters", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat",
+           "read_vmstat_counters"]
 
 _NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
 # sysstat's first line: "Linux 6.17.2-1-pve (host)   06/18/2026   _x86_64_   (96 CPU)".
 SYSSTAT_BANNER = re.compile(r"^Linux[ \t]+\S+[ \t]+\(", re.M)
+# sysstat stamps its rows with strftime's %X in the user's locale (S_TIME_FORMAT=ISO gives %H:%M:%S): 07:38:50 (24 h,
+# followed by AM/PM where %X is %r, as in en_US), 18.25.10 (fi_FI), 10时58分18秒 (zh_CN), 18時25分10秒 (ja_JP,
+# zh_TW), "18시 25분 10초" (ko_KR, three words). One token is a whole stamp, or the hour word of ko_KR's.
+_CLOCK_TOKEN = re.compile(r"^\d{1,2}(?::\d{2}(?::\d{2})?|\.\d{2}\.\d{2}|[時时]\d{1,2}分(?:\d{1,2}秒)?)$")
+_CLOCK_IN_TOKEN = re.compile(r"\d{1,2}(?::|[時时])\d{2}|^\d{1,2}\.\d{2}\.\d{2}$|^\d{1,2}시$")
+_KOREAN_CLOCK = (re.compile(r"^\d{1,2}시$"), re.compile(r"^\d{1,2}분$"), re.compile(r"^\d{1,2}초$"))
+_MERIDIEM = frozenset({"AM", "PM", "am", "pm", "a.m.", "p.m.", "上午", "下午", "午前", "午後", "오전", "오후"})
+
+
+def clock_span(tokens: list[str]) -> int:
+    """How many leading tokens of a row make its time stamp (a meridiem word before or after it included); 0 when
+    the row does not start with one."""
+    at = 1 if tokens and tokens[0] in _MERIDIEM else 0
+    if at < len(tokens) and _CLOCK_TOKEN.match(tokens[at]):
+        at += 1
+    elif at < len(tokens) and _KOREAN_CLOCK[0].match(tokens[at]):
+        at += 1
+        for part in _KOREAN_CLOCK[1:]:
+            if at < len(tokens) and part.match(tokens[at]):
+                at += 1
+    else:
+        return 0
+    return at + (1 if at < len(tokens) and tokens[at] in _MERIDIEM else 0)
+
+
+def has_clock(tokens: list[str]) -> bool:
+    """Whether any of these tokens is (or holds) a time stamp in one of the locales above."""
+    return any(_CLOCK_IN_TOKEN.search(t) for t in tokens)
 
 
 @dataclass
@@ -34,6 +63,14 @@ class DiskSample:
     read_mbs: float | None = None
     write_mbs: float | None = None
     iops: float | None = None
+
+    @property
+    def queue_time_ms(self) -> float | None:
+        """How long a request stays queued by Little's law (requests in flight / completions per second), the
+        await that the queue implies: a stalled device's await column can read 0 because few requests complete."""
+        if self.queue_depth is None or not self.iops:
+            return None
+        return round(1000 * self.queue_depth / self.iops, 1)
 
 
 @dataclass
@@ -64,6 +101,10 @@ class MemorySnapshot:
     available_estimated: bool = False
     swap_total_kb: float | None = None
     swap_used_kb: float | None = None
+    cache_kb: float | None = None  # buffers + page cache, where the capture prints them (reclaim shrinks it)
+    # The available figure is only an upper bound: what one process's private resident memory leaves (a process
+    # table with %MEM and no summary area). It can show memory running out, never clear it.
+    bound: str | None = None
 
     @property
     def available_pct(self) -> float | None:
@@ -101,6 +142,9 @@ class ProcessSample:
     thread: bool = False  # a thread's row (top -H, toybox's THREAD column, pidstat -t's TID rows)
     major_faults_s: float | None = None  # pidstat -r
     io_kbs: float | None = None  # pidstat -d: read + written
+    mem_pct: float | None = None  # top's %MEM: RES of the host's memory
+    resident_kb: float | None = None  # top's RES and SHR
+    shared_kb: float | None = None
 
 
 @dataclass
@@ -133,6 +177,7 @@ class HostCapture:
     core_idle: dict[str, list[float]] = field(default_factory=dict)  # mpstat -P: each CPU's %idle per report
     core_iowait: dict[str, list[float]] = field(default_factory=dict)
     memory: MemorySnapshot | None = None  # the last reading of the capture
+    memory_series: list[MemorySnapshot] = field(default_factory=list)  # every reading, in order (free -s, top -b)
     pressure: list[Pressure] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)  # the last report's rows
     processes_cpu_sum: list[float] = field(default_factory=list)  # pidstat -u: the rows' %CPU summed, per report
@@ -148,8 +193,8 @@ class HostCapture:
     def host_evidence(self) -> bool:
         """Whether it holds anything about the host's disks, CPUs or memory (a dmon capture holds none)."""
         return bool(self.disks or self.idle_pct or self.iowait_pct or self.run_queue or self.swap_in
-                    or self.memory is not None or self.pressure or self.processes or self.numa or self.core_idle
-                    or self.major_faults_s or self.interfaces)
+                    or self.memory is not None or self.memory_series or self.pressure or self.processes or self.numa
+                    or self.core_idle or self.major_faults_s or self.interfaces)
 
 
 def _number(text: str) -> float | None:
@@ -159,7 +204,25 @@ def _number(text: str) -> float | None:
 
 def is_iostat(text: str) -> bool:
     # [ \t], not \s: a \s* at a line start would run on across blank lines (quadratic on 10^5 of them).
-    return re.search(r"^Device:?[ \t]", text, re.M) is not None or '"sysstat"' in text[:2000]
+    return (re.search(r"^Device:?[ \t]", text, re.M) is not None or '"sysstat"' in text[:2000]
+            or _PRETTY_HEADER.search(text[:65536]) is not None)
+
+
+# --pretty (and -h, which implies it) prints the device name last, in the header ("... %util Device") and rows; -h
+# also splits -x into up to four parts per report (r, w, d, then f/aqu-sz/%util), each with its own header, and
+# prints sizes with a unit letter (512.0k, 1.2M: sysstat's cprintf_unit, powers of 1024) and shares with a %.
+_PRETTY_HEADER = re.compile(r"^[ \t]*(?:tps|r/s|w/s|d/s|f/s)[ \t][^\n]*[ \t]Device[ \t]*$", re.M)
+_HUMAN = re.compile(r"^(-?\d+(?:[.,]\d+)?)([BkMGTP])$")
+_HUMAN_KB = {"B": 1 / 1024, "k": 1.0, "M": 1024.0, "G": 1024.0**2, "T": 1024.0**3, "P": 1024.0**4}
+
+
+def _iostat_number(text: str) -> float | None:
+    """A cell of iostat text: a plain number, a share with -h's %, or a size with its unit letter (in kB, the unit
+    of the kB columns it is printed under)."""
+    human = _HUMAN.match(text)
+    if human is not None:
+        return float(human.group(1).replace(",", ".")) * _HUMAN_KB[human.group(2)]
+    return _number(text.removesuffix("%"))
 
 
 def is_vmstat(text: str) -> bool:
@@ -176,8 +239,10 @@ def read_iostat(text: str) -> HostCapture:
             document = json.loads(re.sub(r",(\s*[\]}])", r"\1", re.sub(r"\[\s*,", "[", stripped)))
         return _iostat_json(document)
     capture = HostCapture("iostat")
-    reports: list[tuple[list[DiskSample], list[float]]] = []
+    # Per report: each device's cells (merged across -h's parts), the CPU shares, the columns seen so far.
+    reports: list[tuple[dict[str, dict[str, float | None]], list[float], set[str]]] = []
     header: list[str] | None = None
+    device_last = False
     cpu_header: list[str] | None = None
     for line in text.splitlines():
         tokens = line.split()
@@ -186,31 +251,35 @@ def read_iostat(text: str) -> HostCapture:
             continue
         if tokens[0] == "avg-cpu:":
             cpu_header = [t.lstrip("%") for t in tokens[1:]]
-            reports.append(([], []))
+            reports.append(({}, [], set()))
             continue
-        if cpu_header is not None and all(_number(t) is not None for t in tokens):
-            values = dict(zip(cpu_header, (_number(t) or 0.0 for t in tokens), strict=False))
+        if cpu_header is not None and all(_iostat_number(t) is not None for t in tokens):
+            values = dict(zip(cpu_header, (_iostat_number(t) or 0.0 for t in tokens), strict=False))
             if not reports:
-                reports.append(([], []))
+                reports.append(({}, [], set()))
             reports[-1][1].extend([values.get("iowait", 0.0), values.get("user", 0.0), values.get("system", 0.0),
                                    values.get("idle", 0.0), values.get("steal", 0.0)])
             cpu_header = None
             continue
-        if tokens[0].rstrip(":") == "Device":
-            header = [t.lstrip("%") for t in tokens[1:]]
-            if not reports or reports[-1][0]:
-                reports.append(([], []))
+        if tokens[0].rstrip(":") == "Device" or (tokens[-1] == "Device" and _PRETTY_HEADER.match(line)):
+            device_last = tokens[0].rstrip(":") != "Device"
+            header = [t.lstrip("%") for t in (tokens[:-1] if device_last else tokens[1:])]
+            # A header whose columns this report has not had yet is the next part of it (-h); else a new report.
+            if not reports or (reports[-1][0] and set(header) & reports[-1][2]):
+                reports.append(({}, [], set()))
+            reports[-1][2].update(header)
             continue
         if header is not None and len(tokens) >= 2:
-            cells = {h: _number(v) for h, v in zip(header, tokens[1:], strict=False)}
-            reports[-1][0].append(_disk(tokens[0], cells))
+            name, cells = (tokens[-1], tokens[:-1]) if device_last else (tokens[0], tokens[1:])
+            reports[-1][0].setdefault(name, {}).update(
+                {h: _iostat_number(v) for h, v in zip(header, cells, strict=False)})
     kept = reports[1:] if len(reports) > 1 else reports
     # One report is the averages since boot only when the capture starts where iostat does (its banner): a pasted
     # block without it may be any interval.
     capture.reports = len(kept)
     capture.since_boot = len(reports) == 1 and SYSSTAT_BANNER.search(text) is not None
-    for disks, cpu in kept:
-        capture.disks.extend(disks)
+    for disks, cpu, _ in kept:
+        capture.disks.extend(_disk(name, cells) for name, cells in disks.items())
         if len(cpu) == 5:
             for column, value in zip((capture.iowait_pct, capture.user_pct, capture.system_pct, capture.idle_pct,
                                       capture.steal_pct), cpu, strict=True):
@@ -223,14 +292,18 @@ def _disk(name: str, values: Mapping[str, float | None]) -> DiskSample:
         return next((values[n] for n in names if values.get(n) is not None), None)
 
     waits = [v for k, v in values.items() if k in ("r_await", "w_await", "await", "d_await") and v is not None]
-    reads = first("rMB/s", "rkB/s", "rsec/s")
-    writes = first("wMB/s", "wkB/s", "wsec/s")
-    scale = 1.0 if "rMB/s" in values else 1 / 1024 if "rkB/s" in values else 512 / 2**20
-    iops = (first("r/s") or 0.0) + (first("w/s") or 0.0)
+    # iostat -x names its rates rMB/s, rkB/s or rsec/s; plain iostat (no -x) kB_read/s, MB_read/s or, before
+    # sysstat 6, Blk_read/s (512-byte blocks), with tps for the transfers (IOPS) and no await, queue or %util.
+    # sar -d says rkB/s (sysstat 12) or rd_sec/s (sectors, before).
+    reads = first("rMB/s", "MB_read/s", "rkB/s", "kB_read/s", "rsec/s", "rd_sec/s", "Blk_read/s")
+    writes = first("wMB/s", "MB_wrtn/s", "wkB/s", "kB_wrtn/s", "kB_w+d/s", "wsec/s", "wr_sec/s", "Blk_wrtn/s")
+    scale = (1.0 if "rMB/s" in values or "MB_read/s" in values else
+             1 / 1024 if "rkB/s" in values or "kB_read/s" in values or "kB_w+d/s" in values else 512 / 2**20)
+    iops = (first("r/s") or 0.0) + (first("w/s") or 0.0) if "r/s" in values or "w/s" in values else first("tps")
     return DiskSample(name=name, util_pct=first("util"), await_ms=max(waits) if waits else None,
                       queue_depth=first("aqu-sz", "avgqu-sz"),
                       read_mbs=reads * scale if reads is not None else None,
-                      write_mbs=writes * scale if writes is not None else None, iops=iops)
+                      write_mbs=writes * scale if writes is not None else None, iops=iops if iops is not None else 0.0)
 
 
 def _iostat_json(document: Any) -> HostCapture:
@@ -261,10 +334,15 @@ def read_vmstat(text: str) -> HostCapture:
     for line in text.splitlines():
         tokens = line.split()
         if len(tokens) >= 4 and tokens[:4] == ["r", "b", "swpd", "free"]:
-            header = tokens
+            # vmstat's fields are lower-case words; -t appends the time zone's name (UTC, CEST) for its stamp.
+            header = [t for t in tokens if t.isalpha() and t.islower()]
             continue
-        if header is not None and tokens and all(_number(t) is not None for t in tokens):
-            rows.append(dict(zip(header, (_number(t) for t in tokens), strict=False)))
+        if header is None or len(tokens) < len(header):
+            continue
+        values, stamp = tokens[:len(header)], tokens[len(header):]
+        # -t: each row ends with its date and time (2024-06-01 10:00:01).
+        if all(_number(t) is not None for t in values) and (not stamp or (len(stamp) == 2 and ":" in stamp[1])):
+            rows.append(dict(zip(header, (_number(t) for t in values), strict=True)))
     kept = rows[1:] if len(rows) > 1 else rows  # the first row averages since boot
     capture.reports, capture.since_boot = len(kept), len(rows) == 1
     for row in kept:
@@ -277,19 +355,86 @@ def read_vmstat(text: str) -> HostCapture:
     return capture
 
 
+# ---------------------------------------------------------------- vmstat -s
+
+# procps `vmstat -s`: one counter a line, "   253528 K total memory", "  5647 non-nice user cpu ticks". Memory lines
+# are the present; the ticks and page counts are totals since boot, so only the difference between two reports (a
+# script that logs `date; vmstat -s` every interval) is a sample.
+_COUNTER = re.compile(r"^[ \t]*(\d+)[ \t]+(?:K[ \t]+)?([a-zA-Z][\w /-]*?)[ \t]*$")
+_TICKS = {"non-nice user cpu ticks": "user", "nice user cpu ticks": "nice", "system cpu ticks": "system",
+          "idle cpu ticks": "idle", "IO-wait cpu ticks": "iowait", "IRQ cpu ticks": "irq",
+          "softirq cpu ticks": "softirq", "stolen cpu ticks": "steal"}
+_STAMP = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2}):(\d{2})(?![\d:])")
+PAGE_KB = 4  # the page size of x86-64 and of ARM's default kernels: vmstat -s counts swap traffic in pages
+
+
+def is_vmstat_counters(text: str) -> bool:
+    head = text[:16384]
+    return (re.search(r"^[ \t]*\d+[ \t]+K[ \t]+total memory[ \t]*$", head, re.M) is not None
+            and re.search(r"^[ \t]*\d+[ \t]+idle cpu ticks[ \t]*$", head, re.M) is not None)
+
+
+def read_vmstat_counters(text: str) -> HostCapture:
+    """Each `total memory` line starts a report; a time stamp on a line before it (`date` in the logging loop)
+    dates it. CPU shares and swap traffic come from consecutive reports; one report is since boot."""
+    reports: list[tuple[float | None, dict[str, float]]] = []
+    stamp: float | None = None
+    for line in text.splitlines():
+        match = _COUNTER.match(line)
+        if match is None:
+            clock = _STAMP.search(line)
+            if clock is not None:
+                stamp = int(clock.group(1)) * 3600.0 + int(clock.group(2)) * 60 + int(clock.group(3))
+            continue
+        name = match.group(2).strip()
+        if name == "total memory" or not reports:
+            reports.append((stamp, {}))
+            stamp = None
+        reports[-1][1][name] = float(match.group(1))
+    capture = HostCapture("vmstat -s")
+    capture.reports = max(len(reports) - 1, 1) if reports else 0
+    capture.since_boot = len(reports) == 1
+    capture.what = "vmstat -s"
+    if reports:
+        last = reports[-1][1]
+        cache = last.get("buffer memory", 0.0) + last.get("swap cache", 0.0)  # procps 3.2 names the page cache so
+        capture.memory = MemorySnapshot(total_kb=last.get("total memory"), free_kb=last.get("free memory"),
+                                        available_kb=(last["free memory"] + cache) if "free memory" in last else None,
+                                        available_estimated=True, swap_total_kb=last.get("total swap"),
+                                        swap_used_kb=last.get("used swap"), cache_kb=cache)
+    for (before_at, before), (after_at, after) in zip(reports, reports[1:], strict=False):
+        ticks = {key: after.get(name, 0.0) - before.get(name, 0.0) for name, key in _TICKS.items()}
+        total = sum(ticks.values())
+        if total > 0:
+            capture.user_pct.append(round(100 * (ticks["user"] + ticks["nice"]) / total, 2))
+            capture.system_pct.append(round(100 * (ticks["system"] + ticks["irq"] + ticks["softirq"]) / total, 2))
+            capture.idle_pct.append(round(100 * ticks["idle"] / total, 2))
+            capture.iowait_pct.append(round(100 * ticks["iowait"] / total, 2))
+            capture.steal_pct.append(round(100 * ticks["steal"] / total, 2))
+        seconds = (after_at - before_at) % 86400 if before_at is not None and after_at is not None else None
+        if seconds:  # swap traffic as vmstat's si/so (KiB/s) only when the reports are dated
+            for column, name in ((capture.swap_in, "pages swapped in"), (capture.swap_out, "pages swapped out")):
+                column.append(round((after.get(name, 0.0) - before.get(name, 0.0)) * PAGE_KB / seconds, 2))
+    return capture
+
+
 # ---------------------------------------------------------------- mpstat / sar -u
 
 # The column header: "CPU" then percentages, %idle among them (mpstat's %usr..%gnice, sar -u's %user..%idle); pidstat's
 # header ends "%CPU   CPU  Command" and iostat's says "avg-cpu:", so neither matches.
 _CPU_TABLE = re.compile(r"(?:^|[ \t])CPU[ \t]+%(?:usr|user)[ \t][^\n]*%idle", re.M)
 _PIDSTAT = re.compile(r"[ \t]PID[ \t]+%usr[ \t]+%system[^\n]*%CPU", re.M)
-_CLOCK = re.compile(r"\d{1,2}(?::|时)\d{2}")  # a time stamp in any locale: 07:38:50, 10时58分18秒
 _BANNER_CPUS = re.compile(r"\((\d+) CPU\)")
+
+
+# The activities of sysstat's JSON (mpstat -o JSON, sadf -j: json_stats.c) that are read; iostat's JSON says
+# "avg-cpu" and "disk_device" instead and has its own reader.
+_JSON_ACTIVITIES = ('"cpu-load"', '"memory"', '"paging"', '"swap-pages"', '"queue"', '"disk-device"')
 
 
 def is_mpstat(text: str) -> bool:
     head = text[:65536]
-    return _CPU_TABLE.search(head) is not None or ('"cpu-load"' in head and '"sysstat"' in head)
+    return _CPU_TABLE.search(head) is not None or ('"sysstat"' in head and any(a in head for a in _JSON_ACTIVITIES))
 
 
 def is_pidstat(text: str) -> bool:
@@ -315,10 +460,11 @@ def read_mpstat(text: str) -> HostCapture:
         if "CPU" in tokens:
             at = tokens.index("CPU")
             columns = tokens[at + 1:]
-            if columns and all(c.startswith("%") for c in columns) and "%idle" in columns:
+            # sysstat before 9 ended mpstat's CPU table with intr/s (a rate, not a share): read by its name too.
+            if columns and all(c.startswith("%") or c.endswith("/s") for c in columns) and "%idle" in columns:
                 header, header_time = [c.lstrip("%") for c in columns], tokens[:at]
                 sar = sar or "user" in header
-                if any(_CLOCK.search(t) for t in header_time):
+                if has_clock(header_time):
                     intervals.append({})
                 continue
         if header is None or len(tokens) < len(header) + 1:
@@ -328,7 +474,7 @@ def read_mpstat(text: str) -> HostCapture:
             continue
         prefix = tokens[:-len(header) - 1]
         values = dict(zip(header, (c or 0.0 for c in cells), strict=True))
-        if prefix and not any(_CLOCK.search(t) for t in prefix):
+        if prefix and not has_clock(prefix):
             averages[label] = values
             continue
         if not intervals or label in intervals[-1]:  # `mpstat 1` prints one header, then a row per interval
@@ -366,19 +512,69 @@ def _cpu_row(capture: HostCapture, report: Mapping[str, Mapping[str, float]]) ->
 
 
 def _mpstat_json(document: Any) -> HostCapture:
-    """mpstat -o JSON: sysstat.hosts[].statistics[] each with a `cpu-load` list of {cpu, usr, nice, sys, ...}."""
+    """mpstat -o JSON and sadf -j: sysstat.hosts[].statistics[], each with a `cpu-load` list of {cpu, usr (user),
+    nice, sys (system), ...}, and for sadf the other activities asked for: `memory` {memfree, avail, memused,
+    buffers, cached, swpfree, swpused} (memused = total - avail), `paging` {majflt, pgscand}, `swap-pages` {pswpin,
+    pswpout}, `queue` {runq-sz, blocked, ldavg-1} and `disk` [{disk-device, tps, rkB, wkB, aqu-sz, await,
+    util-percent}]."""
     hosts = document.get("sysstat", {}).get("hosts", []) if isinstance(document, dict) else []
     capture = HostCapture("mpstat")
     for host in (h for h in hosts if isinstance(h, dict)):
         if isinstance(host.get("number-of-cpus"), int):
             capture.cores = host["number-of-cpus"]
         for report in (s for s in host.get("statistics", []) if isinstance(s, dict)):
-            rows = {str(r.get("cpu")): {str(k): float(v) for k, v in r.items() if isinstance(v, int | float)}
-                    for r in report.get("cpu-load", []) or [] if isinstance(r, dict)}
+            if isinstance(report.get("timestamp"), dict):
+                capture.kind = "sadf"  # sadf -j dates each record; mpstat prints its clock only
+            rows = {str(r.get("cpu")): _numbers(r) for r in report.get("cpu-load", []) or [] if isinstance(r, dict)}
+            read = bool(rows)
             if rows:
-                capture.reports += 1
-                _cpu_row(capture, rows)
+                _cpu_row(capture, {("all" if label == "-1" else label): row for label, row in rows.items()})
+            read = _json_activities(capture, report) or read
+            capture.reports += read
     return capture
+
+
+def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _json_activities(capture: HostCapture, report: Mapping[str, Any]) -> bool:
+    """sadf -j's activities other than CPU into the capture; whether the report held any."""
+    read = False
+    memory = report.get("memory")
+    if isinstance(memory, dict) and ("memfree" in memory or "swpfree" in memory):
+        values = _numbers(memory)
+        snapshot = MemorySnapshot(free_kb=values.get("memfree"), available_kb=values.get("avail"),
+                                  cache_kb=(values["buffers"] + values["cached"]) if "buffers" in values
+                                  and "cached" in values else None)
+        if "avail" in values and "memused" in values:
+            snapshot.total_kb = values["avail"] + values["memused"]
+        if "swpfree" in values and "swpused" in values:
+            snapshot.swap_total_kb, snapshot.swap_used_kb = values["swpfree"] + values["swpused"], values["swpused"]
+        capture.memory_series.append(snapshot)
+        capture.memory = snapshot
+        read = True
+    for key, column, name in (("paging", capture.major_faults_s, "majflt"),
+                              ("paging", capture.direct_scans_s, "pgscand"),
+                              ("swap-pages", capture.swap_in, "pswpin"), ("swap-pages", capture.swap_out, "pswpout"),
+                              ("queue", capture.run_queue, "runq-sz"), ("queue", capture.blocked, "blocked")):
+        activity = report.get(key)
+        if isinstance(activity, dict) and isinstance(activity.get(name), int | float):
+            column.append(float(activity[name]))
+            read = True
+    queue = report.get("queue")
+    if isinstance(queue, dict) and isinstance(queue.get("ldavg-1"), int | float):
+        capture.load_1m = float(queue["ldavg-1"])
+    for disk in report.get("disk", []) or []:
+        if isinstance(disk, dict) and isinstance(disk.get("disk-device"), str):
+            values = _numbers(disk)
+            values["util"] = values.get("util-percent", 0.0)
+            values["rkB/s"], values["wkB/s"] = values.get("rkB", 0.0), values.get("wkB", 0.0)
+            sample = _disk(disk["disk-device"], values)
+            sample.iops = values.get("tps")
+            capture.disks.append(sample)
+            read = True
+    return read
 
 
 # ---------------------------------------------------------------- nvidia-smi dmon / pmon

@@ -27,9 +27,65 @@ _NUMA_KEYS = {"numa_hit": "hit", "numa_miss": "miss", "other_node": "other_node"
               "memfree": "mem_free_mb"}
 
 
+# A memory row read without free's English header: free in another locale (procps-ng translates the header and the
+# row labels: "Speicher:", "内存：", "Pamięć:", "스  왑:"), or `free -m | grep Mem` logged with a date before it. free.c
+# prints the columns in one fixed order whatever the language, so six or seven numbers after a label ending in a
+# colon are that order; the swap row (three numbers) follows its memory row.
+_NUMBERS = r"((?:[ \t]+\d+(?:[.,]\d+)?[BKMGTPE]?i?B?){%s})[ \t]*$"
+_LABELLED_ROW = re.compile(r"^(.*?)[:：]" + _NUMBERS % "6,7", re.M)
+_SWAP_ROW = re.compile(r"^(.*?)[:：]" + _NUMBERS % "3")
+# The layouts such a row may have, each with the identity its numbers keep (procps-ng's free.c): before 3.3.10
+# used = total - free (buffers and cached after shared); 3.3.10 to 3.3.17 used = total - free - buff/cache; 4.0 on
+# used = total - available. -w splits buff/cache into buffers and cache (seven numbers).
+_BARE_LAYOUTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("total", "used", "free", "shared", "buff/cache", "available"), "used+free+buff/cache"),
+    (("total", "used", "free", "shared", "buff/cache", "available"), "used+available"),
+    (("total", "used", "free", "shared", "buffers", "cached"), "used+free"),
+    (("total", "used", "free", "shared", "buffers", "cache", "available"), "used+free+buffers+cache"),
+    (("total", "used", "free", "shared", "buffers", "cache", "available"), "used+available"),
+)
+
+
 def is_free(text: str) -> bool:
     head = text[:16384]
-    return _FREE_HEADER.search(head) is not None and re.search(r"^[ \t]*Mem:", head, re.M) is not None
+    return ((_FREE_HEADER.search(head) is not None and re.search(r"^[ \t]*Mem:", head, re.M) is not None)
+            or _bare_header(head) is not None)
+
+
+def _bare_header(text: str) -> list[str] | None:
+    """The column names of memory rows read without the English header: the one layout whose identity every row
+    keeps, to within the rounding of the printed digits; None when there are no such rows, or none or more than one
+    distinct layout fits (then they cannot be read without their header)."""
+    rows = [match.group(2).split() for match in _LABELLED_ROW.finditer(text[:1_000_000])]
+    fitting = []
+    for names, identity in _BARE_LAYOUTS:
+        if rows and all(_keeps(row, names, identity) for row in rows):
+            fitting.append(names)
+    return list(fitting[0]) if fitting and all(f == fitting[0] for f in fitting) else None
+
+
+def _keeps(row: list[str], names: tuple[str, ...], identity: str) -> bool:
+    """Whether one row's numbers keep a layout's identity; each printed value may be off by one unit of its last
+    digit (free truncates kB to the unit asked for)."""
+    if len(row) != len(names):
+        return False
+    values = [_size(t, 1.0) for t in row]
+    if any(v is None for v in values):
+        return False
+    cells = dict(zip(names, (v or 0.0 for v in values), strict=True))
+    slack = dict(zip(names, (_unit_of_last_digit(t) for t in row), strict=True))
+    parts = identity.split("+")
+    return abs(sum(cells[n] for n in parts) - cells["total"]) <= sum(slack[n] for n in [*parts, "total"])
+
+
+def _unit_of_last_digit(cell: str) -> float:
+    match = _SIZE.match(cell.strip())
+    if match is None:
+        return 0.0
+    digits = match.group(1).replace(",", ".")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    suffix = match.group(2).lower()
+    return 10.0**-decimals * (_UNIT_KB[suffix] if suffix else 1.0)
 
 
 def _size(cell: str, plain_scale: float) -> float | None:
@@ -42,11 +98,14 @@ def _size(cell: str, plain_scale: float) -> float | None:
 
 
 def read_free(text: str) -> HostCapture:
-    """Each `Mem:` row after a header names its columns; the last reading counts (free -s prints one per interval)."""
+    """Each `Mem:` row after a header names its columns; the last reading counts (free -s prints one per interval),
+    and every reading is kept in order. Without the English header (another locale, or logged rows), the rows are
+    read in free's fixed column order, by the one layout their numbers fit; else none is read."""
     capture = HostCapture("free")
+    if _FREE_HEADER.search(text[:16384]) is None:
+        return _read_bare(capture, text)
     header: list[str] = []
     memory: MemorySnapshot | None = None
-    readings = 0
     for line in text.splitlines():
         tokens = line.split()
         if not tokens:
@@ -59,21 +118,52 @@ def read_free(text: str) -> HostCapture:
         label = tokens[0].rstrip(":").lower()
         cells = dict(zip(header, (_size(t, 1.0) for t in tokens[1:]), strict=False))
         if label == "mem":
-            readings += 1
-            memory = MemorySnapshot(total_kb=cells.get("total"), free_kb=cells.get("free"))
-            if cells.get("available") is not None:
-                memory.available_kb = cells["available"]
-            elif memory.free_kb is not None:
-                cache = sum(cells.get(k) or 0.0 for k in ("buffers", "cached", "cache", "buff/cache"))
-                memory.available_kb, memory.available_estimated = memory.free_kb + cache, True
+            memory = _snapshot(cells)
+            capture.memory_series.append(memory)
         elif label == "-/+" and memory is not None and len(tokens) >= 4:
             # "-/+ buffers/cache:  used  free": the free column here already counts buffers and cache.
             memory.available_kb, memory.available_estimated = _size(tokens[-1], 1.0), True
         elif label == "swap" and memory is not None:
             memory.swap_total_kb, memory.swap_used_kb = cells.get("total"), cells.get("used")
-    capture.memory = memory
+    return _finish(capture, "free")
+
+
+def _read_bare(capture: HostCapture, text: str) -> HostCapture:
+    header = _bare_header(text)
+    if header is None:
+        return capture  # no rows, or rows that fit no single layout: the caller refuses it
+    memory: MemorySnapshot | None = None
+    for line in text.splitlines():
+        row = _LABELLED_ROW.match(line)
+        if row is not None:
+            memory = _snapshot(dict(zip(header, (_size(t, 1.0) for t in row.group(2).split()), strict=False)))
+            capture.memory_series.append(memory)
+            continue
+        swap = _SWAP_ROW.match(line)
+        if swap is not None and memory is not None and memory.swap_total_kb is None:
+            total, used, _ = (_size(t, 1.0) for t in swap.group(2).split())
+            memory.swap_total_kb, memory.swap_used_kb = total, used
+    return _finish(capture, "free (rows read in free's column order, without the English header: "
+                   + " ".join(header) + ")")
+
+
+def _snapshot(cells: dict[str, float | None]) -> MemorySnapshot:
+    memory = MemorySnapshot(total_kb=cells.get("total"), free_kb=cells.get("free"))
+    caches = [k for k in ("buffers", "cached", "cache", "buff/cache") if k in cells]
+    cache = sum(cells.get(k) or 0.0 for k in caches)
+    memory.cache_kb = cache if caches else None
+    if cells.get("available") is not None:
+        memory.available_kb = cells["available"]
+    elif memory.free_kb is not None:
+        memory.available_kb, memory.available_estimated = memory.free_kb + cache, True
+    return memory
+
+
+def _finish(capture: HostCapture, what: str) -> HostCapture:
+    readings = len(capture.memory_series)
+    capture.memory = capture.memory_series[-1] if capture.memory_series else None
     capture.reports = readings
-    capture.what = "free" + (f", {readings} readings (the last read)" if readings > 1 else "")
+    capture.what = what + (f", {readings} readings" if readings > 1 else "")
     return capture
 
 

@@ -55,6 +55,7 @@ from tools.core.thresholds import (
     IO_BUSY_AWAIT_MS,
     IO_BUSY_UTIL_PCT,
     IO_QUEUE_DEPTH,
+    IO_STALL_MS,
     IOWAIT_PCT,
     MEM_AVAILABLE_PCT,
     WORKER_SATURATED_PCT,
@@ -68,10 +69,12 @@ from tools.host.host_formats import (
     is_mpstat,
     is_smi_monitor,
     is_vmstat,
+    is_vmstat_counters,
     read_iostat,
     read_mpstat,
     read_smi_monitor,
     read_vmstat,
+    read_vmstat_counters,
 )
 from tools.host.job import NodeVerdict, gather_nodes, job_pids_here, label_rows, node_timeout_for
 from tools.host.memory_formats import is_free, is_numastat, is_pressure, read_free, read_numastat, read_pressure
@@ -126,6 +129,9 @@ class Disk(BaseModel):
     read_mbs: float | None
     write_mbs: float | None
     iops: float | None
+    queue_time_ms: float | None = Field(default=None, description="Little's law: requests in flight / IOPS, the "
+                                        "time a request spends queued; it decides where await is missing or reads "
+                                        "near 0 because few requests complete.")
 
 
 class Cpu(BaseModel):
@@ -262,10 +268,12 @@ def _disks_between(a: _Reading, b: _Reading) -> list[Disk]:
         # reads, reads merged, sectors read, ms reading, writes, merged, sectors written, ms writing, in flight,
         # ms doing I/O, weighted ms (Documentation/admin-guide/iostats.rst)
         ios = d[0] + d[4]
+        queue = d[10] / (span * 1000)
         rows.append(Disk(name=name, util_pct=round(min(100.0, 100 * d[9] / (span * 1000)), 1),
                          await_ms=round((d[3] + d[7]) / ios, 2) if ios else None,
-                         queue_depth=round(d[10] / (span * 1000), 2), read_mbs=round(d[2] * 512 / 2**20 / span, 2),
-                         write_mbs=round(d[6] * 512 / 2**20 / span, 2), iops=round(ios / span, 1)))
+                         queue_depth=round(queue, 2), read_mbs=round(d[2] * 512 / 2**20 / span, 2),
+                         write_mbs=round(d[6] * 512 / 2**20 / span, 2), iops=round(ios / span, 1),
+                         queue_time_ms=round(1000 * queue * span / ios, 1) if ios else None))
     return sorted(rows, key=lambda r: -(r.util_pct or 0))
 
 
@@ -410,10 +418,11 @@ def _add_dips(result: SampleHostResult, candidates: list[tuple[list[float], floa
 # ---------------------------------------------------------------- captures
 
 
-_FORMATS_KNOWN = ["iostat -x (text or -o JSON)", "vmstat", "mpstat -P ALL (or sar -u)", "mpstat -o JSON",
+_FORMATS_KNOWN = ["iostat -x (text or -o JSON)", "iostat (tps, kB_read/s)", "vmstat", "vmstat -s (two or more "
+                  "reports)", "mpstat -P ALL (or sar -u)", "mpstat -o JSON",
                   "sar (-u, -P, -r, -S, -B, -W, -d, -n DEV, -q)", "sadf -d / -p", "pidstat (-u, -r, -d, -t, -h)",
-                  "top / top -b (procps, busybox, toybox)", "free (any unit)", "/proc/pressure/{cpu,io,memory}",
-                  "numastat", "nvidia-smi dmon", "nvidia-smi pmon"]
+                  "top / top -b (procps, busybox, toybox; a process table alone)", "free (any unit; logged Mem: rows)",
+                  "/proc/pressure/{cpu,io,memory}", "numastat", "nvidia-smi dmon", "nvidia-smi pmon"]
 
 
 def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
@@ -443,6 +452,8 @@ def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
             capture = read_iostat(text)
         elif is_vmstat(text):
             capture = read_vmstat(text)
+        elif is_vmstat_counters(text):
+            capture = read_vmstat_counters(text)
         elif is_smi_monitor(text):
             capture = read_smi_monitor(text)
         else:
@@ -451,6 +462,10 @@ def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
         said = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
         raise UnreadableInput(f"{name}: sysstat JSON that does not parse ({said}).",
                               "Pass the -o JSON output as written, or the text form.") from exc
+    if capture.kind == "free" and not capture.reports:
+        return None, Coverage.not_understood(name, "free's Mem: rows without their header, whose numbers fit no "
+                                             "single layout of free's columns: pass the output with its header line",
+                                             _FORMATS_KNOWN)
     if not capture.reports or not (capture.host_evidence or capture.gpus):
         return None, Coverage.not_understood(name, f"{capture.kind} header(s) but no row of values under them",
                                              _FORMATS_KNOWN)
@@ -486,7 +501,8 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
             disks_by_name.setdefault(disk.name, []).append(disk)
     disks = [Disk(name=name, util_pct=_peak(s.util_pct for s in samples), await_ms=_peak(s.await_ms for s in samples),
                   queue_depth=_peak(s.queue_depth for s in samples), read_mbs=_peak(s.read_mbs for s in samples),
-                  write_mbs=_peak(s.write_mbs for s in samples), iops=_peak(s.iops for s in samples))
+                  write_mbs=_peak(s.write_mbs for s in samples), iops=_peak(s.iops for s in samples),
+                  queue_time_ms=_peak(s.queue_time_ms for s in samples if (s.util_pct or 0) >= IO_BUSY_UTIL_PCT))
              for name, samples in disks_by_name.items()]
 
     def series(name: str) -> list[float]:
@@ -496,9 +512,17 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
         values = sorted(series(name))
         return values[len(values) // 2] if values else None
 
-    cpu = Cpu(user_pct=median("user_pct"), system_pct=median("system_pct"), iowait_pct=median("iowait_pct"),
+    def mean(name: str) -> float | None:
+        values = series(name)
+        return round(sum(values) / len(values), 2) if values else None
+
+    # iowait is a share of the window's time: the mean of equal intervals is the window's own figure (what the live
+    # sample measures), where a median would drop the intervals in which the job waited; blocked tasks count when
+    # any interval caught one, as the live sample takes the larger of its two readings.
+    blocked = series("blocked")
+    cpu = Cpu(user_pct=median("user_pct"), system_pct=median("system_pct"), iowait_pct=mean("iowait_pct"),
               steal_pct=median("steal_pct"), idle_pct=median("idle_pct"), run_queue=median("run_queue"),
-              blocked=median("blocked"), cores=next((c.cores for c in captures if c.cores), None))
+              blocked=max(blocked) if blocked else None, cores=next((c.cores for c in captures if c.cores), None))
     # Swap traffic counts only from intervals: a since-boot line's si/so is the average of the machine's life.
     swap = [v for c in live for v in (*c.swap_in, *c.swap_out)]
     if any(c.since_boot for c in captures):
@@ -524,7 +548,7 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
         result.conclusion[1:] = [f"Not decided: {seen}.", f"Capture {decides}."]
     result.coverage = coverage
     _gpus_of(result, captures, params.capture_interval_s, _step_time(params, ctx, result))
-    _undecided(result, captures)
+    _undecided(result, captures, bool(captured.resources))
     return result
 
 
@@ -548,16 +572,17 @@ def _core_notes(captures: list[HostCapture]) -> list[str]:
     return notes
 
 
-def _undecided(result: SampleHostResult, captures: list[HostCapture]) -> None:
-    """A verdict of none that the captures cannot back: nothing about the host was read, or only a since-boot
-    average. Then the answer is unknown, and says what decides it."""
+def _undecided(result: SampleHostResult, captures: list[HostCapture], judged: bool = True) -> None:
+    """A verdict of none that the captures cannot back: nothing about the host was read, only a since-boot average,
+    or (`judged` false) rows that show none of the disks, CPUs or memory whole (a process table alone, whose memory
+    figure is only a bound). Then the answer is unknown, and says what decides it."""
     if result.findings:
         return
     host = [c for c in captures if c.host_evidence]
     unread = [c for c in result.coverage if c.status is CoverageStatus.not_understood]
     if result.severity is Severity.unknown and result.decides:
         return  # already undecided, with what decides it
-    if host and not all(c.since_boot for c in host) and not unread:
+    if host and not all(c.since_boot for c in host) and not unread and judged:
         return
     result.severity = Severity.unknown
     result.decides = ("iostat -x 1 10, vmstat 1 10 or mpstat -P ALL 1 10 captured on the node while the job ran "
@@ -572,6 +597,10 @@ def _undecided(result: SampleHostResult, captures: list[HostCapture]) -> None:
         result.conclusion[1:] = [f"No bottleneck in what was read, but {len(unread)} capture(s) were not read "
                                  f"({unread[0].input}: {unread[0].detail}).",
                                  "Pass them in a format this tool reads to rule the host out."]
+    elif not judged and not all(c.since_boot for c in host):
+        result.conclusion[1:] = ["No bottleneck in what was read, but it shows none of the disks, CPUs or memory "
+                                 "whole (process rows alone: their memory is only a bound, their CPU not the host's).",
+                                 f"Capture {result.decides}."]
     else:
         result.conclusion[1:] = ["No bottleneck in the since-boot averages, which say nothing of the job's window.",
                                  f"Capture {result.decides}."]
@@ -647,16 +676,18 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
     findings: list[HostFinding] = []
     # Saturated: requests wait long with a queue, or (a disk that serves one request at a time) it is busy nearly
     # all the time with a queue and waits well above a flash device's.
+    # Or (stalled) busy nearly all the time while the queue's own time per request (Little's law) is IO_STALL_MS or
+    # more: its await column can read 0 when almost nothing completes.
     saturated = [d for d in disks if (d.queue_depth or 0) >= IO_QUEUE_DEPTH and (
         (d.await_ms or 0) >= IO_AWAIT_MS
-        or ((d.util_pct or 0) >= IO_BUSY_UTIL_PCT and (d.await_ms or 0) >= IO_BUSY_AWAIT_MS))]
+        or ((d.util_pct or 0) >= IO_BUSY_UTIL_PCT and (d.await_ms or 0) >= IO_BUSY_AWAIT_MS)
+        or ((d.util_pct or 0) >= IO_BUSY_UTIL_PCT and (d.queue_time_ms or 0) >= IO_STALL_MS))]
     stuck = [p for p in processes if p.state == psutil.STATUS_DISK_SLEEP]
     # iowait alone, where the capture cannot say what is blocked (iostat has no blocked count).
     waiting = (cpu.iowait_pct or 0) >= IOWAIT_PCT and (cpu.blocked is None or cpu.blocked >= 1 or bool(stuck))
     if saturated or waiting:
-        worst_disk = max(saturated, key=lambda d: d.await_ms or 0) if saturated else None
-        said = (f"{worst_disk.name}: requests wait {worst_disk.await_ms:g} ms with {worst_disk.queue_depth:g} in "
-                f"flight ({_f(worst_disk.util_pct)} % util)" if worst_disk else
+        worst_disk = max(saturated, key=lambda d: max(d.await_ms or 0, d.queue_time_ms or 0)) if saturated else None
+        said = (_saturated_said(worst_disk) if worst_disk else
                 f"CPU iowait {cpu.iowait_pct:g} %" + (f" with {cpu.blocked:g} task(s) blocked"
                                                        if cpu.blocked is not None else ""))
         findings.append(HostFinding(kind="io_bound", severity=Severity.crit, evidence=said + (
@@ -712,6 +743,16 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
         next_steps=[NextStep(branch=_BRANCH, step="host", action="profile_cpu on the trainer's pid (the function "
                              "the host spends its time in)", why="sample_host says which resource; profile_cpu says "
                              "which code.")])
+
+
+def _saturated_said(disk: Disk) -> str:
+    if (disk.await_ms or 0) >= IO_BUSY_AWAIT_MS or not disk.queue_time_ms:
+        return (f"{disk.name}: requests wait {disk.await_ms:g} ms with {disk.queue_depth:g} in flight "
+                f"({_f(disk.util_pct)} % util)")
+    return (f"{disk.name}: up to {disk.queue_depth:g} requests in flight at {_f(disk.util_pct)} % util, and so few "
+            f"complete that each waits up to {disk.queue_time_ms:g} ms in the queue (Little's law: requests in flight "
+            f"/ completions per second; the await column says {_f(disk.await_ms)} ms, counting only those that "
+            "completed): the device is stalled")
 
 
 async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostResult:

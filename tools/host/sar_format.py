@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tools.host.host_formats import HostCapture, MemorySnapshot, _cpu_row, _disk
+from tools.host.host_formats import HostCapture, MemorySnapshot, _cpu_row, _disk, clock_span
 
 __all__ = ["is_sadf", "is_sar", "read_sadf", "read_sar"]
 
 Row = tuple[str | None, dict[str, float]]  # a row's label (CPU, DEV, IFACE) or None, and its columns
-_CLOCK = re.compile(r"^\d{1,2}(?::|时)\d{2}")
-_MERIDIEM = ("AM", "PM")
+_BANNER_CPUS = re.compile(r"\((\d+) CPU\)")
 _LABELS = ("CPU", "DEV", "IFACE", "INTR", "TTY", "FILESYSTEM", "BUS", "TEMP")
 _NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
 # The columns that make a section one of those judged: sar -r, -S, -B, -W, -d, -n DEV, -q (and -u, -P by CPU).
@@ -26,10 +25,18 @@ _SADF_P = re.compile(r"^\S+\t-?\d+\t[^\t]+\t(\S+)\t(\S+)\t(-?[\d.]+)$")
 
 
 def is_sar(text: str) -> bool:
-    head = text[:65536]
-    return any(re.search(r"^\S+(?:[ \t]+[AP]M)?[ \t]+(?:[A-Z]+[ \t]+)?" + re.escape(word), head, re.M)
-               for word in _SECTION_WORDS) or re.search(r"^\S+(?:[ \t]+[AP]M)?[ \t]+CPU[ \t]+%user", head, re.M) \
-        is not None
+    """A sar header line: a time stamp (any locale's, see clock_span), or an `Average:` word, then a section's
+    columns. iostat's `Device: tps` line has the same words but no stamp."""
+    for line in text[:65536].splitlines():
+        tokens = line.split()
+        at = clock_span(tokens)
+        if not at and not (tokens and tokens[0].endswith(":") and tokens[0] != "Device:" and len(tokens) > 2
+                           and tokens[1] in _LABELS):
+            continue
+        rest = tokens[at:] if at else tokens[1:]
+        if rest[:2] == ["CPU", "%user"] or any(word in _SECTION_WORDS for word in rest[:2]):
+            return True
+    return False
 
 
 def is_sadf(text: str) -> bool:
@@ -52,8 +59,8 @@ def read_sar(text: str) -> HostCapture:
         tokens = line.split()
         if not tokens:
             continue
-        at = 1 + (len(tokens) > 1 and tokens[1] in _MERIDIEM)
-        timed = _CLOCK.match(tokens[0]) is not None
+        at = clock_span(tokens)
+        timed = at > 0
         averaged = not timed and tokens[0].endswith(":") and not tokens[0][:-1].isdigit()
         if not (timed or averaged):
             continue
@@ -79,8 +86,14 @@ def read_sar(text: str) -> HostCapture:
         else:
             intervals[-1].append(row)
     capture = HostCapture("sar")
+    banner = _BANNER_CPUS.search(text[:4096])
+    capture.cores = int(banner.group(1)) if banner else None
     for columns, intervals, averages in sections:
         _section(capture, columns, intervals or ([averages] if averages else []))
+    if capture.memory is not None:  # sar -S's swap, read into the lowest reading, holds for each of them
+        for reading in capture.memory_series:
+            if reading.swap_total_kb is None:
+                reading.swap_total_kb, reading.swap_used_kb = capture.memory.swap_total_kb, capture.memory.swap_used_kb
     return capture
 
 
@@ -101,9 +114,14 @@ def _section(capture: HostCapture, columns: list[str], reports: list[list[Row]])
 
 def _report(capture: HostCapture, kind: str, report: list[Row]) -> None:
     if kind == "cpu":
-        _cpu_row(capture, {("all" if label in ("all", "-1") else str(label)): {k.lstrip("%"): v for k, v in
-                                                                               values.items()}
-                           for label, values in report})
+        rows = {("all" if label in ("all", "-1") else str(label)): {k.lstrip("%"): v for k, v in values.items()}
+                for label, values in report}
+        if "all" not in rows and capture.cores and len(rows) == capture.cores:
+            # sar -P 0 (or a list of every CPU) prints no `all` row: when the rows are every CPU the banner counts,
+            # their mean is the host's.
+            rows["all"] = {key: sum(r.get(key, 0.0) for r in rows.values()) / len(rows)
+                           for key in next(iter(rows.values()))}
+        _cpu_row(capture, rows)
         return
     for label, values in report:
         if kind == "memory":
@@ -144,6 +162,9 @@ def _memory(capture: HostCapture, values: Mapping[str, float]) -> None:
     if used is not None and share:
         memory.total_kb = used * 100 / share
     memory.free_kb = values.get("kbmemfree")
+    if "kbbuffers" in values or "kbcached" in values:
+        memory.cache_kb = values.get("kbbuffers", 0.0) + values.get("kbcached", 0.0)
+    capture.memory_series.append(memory)
     if "kbavail" in values:
         memory.available_kb = values["kbavail"]
     elif memory.free_kb is not None:

@@ -22,7 +22,7 @@ from tools.core.thresholds import (
     PCIE_JUDGE_MIN_BYTES,
 )
 from tools.interconnect.evidence import Evidence, read_capture
-from tools.interconnect.expected import expected_busbw, pcie_busbw
+from tools.interconnect.expected import expected_busbw, pcie_busbw, platform_floor
 from tools.interconnect.nccl_tests import NcclTestRun, read_nccl_tests
 
 __all__ = ["Bandwidth", "has_nccl_lines", "judge_tests"]
@@ -79,6 +79,10 @@ def judge_tests(files: Sequence[InputFile], expected_arg: float | None, found: E
         if expectation is None and len(hosts) == 1 and per_node >= 2 and largest >= PCIE_JUDGE_MIN_BYTES \
                 and (run.collective is None or run.collective in _RING_COLLECTIVES):
             expectation = pcie_busbw(gpus)
+        if expectation is None and expected_arg is None and largest >= PCIE_JUDGE_MIN_BYTES and peak is not None:
+            # Nothing names the fabric: the platform's floor can show the run low, never clear it (left unjudged).
+            floor = platform_floor(gpus, len(hosts))
+            expectation = floor if floor is not None and peak[1] < BUSBW_LOW_RATIO * floor.busbw_gbs else None
         expected = expected_arg if expected_arg is not None else (expectation.busbw_gbs if expectation else None)
         basis = "expected_busbw_gbs" if expected_arg is not None else (expectation.basis if expectation else None)
         ratio = round(peak[1] / expected, 3) if peak and expected else None

@@ -44,23 +44,25 @@ def kind_of(text: str) -> CaptureKind:
         return "nvlink_errors"
     if re.search(r"Link \d+: (?:[\d.]+ GB/s|<inactive>)|all links are inActive", head, re.I):
         return "nvlink_status"
-    if re.search(r"^CA '[^']+'", head, re.M):
-        return "ibstat"
+    if re.search(r"^[ \t]*CA '[^']+'", head, re.M):
+        return "ibstat"  # indented too: pasted from a doc's code block
     if re.search(r"Infiniband device '[^']+' port \d+ status", head):
         return "ibstatus"
-    if re.search(r"^\s*hca_id:", head, re.M) or "No IB devices found" in head:
-        return "ibv_devinfo"
+    if re.search(r"^\s*hca_id:", head, re.M) or "No IB devices found" in head or (
+            re.search(r"^\s*port:\s*\d+\s*$", head, re.M) and re.search(r"^\s*state:\s*PORT_\w+", head, re.M)):
+        return "ibv_devinfo"  # a `port:` block with its PORT_ state: ibv_devinfo even when cut above its hca_id
     if re.search(r"port \d+ ==> \S+ \((?:Up|Down)\)", head):
         return "ibdev2netdev"
-    if re.search(r"^Settings for \S+:", head, re.M):
+    if re.search(r"^[ \t]*Settings for \S+:", head, re.M):
         return "ethtool"
     if re.search(r"^\s*LnkSta:\s*Speed", head, re.M):
         return "lspci"
     if re.search(r"^\s*GPU Link Info\s*$", head, re.M) or re.search(r"NVSMI LOG", head):
         return "smi_q"
     if re.search(r"^\s*(?:Machine|Package|NUMANode|HostBridge|PCIBridge|PCI|Group0|Core)(?:\(\w+\))? L#\d+", head,
-                 re.M):
-        return "lstopo"
+                 re.M) or (re.search(r"^\s*HostBridge\s*$", head, re.M)
+                           and re.search(r"^\s*PCI (?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f] \(", head, re.M)):
+        return "lstopo"  # the I/O part of a tree alone: hwloc prints no L# on I/O objects by default
     return "unknown"
 
 
@@ -260,6 +262,8 @@ class IbPort:
     netdev: str | None = None  # ibdev2netdev: the interface it backs
     ca_type: str | None = None  # the NIC model (ibstat's MT4129, ibv_devinfo's vendor_part_id 4129)
     rate_name: str | None = None  # the speed ibstat names beside the rate: `40 (FDR10)`
+    lanes: int | None = None  # ibv_devinfo -v: active_width (4X) and active_speed per lane (25.0 Gbps)
+    lane_gbps: float | None = None
 
     @property
     def up(self) -> bool:
@@ -298,8 +302,15 @@ def read_ib_ports(text: str, kind: CaptureKind) -> list[IbPort]:
                 device, model = hca.group(1), None
             elif (part := re.match(r"^vendor_part_id:\s*(\d+)", stripped)) is not None:
                 model = part.group(1)
-            elif (port := re.match(r"^port:\s*(\d+)", stripped)) is not None and device:
-                ports.append(IbPort(device, int(port.group(1)), ca_type=model))
+            elif (port := re.match(r"^port:\s*(\d+)", stripped)) is not None:
+                # An excerpt cut above its hca_id still names the port; the device is then unknown.
+                ports.append(IbPort(device or "(hca_id not shown)", int(port.group(1)), ca_type=model))
+            elif ports and (width := re.match(r"^active_width:\s*(\d+)X", stripped)) is not None:
+                ports[-1].lanes = int(width.group(1))
+                _ibv_rate(ports[-1])
+            elif ports and (speed := re.match(r"^active_speed:\s*([\d.]+)\s*Gbps", stripped)) is not None:
+                ports[-1].lane_gbps = float(speed.group(1))
+                _ibv_rate(ports[-1])
             elif ports and (state := re.match(r"^state:\s*(PORT_\w+)", stripped)) is not None:
                 ports[-1].state = _IBV_STATE.get(state.group(1), state.group(1))
             elif ports and (phys := re.match(r"^phys_state:\s*(\w+)", stripped)) is not None:
@@ -310,6 +321,13 @@ def read_ib_ports(text: str, kind: CaptureKind) -> list[IbPort]:
             if (row := re.match(r"^(\S+) port (\d+) ==> (\S+) \((Up|Down)\)", stripped)) is not None:
                 ports.append(IbPort(row.group(1), int(row.group(2)), state=row.group(4), netdev=row.group(3)))
     return ports
+
+
+def _ibv_rate(port: IbPort) -> None:
+    """ibv_devinfo -v's port rate, as ibstat's Rate: lanes x per-lane speed (4X x 25.0 Gbps = 100, EDR; 4X x 14.0
+    = 56, FDR, whose 14.0625 it rounds)."""
+    if port.lanes is not None and port.lane_gbps is not None:
+        port.rate_gbps = round(port.lanes * port.lane_gbps, 1)
 
 
 def _set(port: IbPort, key: str, value: str) -> None:

@@ -25,9 +25,9 @@ from pydantic import Field, field_validator, model_validator
 
 from tools.cluster import collect_from_nodes, job_backend, node_name
 from tools.core.context import ToolContext
-from tools.core.errors import BadInput, LimitExceeded
-from tools.core.files import expand_inputs
-from tools.core.limits import NET_LIVE_TIMEOUT_S, NET_MAX_FILES, NET_MAX_FINDINGS
+from tools.core.errors import BadInput, LimitExceeded, TriageError
+from tools.core.files import InputFile, expand_inputs, open_input
+from tools.core.limits import NET_LIVE_TIMEOUT_S, NET_MAX_FILES, NET_MAX_FINDINGS, NET_SNIFF_BYTES
 from tools.core.models import (
     Coverage,
     CoverageStatus,
@@ -42,8 +42,10 @@ from tools.core.models import (
 )
 from tools.interconnect.affinity import judge_live_cpu_affinity
 from tools.interconnect.bandwidth import Bandwidth, has_nccl_lines, judge_tests
+from tools.interconnect.captures import kind_of
 from tools.interconnect.evidence import BRANCH, Evidence, Link, NetFinding
 from tools.interconnect.live import LiveCapture, capture_this_node, pids_on_gpus
+from tools.interconnect.nccl_tests import is_nccl_tests
 from tools.interconnect.nodes import CAPTURE_FORMATS, judge_across_nodes, judge_capture, judge_captures
 from tools.interconnect.transports import Transport, judge_logs
 
@@ -59,6 +61,10 @@ class CheckInterconnectInput(NodesInput):
                                     "topo -m / -p2p r, nvidia-smi nvlink -s / -e, ibstat, ibstatus, ibv_devinfo, "
                                     "ibdev2netdev, ethtool IFACE (the kind is told from the content; the node from the "
                                     "folder or file name).")
+    files: list[PathArg] = Field(default_factory=list, max_length=64, description="Any of the three, told apart by "
+                                 "their content (what `gpu-triage check-interconnect FILES` passes): an nccl-tests "
+                                 "output is read as nccl_tests, a node capture as captures, anything else as a job "
+                                 "log for its NCCL lines (nccl_logs).")
     expected_busbw_gbs: float | None = Field(default=None, gt=0, le=10_000, description="What the fabric should "
                                              "give at large messages (GB/s), when the hardware tables do not know it.")
     live: bool = Field(default=False, description="Also capture this node now: nvidia-smi topo -m and nvlink -s/-e, "
@@ -71,6 +77,8 @@ class CheckInterconnectInput(NodesInput):
                                 "on this node; each one's allowed CPUs (its affinity mask) are checked against the "
                                 "CPU Affinity of the GPU it runs on (nvidia-smi topo -m and --query-compute-apps).")
 
+    cli_positional = "files"  # `gpu-triage check-interconnect logs/*.log ibstat.txt`, as the other readers of files
+
     @field_validator("job_pids")
     @classmethod
     def _positive(cls, pids: list[int]) -> list[int]:
@@ -80,10 +88,10 @@ class CheckInterconnectInput(NodesInput):
 
     @model_validator(mode="after")
     def _something(self) -> CheckInterconnectInput:
-        if not (self.nccl_logs or self.nccl_tests or self.captures or self.live or self.local or self.slurm_job
-                or self.hosts or self.hostfile):
-            raise ValueError("pass nccl_logs, nccl_tests or captures, or live (this node) or slurm_job / hosts "
-                             "(every node of a job): at least one")
+        if not (self.nccl_logs or self.nccl_tests or self.captures or self.files or self.live or self.local
+                or self.slurm_job or self.hosts or self.hostfile):
+            raise ValueError("pass files (or nccl_logs, nccl_tests, captures), or live (this node) or slurm_job / "
+                             "hosts (every node of a job): at least one")
         if self.job_pids and not (self.live or self.local):
             raise ValueError("job_pids are read live: pass live=true (this node's processes)")
         if self.job_pids and (self.slurm_job is not None or self.hosts or self.hostfile):
@@ -133,6 +141,8 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
     captures = expand_inputs(params.captures, roots, NET_MAX_FILES) if params.captures else []
     tests = expand_inputs(params.nccl_tests, roots, NET_MAX_FILES) if params.nccl_tests else []
     logs = expand_inputs(params.nccl_logs, roots, NET_MAX_FILES) if params.nccl_logs else []
+    for file in expand_inputs(params.files, roots, NET_MAX_FILES) if params.files else []:
+        {"nccl_tests": tests, "capture": captures, "nccl_log": logs}[_kind_of_file(file)].append(file)
     # First what the nodes have (saved, taken now, or collected from every node): the logs' and tests' judgements
     # use it (NIC rates for the expected busbw, NVLink for SHM).
     judge_captures(captures, found)
@@ -180,6 +190,22 @@ def _check(params: CheckInterconnectInput, roots: tuple[Path, ...], deadline: fl
                              f" is undecided: {findings[0].evidence}.".replace("  ", " "),
                              f"What decides: {findings[0].fix}"]
     return result
+
+
+def _kind_of_file(file: InputFile) -> str:
+    """Which input a file given as `files` is, from its head: an nccl-tests output (even one run with NCCL_DEBUG=INFO,
+    whose NCCL lines are judged too), a node capture, else a job log, read whole for its NCCL lines (they may come
+    after any amount of other output; one that has none is a coverage row saying so)."""
+    try:
+        stream, _ = open_input(file.path)
+        with stream:
+            head = stream.read(NET_SNIFF_BYTES).decode("utf-8", "replace")
+    except (TriageError, OSError, EOFError):
+        return "nccl_log"  # the log reader names what is wrong with it
+    kind = kind_of(head)
+    if kind == "nccl_tests" or is_nccl_tests(head):
+        return "nccl_tests"
+    return "nccl_log" if kind in ("nccl_log", "unknown") else "capture"
 
 
 def _undecided(result: CheckInterconnectResult) -> None:
@@ -287,9 +313,10 @@ async def check_interconnect(params: CheckInterconnectInput, ctx: ToolContext) -
     the fabric's expected figure, wrong results, binaries built without MPI, the run below its peers) and saved
     captures (nvidia-smi topo -m, topo -p2p and nvlink -s/-e, ibstat, ibstatus, ibv_devinfo, ibdev2netdev, ethtool):
     GPU-NIC affinity (a GPU on a NIC across the sockets while one is PIX/PXB), ranks pinned off their GPU's NUMA
-    node, P2P refused; one verdict that names the node, rank, NIC or GPU pair, with the fix.
+    node, P2P refused; one verdict that names the node, rank, NIC or GPU pair, with the fix. `files` takes any of
+    the three and tells them apart by their content.
     """
-    if not ctx.roots and (params.nccl_logs or params.nccl_tests or params.captures):
+    if not ctx.roots and (params.nccl_logs or params.nccl_tests or params.captures or params.files):
         raise BadInput("no roots are configured.", "Start the server with --root.")
     nodes: dict[str, CheckInterconnectResult | str] = {}
     live: list[LiveCapture] = []

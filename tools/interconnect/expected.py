@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tools.core.thresholds import NIC_EFFICIENCY, PCIE_USABLE_SHARE
+from tools.core.thresholds import NIC_EFFICIENCY, PCIE_USABLE_SHARE, PLATFORM_MIN_NIC_GBPS
 
-__all__ = ["Expectation", "expected_busbw", "nvswitch_busbw", "pcie_busbw"]
+__all__ = ["Expectation", "expected_busbw", "nvswitch_busbw", "pcie_busbw", "platform_floor"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,23 @@ _NVSWITCH = (
     (re.compile(r"\bA100\b(?=.*SXM)|A100-SXM", re.I), 230.0,
      "NVLink3 8-GPU board: ~230 GB/s all_reduce (nccl-tests#149)"),
 )
+
+
+# Grace Hopper superchips: no NVSwitch board figure (a quad node's four GH200 are NVLink-connected, an NVL2's two),
+# but the same data-centre platform class for the multi-node floor.
+_SUPERCHIP = re.compile(r"\bGH200\b", re.I)
+
+
+def platform_floor(gpu_names: list[str], nodes: int) -> Expectation | None:
+    """For a multi-node run of data-centre GPUs whose NICs nothing names: the least any platform of theirs carries
+    between nodes (one PLATFORM_MIN_NIC_GBPS NIC per node). Only a busbw below it says anything (it is low); one above
+    it clears nothing."""
+    if nodes <= 1 or not gpu_names or not all(nvswitch_busbw(n) or _SUPERCHIP.search(n) for n in gpu_names):
+        return None
+    figure = round(PLATFORM_MIN_NIC_GBPS / 8 * NIC_EFFICIENCY, 1)
+    return Expectation(figure, f"no NIC named: the least a multi-node {gpu_names[0]} platform carries, one "
+                       f"{PLATFORM_MIN_NIC_GBPS:g} Gb/s NIC per node x {NIC_EFFICIENCY:.0%} (its DGX/HGX/MGX designs "
+                       "give each GPU 200-400 Gb/s)")
 
 
 def nvswitch_busbw(gpu_name: str) -> tuple[float, str] | None:

@@ -15,6 +15,7 @@ from tools.interconnect.captures import (
     CaptureKind,
     EthLink,
     IbPort,
+    TopoMatrix,
     kind_of,
     read_ethtool,
     read_ib_ports,
@@ -24,7 +25,7 @@ from tools.interconnect.captures import (
     read_topo,
 )
 from tools.interconnect.evidence import Evidence, Link, node_of, read_capture
-from tools.interconnect.pcie import read_lspci, read_lstopo, read_smi_pcie
+from tools.interconnect.pcie import LstopoTree, read_lspci, read_lstopo, read_lstopo_tree, read_smi_pcie
 from tools.interconnect.pcie_judge import judge_pcie
 
 __all__ = ["CAPTURE_FORMATS", "judge_across_nodes", "judge_capture", "judge_captures"]
@@ -63,8 +64,16 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
         judge_pcie(links, node, found)
     elif kind == "lstopo":
         objects, figures = read_lstopo(text)
-        found.coverage[-1] = Coverage.partial(name, f"lstopo: {objects} object(s), {len(figures)} PCI link "
-                                              "figure(s): the speed a link runs at now, never what it can do")
+        tree = read_lstopo_tree(text)
+        if tree is None:
+            found.coverage[-1] = Coverage.partial(name, f"lstopo: {objects} object(s), {len(figures)} PCI link "
+                                                  "figure(s), no GPU with an RDMA NIC to pair it with: the speed a "
+                                                  "link runs at now, never what it can do")
+        else:
+            found.coverage[-1] = Coverage.read(name, f"lstopo: {len(tree.gpus)} GPU(s), {len(tree.nics)} RDMA "
+                                               "NIC(s) and the PCIe paths between them (link speeds there are what "
+                                               "the links run at now only)")
+            _lstopo_affinity(tree, node, found)
         found.links.extend(Link(node=node, kind="pcie", name=f"{what} {busid}", state="now", speed=f"{gbs:g} GB/s",
                                 expected="-") for what, busid, gbs in figures)
     elif kind in ("nccl_log", "nccl_tests"):
@@ -82,6 +91,16 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
         # Recognised, yet no GPU row came out of it (a matrix cut before its rows). A matrix of PCIe paths only is
         # read all the same: no NVLink to judge is no reason to call it not understood.
         found.coverage[-1] = Coverage.not_understood(name, "topo -m header with no GPU row under it", CAPTURE_FORMATS)
+
+
+def _lstopo_affinity(tree: LstopoTree, node: str, found: Evidence) -> None:
+    """lstopo's GPU-NIC paths judged as topo -m's are; its GPUs are named by bus id (lstopo has no GPU index)."""
+    names = {bus: f"GPU {bus}" for bus in tree.gpus}
+    matrix = TopoMatrix(gpus=list(names.values()), links={},
+                        nic_links={(names[gpu], nic): path for (gpu, nic), path in tree.paths.items()})
+    found.links.extend(Link(node=node, kind="gpu_nic", name=f"{names[gpu]} - {nic}", state=path, speed="-",
+                            expected="PIX/PXB") for (gpu, nic), path in sorted(tree.paths.items()))
+    judge_matrix_affinity(matrix, node, found)
 
 
 def judge_across_nodes(found: Evidence) -> None:

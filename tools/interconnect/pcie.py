@@ -11,6 +11,9 @@ Formats (pciutils ls-caps.c; nvidia-smi's -q layout; hwloc's lstopo-text):
   `Tx Throughput : 123000 KB/s`.
 - lstopo -v: `PCIBridge L#21 (busid=0000:50:00.0 id=1000:c010 class=0604(PCIBridge) link=31.51GB/s ...)`: the
   current link only (hwloc reads the trained speed, which an idle GPU lowers), never what the link can do.
+- lstopo / hwloc-ls text, a tree by indentation: `Package L#0` (or `NUMANode`, `Group0`), `HostBridge`, `PCIBridge`,
+  `PCI 1a:00.0 (3D)` with its OS devices under it (`OpenFabrics "mlx5_0"`, `Net "ib0"`, `CoProc(CUDA) "cuda0"`,
+  `GPU(NVML) "nvml0"`); I/O objects print no `L#` by default, so an excerpt of the I/O part has none.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["PcieLink", "read_lspci", "read_lstopo", "read_smi_pcie"]
+__all__ = ["LstopoTree", "PcieLink", "read_lspci", "read_lstopo", "read_lstopo_tree", "read_smi_pcie"]
 
 # PCIe generation by its per-lane rate (GT/s).
 _GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -144,3 +147,82 @@ def read_lstopo(text: str) -> tuple[int, list[tuple[str, str, float]]]:
         if busid and link:
             links.append((match.group(1), busid.group(1), float(link.group(1))))
     return objects, links
+
+
+# ---------------------------------------------------------------- lstopo's tree: GPU-NIC paths
+
+_TREE_OBJECT = re.compile(r"^(\s*)(Machine|Package|NUMANode|Group\d*|HostBridge|PCIBridge|PCI|OpenFabrics|Net|CoProc|"
+                          r"GPU|Block|OSDev)\b(.*)$")
+_PCI_DEVICE = re.compile(r"^\s*(?:L#\d+\s*)?(?:\(busid=)?([0-9a-f]{4}:)?([0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])\b[^(]*"
+                         r"(?:\((\w+)\))?", re.I)
+_OS_NAME = re.compile(r'"([^"]+)"')
+
+
+@dataclass
+class LstopoTree:
+    """The GPUs and RDMA NICs of an lstopo tree with the path between each pair, in nvidia-smi topo's words."""
+
+    gpus: list[str]  # PCI bus ids
+    nics: dict[str, str]  # the RDMA device (mlx5_0) -> its PCI bus id
+    paths: dict[tuple[str, str], str]  # (gpu bus id, RDMA device) -> PIX, PXB, PHB, NODE, SYS
+
+
+def read_lstopo_tree(text: str) -> LstopoTree | None:
+    """GPUs (a PCI 3D controller, or a PCI device with a CUDA / NVML child) and RDMA NICs (a PCI device with an
+    OpenFabrics child) of the tree, and their path: the bridges between them (one: PIX; more, below one host bridge:
+    PXB), their host bridge (PHB), two host bridges of one package or NUMA node (NODE), or two packages (SYS). An
+    excerpt that does not show the objects above its host bridges puts them on one package (NODE): an unseen
+    socket boundary is never claimed."""
+    stack: list[tuple[int, str, str]] = []  # (indent, object kind, its id) from the root to the current line
+    parents: dict[str, list[tuple[str, str]]] = {}  # PCI bus id -> its ancestors (kind, id), nearest last
+    children: dict[str, list[tuple[str, str]]] = {}  # PCI bus id -> its OS devices (kind, name)
+    classes: dict[str, str] = {}
+    counter = 0
+    for line in text.splitlines():
+        match = _TREE_OBJECT.match(line)
+        if match is None:
+            continue
+        indent, kind, rest = len(match.group(1).expandtabs()), match.group(2), match.group(3)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if kind in ("OpenFabrics", "Net", "CoProc", "GPU", "Block", "OSDev"):
+            device = next((i for _, k, i in reversed(stack) if k == "PCI"), None)
+            name = _OS_NAME.search(rest)
+            if device is not None and name is not None:
+                children.setdefault(device, []).append((kind + rest.split('"')[0].strip(), name.group(1)))
+            continue
+        counter += 1
+        ident = f"{kind}#{counter}"
+        if kind == "PCI":
+            pci = _PCI_DEVICE.match(rest)
+            if pci is None:
+                continue
+            ident = ((pci.group(1) or "") + pci.group(2)).lower()  # the domain, where printed, tells 0002:01:00.0
+            classes[ident] = (pci.group(3) or "").lower()
+            parents[ident] = [(k, i) for _, k, i in stack]
+        stack.append((indent, kind, ident))
+    gpus = [bus for bus, kind in classes.items() if kind == "3d" or any(
+        k.startswith(("CoProc(CUDA", "GPU(NVML", "CoProc(OpenCL")) or n.startswith(("cuda", "nvml"))
+        for k, n in children.get(bus, []))]
+    nics = {name: bus for bus in classes for kind, name in children.get(bus, []) if kind.startswith("OpenFabrics")}
+    if not gpus or not nics:
+        return None
+    paths = {(gpu, nic): _path(parents[gpu], parents[bus]) for gpu in gpus for nic, bus in nics.items()}
+    return LstopoTree(gpus=gpus, nics=nics, paths=paths)
+
+
+def _path(a: list[tuple[str, str]], b: list[tuple[str, str]]) -> str:
+    shared = 0
+    while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+        shared += 1
+    common = a[:shared]
+    if common and common[-1][0] == "PCIBridge":
+        below = [k for k, _ in a[shared:] + b[shared:] if k == "PCIBridge"]
+        return "PIX" if not below else "PXB"
+    if common and common[-1][0] == "HostBridge":
+        return "PHB"
+    packages_a = [i for k, i in a if k in ("Package", "NUMANode")]
+    packages_b = [i for k, i in b if k in ("Package", "NUMANode")]
+    if packages_a and packages_b and not set(packages_a) & set(packages_b):
+        return "SYS"
+    return "NODE"

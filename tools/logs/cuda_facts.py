@@ -7,8 +7,8 @@ A cuda_error's `error` is the CUDA error's own text as printed, whatever wraps i
   encountered` (RMM/cuDF), `cudaErrorInsufficientDriver : CUDA driver version is insufficient ...` (cuDNN's
   handle check): both; the name alone (`code=700(cudaErrorIllegalAddress)`, the CUDA samples' check) when no text
   follows it;
-- PyTorch's `CUDA error: <string>`: the string, up to where the message goes on (a repr's literal `\\n`, cuBLAS's
-  ` when calling `...``, a sentence end);
+- PyTorch's `CUDA error: <string>` (`HIP error: <string>` on ROCm): the string, up to where the message goes on (a
+  repr's literal `\\n`, cuBLAS's ` when calling `...``, a sentence end);
 - a device-side `Assertion `...` failed` printed by a kernel (`block: [..], thread: [..]`): a device-side assert
   triggered, whatever the assertion;
 - an exception the taxonomy put in cuda_error (`RuntimeError: ...`, TensorFlow's `UnknownError: ...`): the message
@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tools.logs.exceptions import parse_exception
+from tools.logs.oom import oom_facts
 
 if TYPE_CHECKING:
     from tools.logs.diagnose import FactValue, Rule, _Hit
@@ -47,7 +48,7 @@ _RUNTIME = re.compile(r"\b(?P<name>cudaError[A-Z]\w*)(?:\s*:\s*|\s+)(?P<text>[A-
 _RUNTIME_NAME = re.compile(r"\b(?P<name>cudaError[A-Z]\w*)\b")
 _CODE_BEFORE_NAME = re.compile(r"\((?P<code>\d{1,4})\):?\s*(?:cudaError[A-Z]\w*|CUDA_ERROR_[A-Z_]+)")
 # PyTorch's check: the string after 'CUDA error: ', up to where the message goes on.
-_TORCH = re.compile(r"\bCUDA error: (?P<text>[^.(\n`]{3,120})")
+_TORCH = re.compile(r"\b(?:CUDA|HIP) error: (?P<text>[^.(\n`]{3,120})")  # ROCm's PyTorch says HIP
 _TORCH_END = re.compile(r"\\n|\s+when calling\b|\s+at \S+:\d+|\s*[;,]\s*$")
 _AT_SITE = re.compile(r"\bCUDA error at:? (?P<location>[^\s:]+(?::[^\s:]+)*?:\d+)(?::|\s)")
 _DEVICE_ASSERT = re.compile(r"\bblock: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `")
@@ -68,6 +69,7 @@ _NEXT_RECORD = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d")  # another thread's glo
 _NATIVE_FRAME = re.compile(rb"^\s*@\s+0x[0-9a-f]+\s+(?P<name>\S.*?)\s*$")
 _NATIVE_MACHINERY = re.compile(r"^(?:\(unknown\)|\(nil\)|google::|abort|raise|gsignal|__libc|_start|main$)")
 _TF_REQUESTED = re.compile(r"failed to allocate [\d.]+ ?[KMGT]?i?B? \((?P<bytes>\d+) bytes\)")
+_OOM_LINES_BELOW = 2  # XLA names the request on the line under NCCL's OOM; TensorFlow the node's device
 _WHOLE_MESSAGE = 200  # an exception's message up to this long is its error; a longer one, its first sentences
 
 
@@ -126,6 +128,11 @@ def cuda_facts(rule_id: str, category: str, facts: dict[str, FactValue], raw: by
         requested = _TF_REQUESTED.search(text)
         if requested is not None and "requested_bytes" not in facts:
             facts["requested_bytes"] = int(requested["bytes"])
+        sized: dict[str, object] = {}
+        oom_facts(sized, [text, *(t.decode("utf-8", "replace") for _, t in after[:_OOM_LINES_BELOW])])
+        for name, value in sized.items():  # the request and the GPU in the other allocators' words (tools/logs/oom.py)
+            if isinstance(value, int) and name not in facts:
+                facts[name] = value
         driver = _DRIVER.search(text)
         if driver is not None and "OUT_OF_MEMORY" in driver["name"] and "error" not in facts:
             facts["error"] = f"{driver['name']}: {driver['text']}" if driver["text"] else driver["name"]

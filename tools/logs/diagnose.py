@@ -29,7 +29,7 @@ from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.xid import xid_meaning
 from tools.logs.cuda_facts import cuda_exception_facts, cuda_facts
-from tools.logs.exceptions import TRACEBACK_RULE, TracebackReader, exception_hits
+from tools.logs.exceptions import ERROR_TEXT_CHARS, TRACEBACK_RULE, TracebackReader, exception_hits
 from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
 from tools.logs.learned import predict_file
@@ -67,7 +67,6 @@ _TIMESTAMP = re.compile(
 )
 
 
-ERROR_TEXT_CHARS = 300  # a failure line's words kept as its `error` fact; the line itself is in the occurrence
 CONTINUATION_LINES = 8  # dynamo prints a limit's function and reason, explain() a break's reason, a few lines below
 
 
@@ -210,6 +209,16 @@ class DiagnoseLogsResult(ToolResult):
                   [[f.file, "-" if f.rank is None else str(f.rank), str(f.matches), str(f.lines),
                     f"{f.bytes / 2**20:.1f}", f.status] for f in self.files], "files"),
         ]
+
+
+def _both_units(facts: dict[str, FactValue], name: str) -> None:
+    """A duration printed in seconds (`stuck for 600 seconds`) or milliseconds (`Timeout(ms)=600000`) in both units:
+    one meaning, whichever way the line printed it."""
+    seconds, millis = facts.get(f"{name}_s"), facts.get(f"{name}_ms")
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and millis is None:
+        facts[f"{name}_ms"] = round(seconds * 1000)
+    elif isinstance(millis, int | float) and not isinstance(millis, bool) and seconds is None:
+        facts[f"{name}_s"] = millis / 1000
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -419,6 +428,11 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                     previous.facts.setdefault(name, value)
                 previous.through = match.number
                 continue
+            if (isinstance(fact_rank, int) and line_rank is not None and fact_rank != line_rank
+                    and ("process_group" in facts or "pg_id" in facts)):
+                # `[rank4]:[E ...] [PG 5 Rank 0] ...`: the launcher's prefix is the global rank; the message's is the
+                # rank within that process group.
+                facts["group_rank"], fact_rank = fact_rank, line_rank
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
             hit = _Hit(file, match.number, rank, match.text, facts, through=match.number)
             waiting = [w for w in waiting if match.number - w[0] <= CONTINUATION_LINES]
@@ -440,9 +454,26 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     raised = tracebacks.exceptions()
     hits = lines.with_error_lines(file, exception_hits(file, lines.with_network(file, hits), raised), raised)
     cuda_exception_facts(hits)
+    _own_rank(file, hits)
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)
+
+
+def _own_rank(file: InputFile, hits: list[tuple[Rule, _Hit]]) -> None:
+    """A log of one process: it names one rank as its own (`rank 3/8`, Lightning's `GLOBAL_RANK: 1`) and no other,
+    its path names none, and no line carries a rank of its own (a merged log's prefixes): its findings are that
+    rank's."""
+    if file.rank is not None or any(h.rank is not None for _, h in hits):
+        return
+    own = {h.facts.get("self_rank") for r, h in hits if r.id == "world_size"} - {None}
+    if len(own) != 1:
+        return
+    rank = next(iter(own))
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        for _, hit in hits:
+            if hit.rank is None:
+                hit.rank = rank
 
 
 @dataclass(frozen=True)
@@ -492,7 +523,8 @@ def _scan(files: list[InputFile], deadline: float
             group = groups.setdefault(_group_key(rule, hit.facts), _Group(rule))
             group.hits += 1
             group.first = group.first or hit
-            group.site = group.site or hit.site  # the first hit in another file may be the one sited
+            for name, sited in hit.site.items():  # the first hit's site, then what later hits add (the exception
+                group.site.setdefault(name, sited)  # of a traceback whose final line the rule matched again)
             group.last = hit
             if rule.peak:  # the values of the line where the peak fact was highest, then what others add
                 value = hit.facts.get(rule.peak)
@@ -671,6 +703,7 @@ def _finding(group: _Group, groups: dict[str, _Group], world: set[int], ranks: _
         facts["last_step"], facts["step"] = facts.get("step", first_step), first_step
     for name, value in group.site.items():
         facts.setdefault(name, value)
+    _both_units(facts, "timeout")
     # Where the line's own prefix says it came from (a worker's pid, the logging call's file:line), when nothing
     # nearer (a traceback's frame, the message) said it.
     for name, value in prefix_facts(group.first.text[:ERROR_TEXT_CHARS * 2].decode("utf-8", "replace")).items():

@@ -12,7 +12,15 @@ What is read (issue 31; forms from tests/data/logs/round2/dev):
   worker's "Caught X in DataLoader worker process N" and its "Original Traceback" (the worker's exception decides),
   BackendCompilerFailed's "backend='inductor' raised:" with the wrapped exception on the next line;
 - Dynamo's "from user code:" frames: the user's own code, preferred for the location;
-- handled tracebacks: after "Exception ignored in", logged at warning level, or followed by a retry: never serious.
+- handled tracebacks: after "Exception ignored in", logged at warning level, or followed by a retry: never serious;
+- the other forms a traceback is printed in (round 8): IPython's (`TimeoutError   Traceback (most recent call last)`,
+  frames `path.py in f(...)` with the line under a `--> N` arrow), a debugger's (VS Code / debugpy: `Exception has
+  occurred: T`, the message, then the frames innermost first; pasted without its first line, an untyped message right
+  above header-less frames), a C++ exception that ended the process (`terminate called after throwing an instance of
+  'T'` and its `what():` message), a worker's exception re-raised with its traceback as the message (`ValueError:
+  Traceback (most recent call last):`, PyTorch <= 1.1's DataLoader); records run together on one line (`OSError: x
+  OSError: y`) are read one by one (tools/logs/wraps.py), and a DataLoader worker's wrapper whose original traceback
+  is not below it takes the exception of the type it names printed beside it.
 
 The scan hands this module only the lines the `traceback` rule of sop/log_rules.toml matches (with their context),
 so a 1 GiB log without tracebacks costs nothing here. Lines are short (SITE_LINE_CHARS) and every pattern is linear.
@@ -29,19 +37,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tools.core.files import InputFile
 from tools.core.ranks import rank_of_line
+from tools.logs.oom import oom_facts
 from tools.logs.sites import SITE_LINE_CHARS, defined_at, python_frame, site_facts
+from tools.logs.wraps import split_records
 
 if TYPE_CHECKING:
     from tools.logs.diagnose import Rule, _Hit
 
-__all__ = ["TRACEBACK_RULE", "Classified", "RaisedException", "TracebackReader", "add_named_groups",
-           "classify_exception", "exception_hits", "taxonomy"]
+__all__ = ["COMMON_FACTS", "ERROR_TEXT_CHARS", "TRACEBACK_RULE", "Classified", "RaisedException", "TracebackReader",
+           "add_named_groups", "classify_exception", "exception_hits", "taxonomy"]
 
 TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose lines are handed here
 
 # A type: dotted names allowed; undotted ones must read as an exception class (RuntimeError, KeyboardInterrupt).
 _TYPE = (r"(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)"
-         r"|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+[A-Z]\w*)")
+         r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+[A-Z]\w*)")  # Python's base `Exception` too
 _EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE})(?:: (?P<message>.*?)|:?)\s*$")
 _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$")
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
@@ -54,10 +64,26 @@ _IGNORED = re.compile(r"Exception ignored in\b")
 _USER_CODE = re.compile(r"^\W*from user code:")
 _RAISE = re.compile(r"^\s*(?:\S.*?\s)?raise (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\b")
 _RAISED_WRAPPER = re.compile(r"raised:\s*$")
+# The other printed forms of a traceback (see the module's docstring).
+_IPYTHON_HEADER = re.compile(rf"^\W{{0,3}}(?P<type>{_TYPE})\s{{2,}}Traceback \(most recent call last\)")
+_IPYTHON_FRAME = re.compile(r"^(?P<path><ipython-input-[\w\-]+>|[^\s\"]{1,400}\.pyx?) in "
+                            r"(?P<function>[\w<>.]+)(?:\(|\s*$)")
+_IPYTHON_CELL = re.compile(r"^\W{0,3}Cell In\s?\[(?P<cell>\d+)\], line (?P<line>\d+)")
+_IPYTHON_ARROW = re.compile(r"^-*> ?(?P<line>\d+)\b")
+_DEBUGGER_HEADER = re.compile(rf"^\W{{0,3}}Exception has occurred: (?P<type>{_TYPE}|[A-Z]\w*)\s*$")
+_CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,200})'")
+_CXX_WHAT = re.compile(r"^\s*what\(\):\s+(?P<message>\S.*)")
+_CXX_LOCATION = re.compile(r"^\s*\[\d\d:\d\d:\d\d\] (?P<location>[^\s:]+:\d+): ")  # MXNet/dmlc's `[10:44:35] x.h:359: `
+_TRACEBACK_AS_MESSAGE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE}): Traceback \(most recent call last\)")
+_WORKER_WRAPPER = re.compile(r"\bCaught (?P<type>[\w.]+) in DataLoader worker process \d+")
+_STACK_DUMP = re.compile(r"most recent call (?:first|last)|^\s*(?:Thread|Current thread|Stack)\b")
+_MESSAGE_LINE = re.compile(r"[A-Za-z]{3}")
 # A log record at warning level around the exception line (glog W1024, Python logging WARNING): handled.
 _WARNING_RECORD = re.compile(r"(?:^|[\s\[|])(?:W\d{4} \d\d:|WARNING\b|WARN\b|\[W\b|\bwarn(?:ing)?\]?:)")
 _RETRY = re.compile(r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\bretried\b|\battempt \d+\s*(?:/|of)")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])")
+_BUG_REPORT = re.compile(r"(?i)\b(?:open|file|report|submit|raise) (?:an? |this )?(?:issue|bug)|\bplease report\b|"
+                         r"\bshould never happen\b")
 _LIBRARY = re.compile(r"(?:site-packages|dist-packages|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen |^<string>|"
                       r"[/\\]torch[/\\](?:nn|autograd|utils|_dynamo|_inductor|distributed|cuda)[/\\]|"
                       r"^\.\./aten/|^/opt/pytorch/)")
@@ -67,13 +93,20 @@ _STDLIB = re.compile(r"(?:^|/)(?:lib/python\d[\d.]*|Lib)/(?!site-packages/|dist-
                      r"^(?:subprocess|threading|runpy|functools|contextlib|selectors|socket|ssl|queue|pickle|shutil|os|"
                      r"importlib|asyncio|concurrent|multiprocessing)\b[\w/.]*\.py$")
 # Facts every exception may carry, from its message.
-_COMMON_FACTS = [re.compile(p) for p in (
+COMMON_FACTS = [re.compile(p) for p in (
     r'INTERNAL ASSERT FAILED at "(?P<loc_file>[^"]{1,300})":(?P<loc_line>\d+)',
     r"^\[?[Rr]ank[ :]?(?P<rank>\d+)\]?:",
+    r"\bexit(?:ed with)? (?:status|code)[ :=]+(?P<exitcode>-?\d+)\b",  # a child the failing program ran
 )]
+# A failure's words kept as its `error` fact (an exception's whole message up to this long; a line's after its
+# prefixes, diagnose.py); the line itself is in the finding's occurrence.
+ERROR_TEXT_CHARS = 300
 _GAP = 8  # frames further apart than this are two tracebacks
 _CONTINUES = 6  # an exception line up to this many lines under the last frame ends that traceback
 _FRAMES_AFTER = 16  # frames starting up to this many lines under a bare exception may be its own (ComfyUI)
+_MESSAGE_LINES = 3  # a debugger's or C++ what() message goes on over at most this many lines below its first
+_OOM_LINES_BELOW = 2  # a TensorFlow OOM names the node and its device (GPU:0) on the lines under it
+_ARROW_LINES = 12  # IPython prints up to this many source lines of context under a frame before its `--> N` arrow
 
 
 def _text(raw: bytes) -> str:
@@ -90,6 +123,47 @@ def parse_exception(text: str) -> tuple[str, str] | None:
 
 def first_sentence(message: str) -> str:
     return _SENTENCE_END.split(message, maxsplit=1)[0].strip()
+
+
+def _whole_sentences(message: str, limit: int) -> str:
+    """`message`'s sentences that fit in `limit` characters (at least the first), without those that only ask for a
+    bug report ("This should never happen! Please open an issue on Github."): they say nothing of the failure."""
+    sentences = _SENTENCE_END.split(message)
+    kept = sentences[0]
+    for sentence in sentences[1:]:
+        if _BUG_REPORT.search(sentence) is not None:
+            continue
+        if len(kept) + 1 + len(sentence) > limit:
+            break
+        kept = f"{kept} {sentence}"
+    return kept[:limit]
+
+
+def _ipython_frame(text: str, after: list[bytes]) -> tuple[str, int, str | None] | None:
+    """(path, line, function) of an IPython frame: `x.py in f(...)` (the line under its `--> N` arrow) or IPython 8's
+    `Cell In[5], line 2`."""
+    cell = _IPYTHON_CELL.search(text)
+    if cell is not None:
+        return f"Cell In[{cell['cell']}]", int(cell["line"]), None
+    found = _IPYTHON_FRAME.search(text)
+    if found is None:
+        return None
+    for raw in after[:_ARROW_LINES]:
+        arrow = _IPYTHON_ARROW.search(_text(raw))
+        if arrow is not None:
+            return found["path"], int(arrow["line"]), found["function"]
+    return None
+
+
+def _message_lines(after: list[bytes]) -> list[str]:
+    """The lines a message goes on over, below its first: up to a blank line, a frame or a header."""
+    lines: list[str] = []
+    for raw in after[:_MESSAGE_LINES]:
+        text = _text(raw)
+        if not text.strip() or python_frame(text) is not None or _HEADER.search(text) or _CHAIN.search(text):
+            break
+        lines.append(text)
+    return lines
 
 
 @dataclass
@@ -118,14 +192,24 @@ class RaisedException:
     handled: bool = False
     worker: bool = False  # the original exception of a DataLoader worker
     bare: bool = False  # no traceback printed with it
+    innermost_first: bool = False  # a debugger's: the frames printed below it run from the innermost out
 
     @property
     def is_warning(self) -> bool:
         return self.type.endswith("Warning")
 
+    @property
+    def dotted_type(self) -> str:
+        """The type with C++'s `::` read as Python's `.` (`c10::OutOfMemoryError`), for the taxonomy's patterns."""
+        return self.type.replace("::", ".")
+
     def error(self) -> str:
-        sentence = first_sentence(self.message)
-        return f"{self.type}: {sentence}" if sentence else self.type
+        """`Type: message`: the whole message when it is short (a second sentence often says why: "Your Tesla T4 GPU
+        has compute capability 7.5."), else the sentences that fit in ERROR_TEXT_CHARS."""
+        text = _whole_sentences(self.message.strip(), ERROR_TEXT_CHARS)
+        if not self.type:
+            return text
+        return f"{self.type}: {text}" if text else self.type
 
 
 class TracebackReader:
@@ -144,19 +228,29 @@ class TracebackReader:
         self._chain: RaisedException | None = None  # an exception whose traceback goes on below (chained)
         self._worker_wrapper: RaisedException | None = None
         self._ignored = False
+        self._header_type: str | None = None  # IPython's header names the exception before its frames
+        self._first_frame_before: list[bytes] = []
+        self._skip_until = 0  # the message lines of a debugger's or C++ exception, read with its first line
 
     def feed(self, number: int, raw: bytes, before: list[bytes], after: list[bytes]) -> None:
         text = _text(raw)
-        frame = python_frame(text)
+        frame = python_frame(text) or _ipython_frame(text, after)
         if frame is not None:
             self._frame(number, text, frame, before, after)
+            return
+        if number <= self._skip_until:
+            return  # a line of a message already read with its exception
+        if self._foreign_forms(number, raw, text, before, after):
             return
         header = _HEADER.search(text)
         if header is not None:
             self._close_cut()
-            if header["original"] and self._current is not None and self._current.number >= number - 2:
+            if header["original"] and self._current is not None and (
+                    self._current.number >= number - 2 or _WORKER_WRAPPER.search(self._current.message)):
                 self._worker_wrapper = self._current
             self._header = number
+            ipython = _IPYTHON_HEADER.search(text)
+            self._header_type = ipython["type"] if ipython is not None else None
             self._user_code = False
             return
         if _CHAIN.search(text) is not None:
@@ -172,9 +266,51 @@ class TracebackReader:
         if _USER_CODE.search(text) is not None:
             self._user_code = self._current is not None
             return
-        parsed = parse_exception(text)
-        if parsed is not None:
-            self._exception(number, raw, parsed, before, after)
+        records = split_records(text)
+        for record in records:
+            parsed = parse_exception(record)
+            if parsed is not None:
+                self._exception(number, record.encode() if len(records) > 1 else raw, parsed, before, after)
+
+    def _foreign_forms(self, number: int, raw: bytes, text: str, before: list[bytes], after: list[bytes]) -> bool:
+        """A debugger's header, a C++ exception that ended the process, or an exception whose message is a worker's
+        traceback: read here (True), else False."""
+        debugger = _DEBUGGER_HEADER.search(text)
+        cxx = _CXX_TERMINATE.search(text) if debugger is None else None
+        if debugger is not None or cxx is not None:
+            self._close_cut()
+            skipped = 0  # lines under the header that belong to it (the message, and C++'s what() line)
+            if debugger is not None:
+                kind, lines = debugger["type"], _message_lines(after)
+                skipped = len(lines)
+            else:
+                assert cxx is not None
+                kind, lines = cxx["type"], []
+                what = next((i for i, a in enumerate(after[:2]) if _CXX_WHAT.search(_text(a))), None)
+                if what is not None:
+                    first = _CXX_WHAT.search(_text(after[what]))
+                    assert first is not None
+                    what_text = first["message"]
+                    while (site := _CXX_LOCATION.match(what_text)) is not None:  # dmlc's `[time] file:N: ` prefixes
+                        what_text = what_text[site.end():]
+                    lines = [what_text, *_message_lines(after[what + 1:])]
+                    skipped = what + len(lines)
+            message = " ".join(line.strip() for line in lines)
+            exc = RaisedException(kind, message, number, raw, before, after, start=number, bare=True,
+                                  innermost_first=debugger is not None)
+            self._skip_until = number + skipped
+            self._finish(exc)
+            return True
+        as_message = _TRACEBACK_AS_MESSAGE.search(text)
+        if as_message is not None:
+            # `ValueError: Traceback (most recent call last):`: the worker's traceback follows as the message, and its
+            # final line (when printed) is the exception that decides.
+            self._exception(number, raw, (as_message["type"], ""), before, after)
+            if self._current is not None and self._current.number == number:
+                self._worker_wrapper = self._current
+                self._header = number
+            return True
+        return False
 
     def _frame(self, number: int, text: str, printed: tuple[str, int, str | None], before: list[bytes],
                after: list[bytes]) -> None:
@@ -187,6 +323,7 @@ class TracebackReader:
             self._close_cut()
         if not self._frames:
             self._frames_at = (number, number)
+            self._first_frame_before = before
         self._frames.append(frame)
         self._frames_at = (self._frames_at[0], number)
         self._last_frame_after, self._last_frame_before = after, [*before, text.encode()]
@@ -206,6 +343,7 @@ class TracebackReader:
         start = self._frames_at[0] if framed else self._header if self._header is not None else number
         exc = RaisedException(kind, message, number, raw, before, after, start=min(start, number),
                               frames=self._frames if framed else [], bare=not framed and not headed)
+        exc.worker = _WORKER_WRAPPER.search(message) is not None  # "Caught X in DataLoader worker process N"
         self._finish(exc)
 
     def _finish(self, exc: RaisedException) -> None:
@@ -224,33 +362,63 @@ class TracebackReader:
         self._header = None
         self._ignored = False
         self._user_code = False
+        self._header_type = None
 
     def _close_cut(self) -> None:
         """A traceback whose final line is missing (cut in the paste): its innermost frame's `raise Type(` names
-        the exception, with no message. Frames with no header and no final line of their own right under a bare
-        exception are that exception's: ComfyUI's error report prints the exception first, then its frames."""
+        the exception (or IPython's header did), with no message. Frames with no header and no final line of their
+        own right under a bare exception are that exception's: ComfyUI's error report prints the exception first, then
+        its frames; a debugger prints them innermost first. Frames after a chain marker whose final line was cut show
+        where the chained exception was handled: they are its, when it has no user frame of its own. An untyped line
+        right above header-less frames is the message of a debugger's report pasted without its first line."""
         if not self._frames:
             return
+        frames, self._frames = self._frames, []
         current = self._current
         if (current is not None and current.bare and not current.frames and self._header is None
                 and 0 < self._frames_at[0] - current.number <= _FRAMES_AFTER):
-            current.frames, current.bare = self._frames, False
-            self._frames = []
+            current.frames = frames[::-1] if current.innermost_first else frames
+            current.bare = False
             return
-        last = self._frames[-1]
-        raised = _RAISE.search(last.source)
-        if raised is not None:
-            kind = raised["type"]
+        raised = _RAISE.search(frames[-1].source)
+        kind = raised["type"] if raised is not None else self._header_type
+        if kind is not None:
             number = self._frames_at[1]
             exc = RaisedException(kind, "", number, self._last_frame_after[0] if self._last_frame_after else b"",
                                   self._last_frame_before, self._last_frame_after[1:], start=self._frames_at[0],
-                                  frames=self._frames)
+                                  frames=frames)
             self._finish(exc)
-        self._frames = []
+            return
+        chained = self._chain
+        if chained is not None and chained is current and _user_frame(chained) is None:
+            chained.frames = [*chained.frames, *frames]
+            return
+        above = _text(self._first_frame_before[-1]) if self._first_frame_before else ""
+        if (self._header is None and len(frames) >= 2 and _MESSAGE_LINE.search(above) and not above[:1].isspace()
+                and not above.rstrip().endswith(":")  # a header of the frames ("Traceback of forward call ...:")
+                and _STACK_DUMP.search(above) is None and parse_exception(above) is None):
+            number = self._frames_at[0] - 1
+            self._finish(RaisedException("", above.strip(), number, above.encode(), self._first_frame_before[:-1],
+                                         [], start=number, frames=frames[::-1], innermost_first=True))
 
     def exceptions(self) -> list[RaisedException]:
         self._close_cut()
+        self._merge_worker_originals()
         return list(self._done)
+
+    def _merge_worker_originals(self) -> None:
+        """A DataLoader worker's wrapper ("Caught X in DataLoader worker process N") whose original traceback gave no
+        final line takes the exception of type X printed beside it (the same or the next line): its message is the
+        worker's, the wrapper's frames show where the main process met it."""
+        for wrapper in [e for e in self._done if e.worker and _WORKER_WRAPPER.search(e.message)]:
+            named = _WORKER_WRAPPER.search(wrapper.message)
+            assert named is not None
+            original = next((e for e in self._done if e is not wrapper and abs(e.number - wrapper.number) <= 1
+                             and e.type.rsplit(".", 1)[-1] == named["type"].rsplit(".", 1)[-1]), None)
+            if original is not None:
+                original.frames = original.frames or wrapper.frames
+                original.worker, original.bare = True, False
+                self._done.remove(wrapper)
 
 
 # ---------------------------------------------------------------- the taxonomy
@@ -265,14 +433,19 @@ class Entry:
     message: re.Pattern[str] | None
     frame: re.Pattern[str] | None
     facts: tuple[re.Pattern[str], ...]
+    sets: dict[str, str]  # facts the entry states by what it is (backend = "TensorRT")
+    worker: bool  # matches only an exception raised in a DataLoader worker
+    api_body: bool  # an API's error body the taxonomy does not know (tools/logs/lines.py): never an exception's
     cause: str
     fix: str
     sop_branch: str
 
     def matches(self, exc: RaisedException) -> bool:
-        if self.type is None and exc.is_warning:
+        if self.api_body or (self.type is None and exc.is_warning):
             return False
-        if self.type is not None and self.type.search(exc.type) is None:
+        if self.worker and not exc.worker:
+            return False
+        if self.type is not None and self.type.search(exc.dotted_type) is None:
             return False
         if self.message is not None and self.message.search(exc.message) is None:
             return False
@@ -294,7 +467,9 @@ def _entry(raw: dict[str, Any], id: str) -> Entry:
 
     return Entry(id=id, category=raw["category"], severity=raw["severity"], type=pattern("type"),
                  message=pattern("message"), frame=pattern("frame"),
-                 facts=tuple(re.compile(f) for f in raw.get("facts", [])), cause=raw["cause"], fix=raw["fix"],
+                 facts=tuple(re.compile(f) for f in raw.get("facts", [])), sets=dict(raw.get("sets", {})),
+                 worker=bool(raw.get("worker", False)), api_body=bool(raw.get("api_body", False)),
+                 cause=raw["cause"], fix=raw["fix"],
                  sop_branch=raw["sop_branch"])
 
 
@@ -338,7 +513,7 @@ def _location(exc: RaisedException) -> str | None:
 def _traceback_facts(exc: RaisedException) -> dict[str, str]:
     """What a traceback says of the failure a rule found inside it: the final `exception` and its `message`, the
     `location` (the innermost user frame) and its `function`, when it printed frames."""
-    site: dict[str, str] = {"exception": exc.type}
+    site: dict[str, str] = {"exception": exc.type} if exc.type else {}
     if exc.message:
         site["message"] = first_sentence(exc.message)
     frame = _user_frame(exc)
@@ -400,7 +575,7 @@ def _compile_backend(exc: RaisedException) -> str | None:
 
 def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict[str, str | int]:
     facts: dict[str, str | int] = {}
-    for pattern in (*entry.facts, *_COMMON_FACTS):
+    for pattern in (*entry.facts, *COMMON_FACTS):
         for source in (decider.message, exc.message):
             found = pattern.search(source)
             if found is None:
@@ -408,7 +583,10 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
             add_named_groups(found, facts)
             break
     loc_file, loc_line = facts.pop("loc_file", None), facts.pop("loc_line", None)
-    facts["exception"] = exc.type
+    for name, value in entry.sets.items():
+        facts.setdefault(name, value)
+    if exc.type:  # a debugger's report pasted without its first line names no type
+        facts["exception"] = exc.type
     facts["message"] = first_sentence(exc.message)
     facts["error"] = decider.error() if decider is not exc and exc.wrapped is not decider else exc.error()
     if exc.wrapped is not None:
@@ -465,6 +643,16 @@ def _rule(entry: Entry, severity: str) -> Rule:
     return _RULES[key]
 
 
+def _rank_near(exc: RaisedException) -> int | None:
+    """The rank the launcher prefixed the exception's line with, else the lines right around it (a paste that kept
+    the prefix on the traceback's lines but not on the message's)."""
+    for line in (exc.text, *exc.after[:2], *exc.before[-1:]):
+        rank = rank_of_line(line)
+        if rank is not None:
+            return rank
+    return None
+
+
 def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[RaisedException]
                    ) -> list[tuple[Rule, _Hit]]:
     """`hits` (one file's, in line order) with the taxonomy's findings of the final exceptions added. A traceback in
@@ -481,6 +669,10 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
             for hit in owners:  # the rule's; what the traceback says fills in what its lines did not
                 for fact, text in _traceback_facts(exc).items():
                     hit.site.setdefault(fact, text)
+                if hit.number > exc.number and exc.message:
+                    # A consequence printed after the exception (a server's 500 for the request): the exception's
+                    # words are the error, not the consequence's line.
+                    hit.site.setdefault("error", exc.error())
             continue
         classified = classify_exception(exc)
         if classified is None:
@@ -490,9 +682,11 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
             key, converted = (name, value) if name in _TEXT_FACTS else _convert(name, str(value),
                                                                                  frozenset({"requested"}))
             facts.setdefault(key, converted)
+        if classified.entry.category == "cuda_oom":  # the request and the GPU, as any allocator prints them
+            oom_facts(facts, [exc.message, *(_text(a) for a in exc.after[:_OOM_LINES_BELOW])])
         rank = facts.pop("rank", None)
         if not isinstance(rank, int):
-            rank = rank_of_line(exc.text)
+            rank = _rank_near(exc)
         hit = _Hit(file, exc.number, rank if rank is not None else file.rank, exc.text, facts, through=exc.number)
         added.append((_rule(classified.entry, classified.severity), hit))
     serious = any(r.level != "info" and not r.evidence_only and r.category != "unclassified_error"

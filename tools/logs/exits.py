@@ -5,8 +5,10 @@ with the exit code, the signal and who killed it.
 - `with_exit_rules(rules)`: log_rules.toml's rules with the table's [[exit]] rows inserted after its last
   process_exit rule (the rows have the rule format).
 - `exit_facts(rule_id, facts, level)`: every process_exit finding's facts completed from the signal table (exit code
-  137 or -9 is signal 9, SIGKILL; `Killed` is signal 9; who usually sends it), and, for the table's rows, the
-  severity: crit for a fatal signal, info for exit code 0.
+  137 or -9 is signal 9, SIGKILL; `Killed` is signal 9; who usually sends it) and the Windows status table (exit code
+  -1073740791 is 0xC0000409, STATUS_STACK_BUFFER_OVERRUN: crit), its `reason` (the words printed for the end:
+  `Killed`, a Ray worker's exit type, the status code), and, for the table's rows, the severity: crit for a fatal
+  signal, info for exit code 0.
 - `demote_consequences(findings)`: a crash signal the process printed after a failure another finding names
   (a CUDA error, then `Aborted (core dumped)`) is that failure's consequence, info.
 - `signal_number(printed)`: a signal as its number, whichever way it was printed (9, "SIGKILL", "Killed", "-9").
@@ -21,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal, Protocol
 
-__all__ = ["demote_consequences", "exit_facts", "exit_rule_ids", "signal_number", "with_exit_rules"]
+__all__ = ["demote_consequences", "exit_facts", "exit_rule_ids", "signal_number", "windows_status", "with_exit_rules"]
 
 Level = Literal["info", "warn", "crit"]
 FactValue = int | float | str | bool | list[int]
@@ -35,6 +37,18 @@ def _table() -> dict[str, Any]:
 @cache
 def _signals() -> dict[int, dict[str, Any]]:
     return {int(number): row for number, row in _table()["signals"].items()}
+
+
+@cache
+def _windows_statuses() -> dict[int, dict[str, Any]]:
+    return {int(code, 16): row for code, row in _table()["windows_status"].items()}
+
+
+def windows_status(code: int) -> tuple[str, dict[str, Any]] | None:
+    """The NTSTATUS an exit code is (printed signed or unsigned), as its hex code and row; None for other codes."""
+    unsigned = code & 0xFFFFFFFF  # -1073740791 and 3221226505 are both 0xC0000409
+    row = _windows_statuses().get(unsigned)
+    return (f"0x{unsigned:08X}", row) if row is not None else None
 
 
 @cache
@@ -98,6 +112,13 @@ def exit_facts(rule_id: str, facts: dict[str, FactValue], level: Level) -> tuple
         root = next((c for c in numbers if c not in cleanup and c != 0), numbers[0] if numbers else None)
         if root is not None:
             facts["exitcode"] = root
+    printed = facts.get("signal")
+    if isinstance(printed, str) and signal_number(printed) is not None and not printed.strip().upper().startswith(
+            ("SIG", "-")) and not _NUMBER.match(printed.strip()):
+        facts.setdefault("reason", printed.strip())  # the shell's or the launcher's words: Killed, Segmentation fault
+    exit_type = facts.get("exit_type")
+    if isinstance(exit_type, str):
+        facts.setdefault("reason", exit_type)  # Ray's worker exit type: SYSTEM_ERROR, NODE_OUT_OF_MEMORY
     number: int | None = None
     for key in ("signal_number", "signal"):
         if key in facts:
@@ -113,6 +134,14 @@ def exit_facts(rule_id: str, facts: dict[str, FactValue], level: Level) -> tuple
     if row is not None:
         facts.setdefault("signal", row["name"])
         facts.setdefault("killed_by", row["by"])
+    status = windows_status(exitcode) if isinstance(exitcode, int) and not isinstance(exitcode, bool) else None
+    if status is not None:
+        code, status_row = status
+        facts.setdefault("status", status_row["name"])
+        facts.setdefault("reason", code)
+        facts.setdefault("killed_by", status_row["by"])
+        if status_row["fatal"]:
+            level = "crit"  # the code itself says the process crashed, whoever printed it (an IDE, cmd, a launcher)
     if rule_id in exit_rule_ids():
         if row is not None and row["fatal"]:
             level = "crit"

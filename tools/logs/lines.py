@@ -5,7 +5,11 @@
   exception: its message goes through the exception taxonomy's message patterns (sop/exception_taxonomy.toml, the
   entries that need no exception type and no frame), so "KV cache exhausted" is the same failure whether a Python
   exception, a Rust server's ERROR line or an API's JSON body says it. An error line the taxonomy does not know is
-  no finding (a server logs errors it recovers from), nor is one that says it retries.
+  no finding (a server logs errors it recovers from), nor is one that says it retries. An API's error object (a JSON
+  `"error": {... "message": ...}`, on one line or pretty-printed) is the exception: a message the taxonomy does not
+  know is still a request the serving engine refused (`inference_api_error`); a message that starts with an
+  exception's type names that exception. Records run together on one line (`ptxas error : ...   ptxas info : ...`)
+  end the message where the next one starts.
 - Network failures: the [[network]] rows (IB/RoCE work completions with an error status, TCP connections that fail
   while the process group is built) are rules tried right before `traceback`; they also see the lines another rule
   took first (NCCL's abort message that quotes the IB error as its "Last error"), and then the network failure is
@@ -28,8 +32,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tools.core.files import InputFile
 from tools.core.ranks import rank_of_line
-from tools.logs.exceptions import TRACEBACK_RULE, RaisedException, add_named_groups, first_sentence, taxonomy
-from tools.logs.sites import SITE_LINE_CHARS
+from tools.logs.exceptions import (
+    COMMON_FACTS,
+    TRACEBACK_RULE,
+    RaisedException,
+    add_named_groups,
+    first_sentence,
+    parse_exception,
+    taxonomy,
+)
+from tools.logs.sites import SITE_LINE_CHARS, site_facts
+from tools.logs.wraps import split_records
 
 if TYPE_CHECKING:
     from tools.logs.diagnose import Rule, _Hit
@@ -61,7 +74,8 @@ def _network_ids() -> frozenset[str]:
 # Whole words only: `error_rate=0.09` and `errors=0` are on every line of some training logs (benchmarks/logs.py has
 # them), and a first pass that takes them sends every line through the forms.
 _ERROR_LINE_WORDS = (r"\b(?:ERROR|CRITICAL|FATAL|[Ee]rror|ERR|[Ff]atal|[Cc]ritical)\b|[EF]\d{3,4} \d\d:|\[[EF] |"
-                     r'level=|"level|"severity|:\s(?:failed to|unable to|could not|cannot)\s')
+                     r'level=|"level|"severity|:\s(?:failed to|unable to|could not|cannot)\s'
+                     r'|\d: [EF] [\w./]|\[[EF]\]|OP_REQUIRES failed|"message"\s*:')
 
 
 def with_line_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -70,7 +84,8 @@ def with_line_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     at = next((i for i, r in enumerate(rules) if r.get("id") == TRACEBACK_RULE), len(rules))
     error_line = {
         "id": ERROR_LINE_RULE, "category": "unclassified_error", "severity": "info", "evidence_only": True,
-        "match": "(?:" + "|".join(_table()["error_line"]["forms"]) + ")", "facts": [],
+        "match": "(?:" + "|".join([*_table()["error_line"]["forms"], *_table()["error_line"]["api_body_forms"]]) + ")",
+        "facts": [],
         # The first pass looks for the words every form holds, not for a level after every space (scan cost).
         "candidate": _ERROR_LINE_WORDS,
         "cause": "A line printed at error level.", "fix": "", "sop_branch": "triage",
@@ -79,22 +94,49 @@ def with_line_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @cache
-def _forms() -> tuple[Any, ...]:
+def _forms() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The error-level forms, and the API error bodies' (the last: a pretty-printed body's "message" line)."""
     from tools.logs.diagnose import _compile
     from tools.logs.prefixes import anchor_after_prefix
 
-    return tuple(_compile(anchor_after_prefix(form)) for form in _table()["error_line"]["forms"])
+    table = _table()["error_line"]
+    return (tuple(_compile(anchor_after_prefix(form)) for form in table["forms"]),
+            tuple(_compile(anchor_after_prefix(form)) for form in table["api_body_forms"]))
 
 
-def error_line_message(line: bytes) -> str | None:
-    """The message of an error-level line (the text after its level), or None when the line is not one."""
+_ERROR_OBJECT = re.compile(r'"error"\s*:\s*\{')  # the error object a pretty-printed body's "message" line is in
+_OBJECT_LINES = 3
+
+
+def _message_of(found: Any) -> str:
+    value = found.groupdict().get("message") or found.groupdict().get(b"message") or b""
+    return value.decode("utf-8", "replace").strip() if isinstance(value, bytes) else str(value).strip()
+
+
+def error_line_message(line: bytes, before: Sequence[bytes] | None = None) -> str | None:
+    """The message of an error-level line (the text after its level), or None when the line is not one. An API's
+    error body counts; its pretty-printed "message" line only when `before` shows the "error" object it is in."""
+    found = error_line_form(line, before)
+    return found[0] if found is not None else None
+
+
+def error_line_form(line: bytes, before: Sequence[bytes] | None = None) -> tuple[str, bool] | None:
+    """(message, is an API's error body) of an error-level line, or None (see error_line_message)."""
     line = line[:SITE_LINE_CHARS].rstrip(b"\r\n")
-    for form in _forms():
+    levels, bodies = _forms()
+    for form in levels:
         found = form.search(line)
         if found is not None:
-            groups = {(k.decode() if isinstance(k, bytes) else k): v for k, v in found.groupdict().items()}
-            value = groups.get("message") or b""
-            return value.decode("utf-8", "replace").strip() if isinstance(value, bytes) else str(value).strip()
+            return _message_of(found), False
+    for index, form in enumerate(bodies):
+        found = form.search(line)
+        if found is None:
+            continue
+        pretty = index == len(bodies) - 1  # a line that is only `"message": "..."`, in an "error" object above it
+        if pretty and (not _decode(line).lstrip().startswith('"message"')
+                       or not any(_ERROR_OBJECT.search(_decode(b)) for b in (before or [])[-_OBJECT_LINES:])):
+            return None
+        return _message_of(found), True
     return None
 
 
@@ -123,7 +165,28 @@ def _entry_facts(entry: Entry, message: str, context: Sequence[str]) -> dict[str
             found = pattern.search(source)
             if found is not None:
                 add_named_groups(found, facts)
+    for pattern in COMMON_FACTS:  # an exit status, a rank named in the message
+        found = pattern.search(message)
+        if found is not None:
+            add_named_groups(found, facts)
+    for name, value in entry.sets.items():
+        facts.setdefault(name, value)
     return facts
+
+
+def _first_record(text: str, message: str) -> str:
+    """`message` cut where the next of several records run together on the line starts."""
+    records = split_records(text)
+    if len(records) < 2:
+        return message
+    cut = message.find(records[1].strip())
+    return message[:cut].rstrip() if cut > 0 else message
+
+
+@cache
+def _api_entry() -> Entry:
+    entries, _ = taxonomy()
+    return next(e for e in entries if e.api_body)
 
 
 @dataclass
@@ -133,6 +196,7 @@ class _ErrorLine:
     message: str
     before: list[bytes]
     after: list[bytes]
+    api_body: bool = False  # an API's error body, not a line at error level
 
 
 def _decode(raw: bytes) -> str:
@@ -158,10 +222,12 @@ class LineReader:
             if rule.id in _network_ids() and rule is not chosen and rule.match.search(line) is not None:
                 self._network.append((rule, match.number, match.text, extract_facts(rule, line)))
         if any(rules[i].id == ERROR_LINE_RULE for i in match.patterns):
-            message = error_line_message(match.text)
-            if message:
-                self._error_lines.append(_ErrorLine(match.number, match.text, message,
-                                                    [t for _, t in match.before], [t for _, t in match.after]))
+            before = [t for _, t in match.before]
+            form = error_line_form(match.text, before)
+            if form is not None and form[0]:
+                message = _first_record(_decode(match.text), form[0])
+                self._error_lines.append(_ErrorLine(match.number, match.text, message, before,
+                                                    [t for _, t in match.after], api_body=form[1]))
         return chosen is not None and chosen.id == ERROR_LINE_RULE
 
     def with_network(self, file: InputFile, hits: list[tuple[Rule, _Hit]]) -> list[tuple[Rule, _Hit]]:
@@ -205,6 +271,9 @@ class LineReader:
                 continue
             entry = next((e for e in _line_entries() if e.message is not None and e.message.search(line.message)),
                          None)
+            raised_type = parse_exception(line.message) if line.api_body else None
+            if entry is None and line.api_body:
+                entry = _api_entry()  # a request the serving engine refused, for a reason the taxonomy does not know
             if entry is None:
                 continue
             if _RETRY.search(line.message) or any(_RETRY.search(_decode(a)) for a in line.after[:2]):
@@ -212,22 +281,25 @@ class LineReader:
             rule = _rule(entry, entry.severity)
             if rule.id in reported:
                 continue  # the traceback's exception (or an earlier line) already says it
-            assert entry.message is not None
-            found = entry.message.search(line.message)
-            assert found is not None
+            found = entry.message.search(line.message) if entry.message is not None else None
             context = [_decode(b) for b in reversed(line.before[-4:])]
             raw_facts = _entry_facts(entry, line.message, [_decode(line.text), *context])
             facts: dict[str, Any] = {}
             for name, value in raw_facts.items():
                 key, converted = _convert(name, str(value), frozenset({"requested"}))
                 facts.setdefault(key, converted)
-            facts["error"] = _clause(line.message, found.start())
+            if found is not None:
+                facts["error"] = _clause(line.message, found.start())
             facts["message"] = first_sentence(line.message)
+            if raised_type is not None and raised_type[1]:  # `ModelNotDeployedError: model=... does not support ...`
+                facts["exception"] = raised_type[0]
+                facts.setdefault("error", raised_type[1])
+            facts.setdefault("error", line.message)
             rank = facts.pop("rank", None)
             if not isinstance(rank, int):
                 rank = rank_of_line(line.text)
             added.append((rule, _Hit(file, line.number, rank if rank is not None else file.rank, line.text, facts,
-                                     through=line.number)))
+                                     site=site_facts(line.text, line.before, line.after), through=line.number)))
         if not added:
             return hits
         return sorted([*hits, *added], key=lambda pair: pair[1].number)

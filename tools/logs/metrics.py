@@ -5,7 +5,9 @@ The rules in sop/log_rules.toml (nan_loss, nan_grad_norm, and the metric-value s
 one; this module reads the line as metrics, in every form frameworks print them: `key: value`, `key=value`,
 `'key': value` (HF Trainer), `| key: value |` (Megatron), Keras' `- loss: nan`, a running average `0.39 (nan)`,
 prose (`Loss is Infinity`, `NaN loss`). It adds, where the line (or the record it belongs to) says them:
-- `field` and `value`: the first non-finite loss-like field as printed (a loss before a grad norm) and its value;
+- `field`: every field of the line that is non-finite, as printed and in its order (`Loss, AngleError`; a name of two
+  words after a field separator, `pem class_loss`), or the loss scale an overflow skip halves (`loss scale`);
+  `value`: the worst one's value (a loss before a grad norm);
 - `loss`, `grad_norm`: the first non-finite value of each kind (nan, inf, -inf; Infinity as inf);
 - `loss_scale`: the loss scale printed beside it (a number);
 - `step`: step / iteration / iter / `[N/M]` / Batch N, else the epoch (a whole number); from the lines just
@@ -39,7 +41,7 @@ LOOK_AHEAD = 3
 _NONFINITE = r"[-+]?(?:nan|infinity|inf)\b"
 _PAIR = re.compile(
     r"(?P<key>[A-Za-z_][\w.\-]*?(?:[ _\-](?:loss|norm|scale))?)['\"]?"
-    r"(?:\s*[:=]\s*|\s+is\s+|\s+)(?:tensor\(|[-+]?\d[\d.eE+\-]*\s*\(\s*)?(?P<value>" + _NONFINITE + ")",
+    r"(?P<sep>\s*[:=]\s*|\s+is\s+|\s+)(?:tensor\(|[-+]?\d[\d.eE+\-]*\s*\(\s*)?(?P<value>" + _NONFINITE + ")",
     re.IGNORECASE,
 )
 _PROSE = re.compile(r"\b(?P<value>nan|inf)\s+(?P<key>loss|grad(?:ient)?[ _]norm)\b", re.IGNORECASE)
@@ -53,9 +55,22 @@ _STEPS = [re.compile(p, re.IGNORECASE) for p in (
     r"\bbatch\s*[:=]?\s*\[?\s*(?P<n>\d+)\s*/\s*\d+",
     r"\[\s*(?P<n>\d+)\s*/\s*\d+\s*\]",
     r"\|\s*(?P<n>\d+)/\d+\s*\[\d",  # tqdm's counter (`| 378/2724 [13:58:09<...`): the bar the record ran into
+    r"^\s*(?P<n>\d+)/\d+ \[[=>.]*\]",  # Keras' progress bar (`   2/1500 [=====>......] - ETA: 46s - loss: nan`)
+    r"\bBatch (?P<n>\d+): Invalid loss",  # Keras' TerminateOnNaN
 )]
 _EPOCH = re.compile(r"\bepoch['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?![.\d])", re.IGNORECASE)
+# A field whose name has two words (`pem class_loss`): the word before the key, right after a field separator.
+_WORD_BEFORE = re.compile(r"(?:^|[,;|]\s*)(?P<word>[A-Za-z][\w.\-]*) $")
 _BEST = re.compile(r"(?:^|[_\s.])(?:best|min|lowest|prev(?:ious)?)(?:$|[_\s.])", re.IGNORECASE)
+
+
+_AFTER_VALUE = re.compile(r"\s*(?:\(|$|[,;|]|\s-\s)")
+
+
+def _is_field(text: str, match: re.Match[str]) -> bool:
+    """Whether a key that names no loss is a metric field printed non-finite (`AngleError nan (nan)`, `acc: nan`),
+    not prose (`number of nan iterations`): its value follows a `:` / `=`, or ends the field."""
+    return bool(match.group("sep").strip()) or _AFTER_VALUE.match(text, match.end()) is not None
 
 
 def _kind(key: str) -> str | None:
@@ -90,9 +105,14 @@ def metric_facts(facts: dict[str, FactValue], line: bytes, before: Sequence[tupl
     """Fill `facts` (a nan_inf hit's) with what its line says as metrics; facts the rule found stay."""
     text = line[:METRIC_LINE_CHARS].decode("utf-8", "replace")
     found: list[tuple[str, str, str]] = []  # (kind, key as printed, value)
+    fields: list[str] = []  # every non-finite field, in the line's order
     for match in _PAIR.finditer(text):
         key = match.group("key").strip(" .-")
+        if " " not in key and (word := _WORD_BEFORE.search(text, 0, match.start("key"))) is not None:
+            key = f"{word['word']} {key}"
         kind = _kind(key)
+        if key not in fields and (kind is not None or _is_field(text, match)):
+            fields.append(key)
         if kind is not None:
             found.append((kind, key, _value(match.group("value"))))
     for pattern in (_PROSE, _PROSE_GRAD):
@@ -103,12 +123,15 @@ def metric_facts(facts: dict[str, FactValue], line: bytes, before: Sequence[tupl
     for kind_name, count in counters.items():
         facts.setdefault(f"{kind_name}_iterations", count)
     if not found and not counters.get("nan"):
+        scale = _LOSS_SCALE.search(text)
+        if scale is not None:  # an fp16 overflow skip: the loss scale is the field that shows it
+            facts.setdefault("field", text[scale.start():scale.start("value")].rstrip(" :='\""))
         _step_fact(facts, text, before)  # a finite line the rule matched (an fp16 overflow skip) still has its step
         return
     if found:
         ranked = sorted(found, key=lambda f: _WORST.index(f[0]))
         kind, key, value = ranked[0]
-        facts.setdefault("field", key)
+        facts.setdefault("field", ", ".join(fields) if key in fields else key)
         facts.setdefault("value", value)
         facts.setdefault("nonfinite", kind)
         for name in ("loss", "grad_norm"):

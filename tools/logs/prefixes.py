@@ -42,7 +42,9 @@ _PREFIXES = (
     r"\([\w.:<>\-]*\s*pid=\d+[^)\n]{0,160}\)\s*",  # Ray actor / worker
     r"\[(?:rank|default)\d{1,5}\]:\s*",  # torchrun --tee / log prefixes
     r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>:\s*",  # mpirun --tag-output
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+(?:(?:stdout|stderr)\s+[FP]\s+)?",
+    # a container runtime's ISO time, its offset maybe after a space and a zone's name (`... +08:00 CST `)
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|\s?[+-]\d\d:?\d\d)?(?: (?:[A-Z]{1,4}T|UTC|MSK))?\s+"
+    r"(?:(?:stdout|stderr)\s+[FP]\s+)?",
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/]+(?:\[\d+\])?:\s*",  # syslog / journalctl
     r"\[ *\d+\.\d+\]\s*",  # dmesg
     r"\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\s*",  # dmesg -T

@@ -5,9 +5,10 @@ A hard wrap shows in the text: every line longer than the width was cut into pie
 longest lines of the file all share one length and the line after each one carries on mid-sentence instead of
 starting a record of its own. Tables and runs of same-shaped records (NCCL's ring lines, a device assert repeated
 per thread) share a length too, but each of their lines starts like the one before it: those are never joined.
-What joins is decided once per file from its first bytes. A hard wrap drops no character, but a paste loses the
-space a cut line ended in (GitHub strips trailing blanks): a piece one short of the width was cut at a space and is
-joined back with one; a piece of the full width with nothing between.
+What joins is decided once per file from its first bytes; a rule of one repeated mark (IPython's `-----` above its
+header, as long as the header) is a separator, never a cut piece. A hard wrap drops no character, but a paste loses
+the space a cut line ended in (GitHub strips trailing blanks): a piece one short of the width was cut at a space and
+is joined back with one; a piece of the full width with nothing between.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-__all__ = ["hard_wrap_width", "rejoin_wrapped"]
+__all__ = ["hard_wrap_width", "rejoin_wrapped", "split_records"]
 
 WRAP_MIN_COLUMNS = 60  # narrower cuts are a layout (a column of numbers), not a terminal or a page
 _MIN_CUT_LINES = 2  # one long line of the maximum length could be chance
@@ -37,6 +38,9 @@ def _shape(line: str) -> str:
     return _DIGIT.sub("0", _LETTER.sub("a", line[:_SHAPE_CHARS]))
 
 
+_RULE = re.compile(r"^\s*([^\w\s])\1{9,}\s*$")  # a rule of one repeated mark (IPython's `-----`, `=====`): a separator
+
+
 def hard_wrap_width(head: bytes) -> int | None:
     """The width every long line of the file was cut at, when its first bytes (`head`) show one; None for a log
     whose lines have the lengths they were printed with."""
@@ -45,7 +49,7 @@ def hard_wrap_width(head: bytes) -> int | None:
     if len(long) < _MIN_CUT_LINES:
         return None
     width = max(long)
-    cut = [i for i, line in enumerate(lines[:-1]) if len(line) in (width, width - 1)]
+    cut = [i for i, line in enumerate(lines[:-1]) if len(line) in (width, width - 1) and not _RULE.match(line)]
     if len(cut) < _MIN_CUT_LINES or len(cut) < _CUT_SHARE * len(long):
         return None
     continued = sum(1 for i in cut if lines[i + 1].strip() and _shape(lines[i + 1]) != _shape(lines[i]))
@@ -64,9 +68,33 @@ def rejoin_wrapped(block: bytes, width: int) -> bytes:
     last_piece = ""  # the physical line the last joined line ends with
     for line in block.decode("utf-8", "surrogateescape").split("\n"):
         piece = last_piece.removesuffix("\r")
-        if joined and line and len(piece) in (width, width - 1) and _shape(line) != _shape(piece):
+        if (joined and line and len(piece) in (width, width - 1) and _shape(line) != _shape(piece)
+                and not _RULE.match(piece)):
             joined[-1] = joined[-1].removesuffix("\r") + ("" if len(piece) == width else " ") + line
         else:
             joined.append(line)
         last_piece = line
     return "\n".join(joined).encode("utf-8", "surrogateescape")
+
+
+# Several records written into one line (a paste that lost its line breaks, threads writing into one stream): the
+# line's own first token (`ptxas`, `OSError:`) comes back after a run of blanks, where the next record starts.
+_FIRST_TOKEN = re.compile(r"^\s*(?P<token>[A-Za-z_][\w.]*:?)")
+_RECORD_GAP = re.compile(r"\s{3,}")
+
+
+def split_records(line: str) -> list[str]:
+    """`line` cut where a record like its first starts again after three or more blanks (`ptxas error : ...   ptxas
+    info : ...`, `OSError: x         OSError: y`): the records, each as printed; the line alone when there is none."""
+    first = _FIRST_TOKEN.match(line)
+    if first is None or len(line) < 2 * len(first["token"]) + 3:
+        return [line]
+    token = first["token"]
+    records: list[str] = []
+    start = 0
+    for gap in _RECORD_GAP.finditer(line, first.end()):
+        if line.startswith(token, gap.end()) and not line[gap.end() + len(token):gap.end() + len(token) + 1].isalnum():
+            records.append(line[start:gap.start()])
+            start = gap.end()
+    records.append(line[start:])
+    return records

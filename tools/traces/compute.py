@@ -20,11 +20,14 @@ import msgspec
 
 from tools.traces.peaks import device_peak
 
-__all__ = ["Achieved", "FlopCounter", "achieved", "kernel_precision"]
+__all__ = ["SHAPED_OPS", "Achieved", "FlopCounter", "achieved", "kernel_precision"]
 
 _MATMULS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
 _CONVOLUTIONS = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
                            "aten::cudnn_convolution", "aten::conv_transpose2d", "aten::mkldnn_convolution"})
+# The ops whose FLOPs add_op can find without the profiler's count (from their shapes), or counts as convolutions:
+# for any other op without a count it does nothing.
+SHAPED_OPS = _MATMULS | _CONVOLUTIONS
 # The operands' positions in "Input Dims": addmm and baddbmm have the bias first.
 _OPERANDS = {"aten::addmm": (1, 2), "aten::baddbmm": (1, 2)}
 _PRECISION = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "c10::Float8_e4m3fn": "fp8",

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, ClassVar, NoReturn, Union
 
 import msgspec
 import numpy as np
@@ -46,6 +46,7 @@ _BOM = b"\xef\xbb\xbf"
 # How near its end a file's JSON may fail to decode and still be a file cut short rather than invalid: the longest
 # token a cut can leave undecodable (a surrogate pair's escapes, "\\ud83d\\ude0").
 _CUT_TOKEN = 12
+_READ_PIECE = 64 * 1024  # the most bytes asked of the stream at once (below)
 _DECODER = json.JSONDecoder()
 
 
@@ -67,9 +68,22 @@ class TraceArgs(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
 
 
-class TraceEvent(msgspec.Struct, forbid_unknown_fields=False, gc=False):
-    """One trace event, with only the fields the summary reads (any JSON type: checked by the reader); untracked
-    by the garbage collector, as TraceArgs."""
+class TraceEvent(msgspec.Struct, tag_field="ph", tag="X", forbid_unknown_fields=False, gc=False):
+    """One complete ('X') event, with only the fields the summary reads (any JSON type: checked by the reader);
+    untracked by the garbage collector, as TraceArgs. The reader yields these events only: the analyses read no
+    other phase."""
+
+    ph: ClassVar[str] = "X"  # the tag msgspec decodes by: every event of this class is complete
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    tid: Any = None
+    args: TraceArgs | None = None
+
+
+class _LooseEvent(msgspec.Struct, forbid_unknown_fields=False, gc=False):
+    """An event of any phase (or none): the decode of a batch that has a phase the union below does not name."""
 
     ph: Any = None
     cat: Any = None
@@ -80,23 +94,36 @@ class TraceEvent(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     args: TraceArgs | None = None
 
 
+# The other phases of the Chrome trace format, each decoded to an empty struct: msgspec reads the phase first and
+# skips the rest of the event unmade (flow arrows, instants, counters and metadata are a third or more of a trace's
+# events, and making their names, categories and times cost a fifth of the decode).
+_OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f", "P", "O", "N", "D", "M",
+                 "V", "v", "R", "c", "(", ")")
+_SKIPPED_PHASES = tuple(msgspec.defstruct(f"_Phase{index}", [], tag_field="ph", tag=phase, gc=False)
+                        for index, phase in enumerate(_OTHER_PHASES))
+
 # msgspec decodes straight into these (about 4x json.loads on real traces: no dict per event or arg).
-_BATCH_DECODER = msgspec.json.Decoder(list[TraceEvent])
+_BATCH_DECODER: msgspec.json.Decoder[list[Any]] = msgspec.json.Decoder(
+    list[Union[(TraceEvent, *_SKIPPED_PHASES)]])  # type: ignore[valid-type]  # noqa: UP007
+_LOOSE_DECODER = msgspec.json.Decoder(list[_LooseEvent])
 
 
 def _raw(value: Any) -> msgspec.Raw:
     return _NO_RAW if value is None else msgspec.Raw(msgspec.json.encode(value))
 
 
-def _from_dict(raw: dict[str, Any]) -> TraceEvent:
-    """The slow path's dicts, shaped like the fast path's events (wrong types become None)."""
+def _from_dict(raw: dict[str, Any]) -> TraceEvent | None:
+    """The slow path's dicts, shaped like the fast path's events (wrong types become None); None for a phase other
+    than 'X'."""
+    if raw.get("ph") != "X":
+        return None
     args = raw.get("args")
     shaped = TraceArgs(stream=args.get("stream"), correlation=args.get("correlation"), device=args.get("device"),
                        collective=args.get("Collective name"), flops=args.get("flops"),
                        input_dims=_raw(args.get("Input Dims")), input_type=_raw(args.get("Input type"))
                        ) if isinstance(args, dict) else None
-    return TraceEvent(ph=raw.get("ph"), cat=raw.get("cat"), name=raw.get("name"), ts=raw.get("ts"),
-                      dur=raw.get("dur"), tid=raw.get("tid"), args=shaped)
+    return TraceEvent(cat=raw.get("cat"), name=raw.get("name"), ts=raw.get("ts"), dur=raw.get("dur"),
+                      tid=raw.get("tid"), args=shaped)
 
 
 @dataclass
@@ -116,10 +143,12 @@ class _EndsEarly(UnreadableInput):
 
 
 class _Buffer:
-    """A sliding window of the trace's bytes: `data[pos:]` is what is not read yet, `consumed` bytes were dropped
-    from its front. One bytearray, read into and dropped from in place: the CLI serves every allocation of 128 KiB
-    or more from a fresh mapping (mcp_server/process.py), so a new block object per read and per batch cost page
-    faults on every byte (0.4 s of system time on 190 MB)."""
+    """A sliding window of the trace's bytes: `data[pos:end]` is what is not read yet, `consumed` bytes were dropped
+    from its front. One bytearray of a fixed size, read into in place: each read first moves the unread tail to the
+    front, and the array grows only for a value longer than it holds. The CLI serves every allocation of 128 KiB
+    or more from a fresh mapping (mcp_server/process.py): a new block object per read and per batch cost page faults
+    on every byte (0.4 s of system time on 190 MB), and so did a bytearray resized per read (dropping its front
+    and growing its end reallocates it)."""
 
     def __init__(self, stream: IO[bytes], name: str, deadline: float, read_bytes: int = TRACE_READ_CHARS,
                  batch_bytes: int = TRACE_BATCH_BYTES) -> None:
@@ -128,9 +157,9 @@ class _Buffer:
         self.batch_bytes = batch_bytes  # the most bytes decoded in one call
         self.name = name
         self.deadline = deadline
-        self.data = bytearray()
-        self.block = bytearray()  # what each read goes into before it joins `data`
+        self.data = bytearray()  # data[end:] is room for the next read (old bytes, never read as input)
         self.pos = 0
+        self.end = 0
         self.consumed = 0  # bytes dropped from the front of `data`
         self.eof = False
 
@@ -141,32 +170,44 @@ class _Buffer:
         if time.monotonic() > self.deadline:
             raise LimitExceeded("the trace read ran out of time.", "Pass a smaller trace or raise --timeout.")
         size = max(minimum, self.read_bytes)
-        if len(self.block) < size:
-            self.block = bytearray(size)
-        try:
-            got = self.stream.readinto(memoryview(self.block)[:size])  # type: ignore[attr-defined]
-        except EOFError:  # a .gz cut short (still being written): what decompressed so far is the text
-            self.eof = True
-            return False
-        except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise UnreadableInput(f"{self.name}: read failed ({exc}).", "Is the .gz complete?") from exc
+        unread = self.end - self.pos
+        if self.pos:
+            with memoryview(self.data) as view:
+                view[:unread] = view[self.pos : self.end]  # the unread tail to the front
+            self.consumed += self.pos
+            self.pos, self.end = 0, unread
+        if len(self.data) < unread + size:
+            self.data.extend(bytes(unread + size - len(self.data)))
+        got = 0
+        with memoryview(self.data) as view:
+            while got < size:
+                # In pieces under 128 KiB: gzip makes a bytes object of each piece it decompresses.
+                piece = view[unread + got : unread + min(size, got + _READ_PIECE)]
+                try:
+                    count = self.stream.readinto(piece)  # type: ignore[attr-defined]
+                except EOFError:  # a .gz cut short (still being written): what decompressed so far is the text
+                    count = 0
+                    self.eof = True
+                except (OSError, zlib.error) as exc:  # BadGzipFile is an OSError
+                    raise UnreadableInput(f"{self.name}: read failed ({exc}).", "Is the .gz complete?") from exc
+                finally:
+                    piece.release()
+                if not count:
+                    break
+                got += count
+        self.end = unread + got
         if not got:
             self.eof = True
             return False
-        self.consumed += self.pos
-        del self.data[: self.pos]  # O(1): a bytearray drops its front by moving its start
-        self.pos = 0
-        start = len(self.data)
-        self.data += memoryview(self.block)[:got]
-        if self.consumed == 0 and start == 0 and self.data.startswith(_BOM):
+        if self.consumed == 0 and unread == 0 and self.data.startswith(_BOM):
             self.pos = len(_BOM)  # a UTF-8 byte order mark, as some Windows tools write it
         return True
 
     def skip(self) -> str:
         """Skip whitespace and commas; the next character ('' at end of input)."""
         while True:
-            self.pos = _SKIP.match(self.data, self.pos).end()  # type: ignore[union-attr]
-            if self.pos < len(self.data):
+            self.pos = _SKIP.match(self.data, self.pos, self.end).end()  # type: ignore[union-attr]
+            if self.pos < self.end:
                 return chr(self.data[self.pos])
             if not self.more():
                 return ""
@@ -181,19 +222,20 @@ class _Buffer:
         incomplete. The stdlib decoder, on the bytes from the cursor as text: invalid UTF-8 decodes one lone
         surrogate a byte (surrogateescape), so the value's length in bytes is exact."""
         while True:
-            self.pos = _SPACE.match(self.data, self.pos).end()  # type: ignore[union-attr]
-            if self.pos >= len(self.data) and self.more():
+            self.pos = _SPACE.match(self.data, self.pos, self.end).end()  # type: ignore[union-attr]
+            if self.pos >= self.end and self.more():
                 continue
-            text = str(memoryview(self.data)[self.pos :], "utf-8", "surrogateescape")
+            with memoryview(self.data) as view:
+                text = str(view[self.pos : self.end], "utf-8", "surrogateescape")
             try:
                 value, end = _DECODER.raw_decode(text)
             except RecursionError as exc:
                 raise self.too_deep() from exc
             except json.JSONDecodeError as exc:
-                if limit is not None and len(self.data) - self.pos > limit:
+                if limit is not None and self.end - self.pos > limit:
                     raise UnreadableInput(f"{self.name}: a metadata value is larger than {limit} characters.",
                                           "This does not look like a profiler trace.") from exc
-                if self.more(len(self.data) - self.pos):  # doubling: a value read in n blocks costs O(n) decodes
+                if self.more(self.end - self.pos):  # doubling: a value read in n blocks costs O(n) decodes
                     continue
                 # At the end of the input: a value the end cuts (an open string, or the decoder stopped at the
                 # last character) is a file cut short; a failure before the end is invalid JSON.
@@ -279,21 +321,26 @@ def read_trace_batches(path: Path, display: str, deadline: float, header: TraceH
 # whitespace between. A match inside a value (a nested list of objects, a string) is no boundary, but the decode of
 # the events before it then fails (an open string or object before the closing bracket): never a wrong batch.
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
-_BOUNDARY_WINDOW = 16 * 1024  # the tail of a batch's bytes searched first for its last boundary
+# The tails of a batch's bytes searched for its last boundary, shortest first: every match in a tail is a step of
+# Python (a 16 KiB tail of one-line JSON holds about 70), and the first tail holds a boundary but for events longer.
+_BOUNDARY_WINDOWS = (1024, 16 * 1024)
 _DEPTH_DELTA = np.zeros(256, dtype=np.int8)
 _DEPTH_DELTA[[ord("{"), ord("[")]] = 1
 _DEPTH_DELTA[[ord("}"), ord("]")]] = -1
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 
-def _structure(data: bytes | bytearray, start: int) -> tuple[int, int]:
-    """Where the values of a JSON list end, scanning from `start` (the start of a value, outside any string):
-    (the end of the last whole object or list at the list's level, -1 if none; the position of the bracket that
-    closes the list, -1 if not in `data`). Structurally: quotes not escaped by an odd run of backslashes open and
-    close strings; braces and brackets outside strings (an even number of quotes before them) change the depth.
-    Whitespace, layout and key order play no part. Exact on valid JSON; on invalid JSON the decode that follows
-    fails, as it would have."""
-    view = np.frombuffer(data, dtype=np.uint8, offset=start)
+def _structure(data: bytes | bytearray, start: int, end: int | None = None) -> tuple[int, int]:
+    """Where the values of a JSON list end, scanning data[start:end] (from the start of a value, outside any string;
+    to the end of `data` by default): (the end of the last whole object or list at the list's level, -1 if none; the
+    position of the bracket that closes the list, -1 if not in the scan). Structurally: quotes not escaped by an odd
+    run of backslashes open and close strings; braces and brackets outside strings (an even number of quotes before
+    them) change the depth. Whitespace, layout and key order play no part. Exact on valid JSON; on invalid JSON the
+    decode that follows fails, as it would have."""
+    count = (len(data) if end is None else end) - start
+    if count <= 0:
+        return -1, -1
+    view = np.frombuffer(data, dtype=np.uint8, offset=start, count=count)
     quotes = np.flatnonzero(view == _QUOTE)
     escaped = view[np.maximum(quotes - 1, 0)] == _BACKSLASH
     if quotes.size and quotes[0] == 0:
@@ -334,16 +381,20 @@ def _events(buffer: _Buffer, header: TraceHeader) -> Iterator[list[TraceEvent]]:
             return
         batch = _batch(buffer, header)
         if batch is None:  # no whole value in the buffer: a longer read (doubling), or the end of the file
-            if buffer.more(len(buffer.data) - buffer.pos):
+            if buffer.more(buffer.end - buffer.pos):
                 continue
             try:
                 one = buffer.value()  # says whether the end cuts a value or the JSON is invalid before it
             except _EndsEarly:
                 header.ends_early_at = buffer.consumed + buffer.pos
                 return
-            batch = [_from_dict(one)] if isinstance(one, dict) else []
-            header.skipped += 1 - len(batch)
-        header.events += len(batch)
+            if isinstance(one, dict):
+                header.events += 1
+                event = _from_dict(one)
+                batch = [] if event is None else [event]
+            else:
+                header.skipped += 1
+                batch = []
         yield batch
 
 
@@ -351,17 +402,17 @@ def _batch(buffer: _Buffer, header: TraceHeader) -> list[TraceEvent] | None:
     """The whole values of the event list from the cursor, up to a batch's bytes, decoded in one call; None when
     the buffer holds none. Fast path: up to the last likely boundary (a batch decodes only when the cut was a real
     one). Else the structural scan finds the last real one in the buffer, whatever the layout."""
-    data, start = buffer.data, buffer.pos
-    end = min(len(data), start + buffer.batch_bytes)
+    data, start, filled = buffer.data, buffer.pos, buffer.end
+    end = min(filled, start + buffer.batch_bytes)
     cut = _last_boundary(data, start, end)
-    if cut < 0 and end < len(data):  # an event longer than a batch
-        cut = _last_boundary(data, start, len(data))
+    if cut < 0 and end < filled:  # an event longer than a batch
+        cut = _last_boundary(data, start, filled)
     if cut > start:
         events = _decode(buffer, _list_of(data, start, cut), header, strict=False)
         if events is not None:
             buffer.pos = cut  # at the comma before the next event
             return events
-    last_end, closes_list = _structure(data, start)
+    last_end, closes_list = _structure(data, start, filled)
     cut = closes_list if closes_list >= 0 else last_end
     if cut <= start:
         return None
@@ -374,7 +425,7 @@ def _batch(buffer: _Buffer, header: TraceHeader) -> list[TraceEvent] | None:
 def _last_boundary(data: bytearray, start: int, end: int) -> int:
     """Just after the closing brace of the last likely boundary in data[start:end] (its tail first); -1: none."""
     cut = -1
-    for low in (max(start, end - _BOUNDARY_WINDOW), start):
+    for low in (*(max(start, end - window) for window in _BOUNDARY_WINDOWS), start):
         for match in _BOUNDARY.finditer(data, low, end):
             cut = match.start() + 1
         if cut >= 0 or low == start:
@@ -389,12 +440,28 @@ def _list_of(data: bytearray, start: int, end: int) -> bytes:
 
 
 def _decode(buffer: _Buffer, chunk: bytes, header: TraceHeader, strict: bool) -> list[TraceEvent] | None:
-    """The events of a run of whole list values (`chunk`, as a JSON list). One typed msgspec call; valid
-    JSON with odd types (args as a string, a number past a float) goes through the stdlib decoder and shaping.
-    On invalid JSON: None, or when `strict` (the values are known whole), one value at a time, the stdlib
-    decoder taking what msgspec refuses (NaN, Infinity) and saying where the JSON is invalid."""
+    """The complete events of a run of whole list values (`chunk`, as a JSON list), counting its events of every
+    phase in `header`. One typed msgspec call; a phase the union does not name (or none) takes a second msgspec
+    call that makes every event; valid JSON with odd types (args as a string, a number past a float) goes through
+    the stdlib decoder and shaping. On invalid JSON: None, or when `strict` (the values are known whole), one value
+    at a time, the stdlib decoder taking what msgspec refuses (NaN, Infinity) and saying where the JSON is
+    invalid."""
     try:
-        return _BATCH_DECODER.decode(chunk)
+        decoded = _BATCH_DECODER.decode(chunk)
+        header.events += len(decoded)
+        return [event for event in decoded if type(event) is TraceEvent]
+    except RecursionError as exc:
+        raise buffer.too_deep() from exc
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        if not strict:
+            return None
+    try:
+        every = _LOOSE_DECODER.decode(chunk)
+        header.events += len(every)
+        return [TraceEvent(cat=e.cat, name=e.name, ts=e.ts, dur=e.dur, tid=e.tid, args=e.args) for e in every
+                if e.ph == "X"]
     except RecursionError as exc:
         raise buffer.too_deep() from exc
     except msgspec.ValidationError:
@@ -411,9 +478,10 @@ def _decode(buffer: _Buffer, chunk: bytes, header: TraceHeader, strict: bool) ->
         if not strict:
             return None
         loose = _one_at_a_time(buffer, text)
-    events = [_from_dict(e) for e in loose if isinstance(e, dict)]
-    header.skipped += len(loose) - len(events)
-    return events
+    objects = [e for e in loose if isinstance(e, dict)]
+    header.events += len(objects)
+    header.skipped += len(loose) - len(objects)
+    return [event for e in objects if (event := _from_dict(e)) is not None]
 
 
 def _one_at_a_time(buffer: _Buffer, text: str) -> list[Any]:

@@ -216,7 +216,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
                    f'FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds s ON s.id = k."{name}" '
                    "WHERE k.globalPid = ? ORDER BY k.start")
             for rows in _rows(connection, sql, (global_pid,), deadline, display):
-                batch = [TraceEvent(ph="X", cat="kernel", name=value or "(unnamed kernel)", ts=_us(start),
+                batch = [TraceEvent(cat="kernel", name=value or "(unnamed kernel)", ts=_us(start),
                                     dur=_us(end - start), tid=stream,
                                     args=TraceArgs(stream=stream, correlation=corr, device=device))
                          for start, end, stream, corr, device, value in rows if end is not None]
@@ -228,7 +228,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
             sql = (f"SELECT start, end, streamId, correlationId, deviceId, copyKind{kinds} "
                    "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE globalPid = ? ORDER BY start")
             for rows in _rows(connection, sql, (global_pid,), deadline, display):
-                batch = [TraceEvent(ph="X", cat="gpu_memcpy", name=_memcpy_name(kind, src, dst), ts=_us(start),
+                batch = [TraceEvent(cat="gpu_memcpy", name=_memcpy_name(kind, src, dst), ts=_us(start),
                                     dur=_us(end - start), tid=stream,
                                     args=TraceArgs(stream=stream, correlation=corr, device=device))
                          for start, end, stream, corr, device, kind, src, dst in rows if end is not None]
@@ -238,7 +238,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
             sql = ("SELECT start, end, streamId, correlationId, deviceId FROM CUPTI_ACTIVITY_KIND_MEMSET "
                    "WHERE globalPid = ? ORDER BY start")
             for rows in _rows(connection, sql, (global_pid,), deadline, display):
-                batch = [TraceEvent(ph="X", cat="gpu_memset", name="Memset (Device)", ts=_us(start),
+                batch = [TraceEvent(cat="gpu_memset", name="Memset (Device)", ts=_us(start),
                                     dur=_us(end - start), tid=stream,
                                     args=TraceArgs(stream=stream, correlation=corr, device=device))
                          for start, end, stream, corr, device in rows if end is not None]
@@ -262,7 +262,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
                     api = names.get(value)
                     if api is None:
                         api = names[value] = api_name(value)
-                    batch.append(TraceEvent(ph="X", cat="cuda_runtime", name=api, ts=_us(start), dur=_us(end - start),
+                    batch.append(TraceEvent(cat="cuda_runtime", name=api, ts=_us(start), dur=_us(end - start),
                                             tid=tid & 0xFFFFFF, args=TraceArgs(correlation=corr)))
                 header.events += len(batch)
                 yield batch
@@ -273,7 +273,7 @@ def read_nsys_batches(path: Path, global_pid: int, display: str, deadline: float
             sql = (f"SELECT n.start, n.end, coalesce({text_id}, n.text), n.globalTid FROM NVTX_EVENTS n {join}"
                    f"WHERE n.eventType IN {_NVTX_RANGES} AND (n.globalTid & {_PID_MASK}) = ? ORDER BY n.start")
             for rows in _rows(connection, sql, (global_pid,), deadline, display):
-                batch = [TraceEvent(ph="X", cat="user_annotation", name=_AUTOGRAD_ID.sub("", text), ts=_us(start),
+                batch = [TraceEvent(cat="user_annotation", name=_AUTOGRAD_ID.sub("", text), ts=_us(start),
                                     dur=_us(end - start), tid=tid & 0xFFFFFF, args=None)
                          for start, end, text, tid in rows if end is not None and text]
                 header.events += len(batch)
@@ -294,7 +294,7 @@ def _mpi_calls(connection: sqlite3.Connection, tables: dict[str, set[str]], glob
         sql = (f'SELECT m.start, m.end, m.globalTid, s.value FROM "{table}" m JOIN StringIds s ON s.id = m.textId '
                f"WHERE (m.globalTid & {_PID_MASK}) = ? ORDER BY m.start")
         for rows in _rows(connection, sql, (global_pid,), deadline, display):
-            batch = [TraceEvent(ph="X", cat="mpi", name=name, ts=_us(start), dur=_us(end - start),
+            batch = [TraceEvent(cat="mpi", name=name, ts=_us(start), dur=_us(end - start),
                                 tid=tid & 0xFFFFFF, args=None)
                      for start, end, tid, name in rows if end is not None and isinstance(name, str)]
             header.events += len(batch)
@@ -341,7 +341,7 @@ def _graph_replays(connection: sqlite3.Connection, tables: dict[str, set[str]], 
     sql = (f"SELECT start, end, streamId, correlationId, {device}, {graph_id} FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE "
            "WHERE globalPid = ? ORDER BY start")
     for rows in _rows(connection, sql, (global_pid,), deadline, display):
-        batch = [TraceEvent(ph="X", cat="kernel", name=f"CUDA graph {gid if gid is not None else '?'} (whole replay, "
+        batch = [TraceEvent(cat="kernel", name=f"CUDA graph {gid if gid is not None else '?'} (whole replay, "
                             "graph-level trace)", ts=_us(start), dur=_us(end - start), tid=stream,
                             args=TraceArgs(stream=stream, correlation=corr, device=dev))
                  for start, end, stream, corr, dev, gid in rows if end is not None]

@@ -102,7 +102,7 @@ def test_the_report_samples_the_host_with_the_pids_given(tmp_path: Path) -> None
                            ToolContext(roots=(tmp_path.resolve(),)))
     assert "sample_host" in {r.tool for r in report.runs}
     row = next(r for r in report.rows if r.source == "sample_host")
-    assert row.symptom == "host: cpu bound" and "every DataLoader worker" in row.evidence
+    assert row.symptom == "cpu_bound: host" and "every DataLoader worker" in row.evidence
 
 
 def test_real_iostat_and_vmstat_captures_get_their_readers_verdicts() -> None:

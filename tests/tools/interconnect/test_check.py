@@ -215,7 +215,7 @@ def test_the_report_takes_the_interconnect() -> None:
                                                         nccl_tests=["nccl_tests__NVIDIA-nccl-tests-213.txt"]),
                        ToolContext(roots=(WILD.resolve(),)))
     assert [r.tool for r in report.runs] == ["check_interconnect"]
-    assert [r.symptom for r in report.rows] == ["interconnect: socket fallback", "interconnect: single process test"]
+    assert [r.symptom for r in report.rows] == ["socket_fallback: interconnect", "single_process_test: interconnect"]
     assert report.rows[0].branch == "nccl_hang_or_slow" and "rank ?" not in report.rows[0].root_cause
 
 
@@ -333,19 +333,25 @@ async def test_a_wedged_nvidia_smi_in_live_mode_ends_at_the_deadline_and_is_kill
 
 def test_a_busbw_with_no_figure_to_judge_it_by_is_unknown() -> None:
     # Issue 30: a low busbw with nothing that says what the fabric gives was "No interconnect problem found", ok.
-    # Round 4 dev, CCI-MOC/roce-testing: 2 nodes x 4 H100 on one RoCE NIC each, whose rate no line prints.
+    # Round 4 dev, aws-samples/awsome-inference: 78.92 GB/s across nodes, no GPU name or NIC rate in the file.
     folder = DATA / "interconnect" / "round4" / "dev"
-    name = "nccl_tests__cci-moc-roce-testing-2.txt"
+    name = "nccl_tests__aws-samples-awsome-inference-1.txt"
     context = ToolContext(roots=(folder.resolve(),), timeout_s=60)
     result = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name]), context)
     assert result.severity.value == "unknown" and result.verdict == "unknown" and not result.findings
     assert result.decides and "ibstat" in result.decides and "expected_busbw_gbs" in result.decides
     assert [(c.input, c.status.value) for c in result.coverage] == [(name, "read")]
-    assert "5.86 GB/s" in result.conclusion[0]
-    # With the figure (a 400G NIC: ~48 GB/s) the same run is judged: low.
-    judged = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name], expected_busbw_gbs=48),
+    assert "78.92 GB/s" in result.conclusion[0]
+    # With the figure (eight 400G NICs a node: ~384 GB/s) the same run is judged: low.
+    judged = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=[name], expected_busbw_gbs=384),
                        context)
     assert judged.severity.value in ("warn", "crit") and {f.kind for f in judged.findings} == {"busbw_low"}
+    # CCI-MOC/roce-testing: 2 nodes x 4 H100 at 5.86 GB/s, its NIC's rate nowhere: below even the least a multi-node
+    # H100 platform carries (one 100 Gb/s NIC a node), so low without the figure (issue 32).
+    floor = anyio.run(check_interconnect, CheckInterconnectInput(nccl_tests=["nccl_tests__cci-moc-roce-testing-2.txt"]),
+                      context)
+    assert [(f.kind, f.severity.value) for f in floor.findings] == [("busbw_low", "crit")]  # 49 %
+    assert floor.bandwidth[0].expected_busbw_gbs == 12.0
 
 
 def test_a_capture_it_does_not_read_is_a_coverage_row() -> None:

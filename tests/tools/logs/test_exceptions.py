@@ -58,7 +58,8 @@ def serious(result: DiagnoseLogsResult) -> list[LogFinding]:
     ("compile__helion-470.log", "compile", "crit", {"exception": "OutOfResources", "function": "_init_handles"}),
     # Inference engines: the dead-engine type, a cache-size message.
     ("inference__dphnai-sonar-199.log", "inference", "crit",
-     {"error": "aphrodite.engine.async_aphrodite.AsyncEngineDeadError: Task finished unexpectedly."}),
+     {"error": "aphrodite.engine.async_aphrodite.AsyncEngineDeadError: Task finished unexpectedly. See stack trace "
+               "above for the actual cause."}),  # the whole message, without its request for a bug report
     ("inference__turboderp-org-exllamav2-105.log", "inference", "crit",
      {"error": "AssertionError: Total sequence length exceeds cache size in model.forward"}),
     # DataLoader fd sharing, an Xid named in a device plugin's exception.
@@ -165,7 +166,8 @@ def test_frames_in_every_printed_form_reach_the_final_exception() -> None:
                       "     87 def step(batch):",
                       "---> 88     return model(batch)",
                       "RuntimeError: expected scalar type Half but found Float"])
-    assert [(f.path, f.line, f.function) for f in notebook[0].frames] == [("~/work/train.py", 88, "step")]
+    assert [(f.path, f.line, f.function) for f in notebook[0].frames] == [("Cell In[4]", 2, None),
+                                                                         ("~/work/train.py", 88, "step")]
     classified = classify_exception(notebook[0])
     assert classified is not None and classified.facts["location"] == "~/work/train.py:88"
 

@@ -8,6 +8,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from tools.logs.grep import fold_key
 from tools.logs.reader import ScanStats, compile_pattern, scan_file
 
 
-def _grep(tmp_path: Path, *args: str, timeout: str = "60") -> tuple[int, dict, str]:
+def _grep(tmp_path: Path, *args: str, timeout: str = "60") -> tuple[int, dict[str, Any], str]:
     done = run_cli(["grep-logs", "--json", "--root", str(tmp_path), "--timeout", timeout, *args], base_env())
     return done.returncode, (json.loads(done.stdout) if done.stdout else {}), done.stderr
 

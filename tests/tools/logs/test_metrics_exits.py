@@ -36,10 +36,13 @@ def finding(result: DiagnoseLogsResult, rule: str) -> LogFinding:
     # The same table wrapped by the user: the step comes from the iteration line two lines above (one line: warn).
     ("nan_inf__nvidia-nemo-megatron-bridge-5306.log", "metric_nonfinite", "warn",
      {"step": 5, "grad_norm": "nan", "loss_scale": 1.0}),
-    # DINOv2's MetricLogger 'key: value (avg)': total_loss inf, the step from '[ 40/5000000]'.
-    ("nan_inf__dinov2-143.log", "metric_nonfinite", "crit", {"step": 40, "loss": "inf", "field": "total_loss"}),
+    # DINOv2's MetricLogger 'key: value (avg)': total_loss and koleo_loss inf (every non-finite field, in the line's
+    # order), the step from '[ 40/5000000]'.
+    ("nan_inf__dinov2-143.log", "metric_nonfinite", "crit",
+     {"step": 40, "loss": "inf", "field": "total_loss, koleo_loss"}),
     # Space-separated fields: every loss_* nan at iter 4500.
-    ("nan_inf__nlut-12.log", "metric_nonfinite", "crit", {"step": 4500, "loss": "nan", "field": "loss_mn"}),
+    ("nan_inf__nlut-12.log", "metric_nonfinite", "crit",
+     {"step": 4500, "loss": "nan", "field": "loss_mn, loss_c, loss_s, loss_mse, losses"}),
     # Prose: 'Loss is Infinity.' at [Iteration 45459].
     ("nan_inf__ipex-llm-1486.log", "metric_nonfinite", "crit", {"step": 45459, "loss": "inf"}),
     # A running average: 'grad_norm: 0.3922 (nan)' with the loss finite and the fp16 loss scale beside it.
