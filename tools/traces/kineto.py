@@ -446,29 +446,22 @@ def _decode(buffer: _Buffer, chunk: bytes, header: TraceHeader, strict: bool) ->
     the stdlib decoder and shaping. On invalid JSON: None, or when `strict` (the values are known whole), one value
     at a time, the stdlib decoder taking what msgspec refuses (NaN, Infinity) and saying where the JSON is
     invalid."""
-    try:
-        decoded = _BATCH_DECODER.decode(chunk)
+    for decoder in (_BATCH_DECODER, _LOOSE_DECODER):  # the typed union first; every phase made only if it fails
+        try:
+            decoded = decoder.decode(chunk)
+        except RecursionError as exc:
+            raise buffer.too_deep() from exc
+        except msgspec.ValidationError:
+            continue
+        except msgspec.DecodeError:
+            if not strict:
+                return None
+            continue
         header.events += len(decoded)
-        return [event for event in decoded if type(event) is TraceEvent]
-    except RecursionError as exc:
-        raise buffer.too_deep() from exc
-    except msgspec.ValidationError:
-        pass
-    except msgspec.DecodeError:
-        if not strict:
-            return None
-    try:
-        every = _LOOSE_DECODER.decode(chunk)
-        header.events += len(every)
-        return [TraceEvent(cat=e.cat, name=e.name, ts=e.ts, dur=e.dur, tid=e.tid, args=e.args) for e in every
+        if decoder is _BATCH_DECODER:
+            return [event for event in decoded if type(event) is TraceEvent]
+        return [TraceEvent(cat=e.cat, name=e.name, ts=e.ts, dur=e.dur, tid=e.tid, args=e.args) for e in decoded
                 if e.ph == "X"]
-    except RecursionError as exc:
-        raise buffer.too_deep() from exc
-    except msgspec.ValidationError:
-        pass
-    except msgspec.DecodeError:
-        if not strict:
-            return None
     text = chunk.decode("utf-8", "replace")
     try:
         loose = json.loads(text)
