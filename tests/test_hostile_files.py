@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import base_env, run_cli
+from tests.helpers import REPO, base_env, run_cli
+
+KERNEL_REPORT = REPO / "tests" / "data" / "kernels" / "files" / "speedy_scan-2020.3-details.csv"
 
 # Each tool that opens a caller's file, with that file in its argument.
 CALLS = {
@@ -25,6 +27,11 @@ CALLS = {
     "diagnose-compile": ["diagnose-compile", "{f}"],
     "compare-runs": ["compare-runs", "--before", "{f}", "--after", "{f}"],
     "check-interconnect": ["check-interconnect", "--nccl-logs", "{f}"],
+    "check-interconnect FILES": ["check-interconnect", "{f}"],  # sorted by its first bytes: that read must not block
+    "telemetry-history --step-logs": ["telemetry-history", "http://127.0.0.1:9/", "--step-logs", "{f}"],
+    # Two roots: a relative path would be ambiguous, so the FIFO is named absolutely ({dir}: the test's folder).
+    "analyze-kernels --trace": ["analyze-kernels", str(KERNEL_REPORT), "--trace", "{dir}/{f}",
+                                "--root", str(KERNEL_REPORT.parent)],
     "profile-cpu": ["profile-cpu", "--from-files", "{f}"],
     "sample-host": ["sample-host", "--from-files", "{f}"],
     "nvidia-smi-query": ["nvidia-smi-query", "--csv-path", "{f}"],
@@ -36,7 +43,7 @@ CALLS = {
 @pytest.mark.parametrize("tool", sorted(CALLS))
 def test_a_fifo_never_blocks_and_is_named(tmp_path: Path, tool: str) -> None:
     os.mkfifo(tmp_path / "rank0.log")  # no writer: an open() for reading would wait for ever
-    args = [a.replace("{f}", "rank0.log") for a in CALLS[tool]]
+    args = [a.replace("{f}", "rank0.log").replace("{dir}", str(tmp_path)) for a in CALLS[tool]]
     started = time.monotonic()
     done = run_cli([*args, "--json", "--timeout", "10", "--root", str(tmp_path)], base_env(), timeout=30)
     assert time.monotonic() - started < 10, tool  # refused before anything waits, not at the deadline
