@@ -44,6 +44,7 @@ PYSPY = HOST / "pyspy"
 ROUND4 = HOST / "round4"
 ROUND5 = HOST / "round5"  # all held out: collected after round 4's tuning, frozen unread
 ROUND6 = HOST / "round6"  # split 60/40 by repository: collected after round 5 was scored
+ROUND7 = HOST / "round7"  # all held out: collected after round 6's tuning (fourth session of 2026-12-02)
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -188,6 +189,8 @@ def main() -> None:
                     load_heldout(ROUND5), False)
         score_round("round 6, held out (tests/data/host/round6/heldout, split and frozen 2026-12-02)",
                     ROUND6 / "heldout", load_heldout(ROUND6), False)
+        score_round("round 7, held out (tests/data/host/round7/heldout, fresh)", ROUND7 / "heldout",
+                    load_heldout(ROUND7), False)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ DEFAULT = REPO / "tests" / "data" / "interconnect" / "wild"
 ROUND4 = REPO / "tests" / "data" / "interconnect" / "round4"
 ROUND5 = REPO / "tests" / "data" / "interconnect" / "round5"  # all held out: collected after round 4's tuning
 ROUND6 = REPO / "tests" / "data" / "interconnect" / "round6"  # split 60/40 by repository, after round 5 was scored
+ROUND7 = REPO / "tests" / "data" / "interconnect" / "round7"  # all held out: collected after round 6's tuning
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the issue's words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -208,6 +209,8 @@ def main() -> None:
         score("round 5, held out (fresh, frozen 2026-12-02)", ROUND5 / "heldout", load_heldout(ROUND5), misses=False)
         score("round 6, held out (split and frozen 2026-12-02, third session)", ROUND6 / "heldout",
               load_heldout(ROUND6), misses=False)
+        score("round 7, held out (fresh, frozen 2026-12-02, fourth session)", ROUND7 / "heldout",
+              load_heldout(ROUND7), misses=False)
 
 
 if __name__ == "__main__":
