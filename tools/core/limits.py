@@ -250,3 +250,7 @@ TELEMETRY_MAX_BYTES: Final = 64 * 1024 * 1024  # one API answer
 TELEMETRY_QUERY_TIMEOUT_S: Final = 15.0  # one query, on the server (its timeout parameter) and on the socket
 TELEMETRY_MAX_FILTERS: Final = 512  # nodes or GPUs named in a call
 TELEMETRY_MAX_EVENTS: Final = 200  # timeline rows
+# step_change: the slowdowns of one job whose GPU series are read (each reads every selected GPU's series over its
+# twenty minutes: about ten range queries). A job that slows more often than this flaps (a periodic stall: see
+# find_stragglers' periodic dips); the first ones name the GPUs, the rest are counted.
+TELEMETRY_MAX_SLOWDOWNS: Final = 8

@@ -12,8 +12,9 @@ Verdicts: throttled (SM clock below the GPU's own busy level or its peers', with
 in the window, the gauge's changes; a GPU that then falls silent), held_idle (a held GPU at zero utilisation, graphics
 engine activity on MIG, for TELEMETRY_HELD_IDLE_MIN_S while memory is held), below_peers (a GPU or node whose
 utilisation sits below the selection's median at the same times), hardware_errors (ECC, row remap, PCIe replay and
-NVLink counters rising: by how much and from which sample), step_change (tools/telemetry/step_change.py: the time the
-job's step logs slowed and the GPU series that changed within minutes of it). `unknown`, naming what would decide,
+NVLink counters rising: by how much and from which sample), step_change (tools/telemetry/step_change.py: each time
+the job's step logs slowed, up to TELEMETRY_MAX_SLOWDOWNS, its recovery, and the GPU series that changed within
+minutes of it). `unknown`, naming what would decide,
 when the server has no matching series, or when step logs were given but cannot place the slowdown in time.
 
 A Slurm job: scontrol gives its window and nodes; its series are those labelled hpc_job=<id> where the exporter sets
@@ -46,6 +47,7 @@ from tools.core.limits import (
     TELEMETRY_MAX_EVENTS,
     TELEMETRY_MAX_FILTERS,
     TELEMETRY_MAX_POINTS_PER_SERIES,
+    TELEMETRY_MAX_SLOWDOWNS,
     TELEMETRY_MAX_STEP_S,
     TELEMETRY_MAX_WINDOW_S,
     TELEMETRY_MIN_STEP_S,
@@ -86,13 +88,15 @@ from tools.telemetry.client import ENV_URL, PromClient
 from tools.telemetry.names import CONCEPTS, LABELS, REASON_BITS, RELEVANT_REASONS, label_of
 from tools.telemetry.step_change import (
     STEP_SERIES,
+    JobSlowdown,
     JobSteps,
     SeriesChange,
+    Slowdown,
     StepChange,
     mark_job_wide,
     read_job_steps,
     series_change,
-    slowdown,
+    slowdowns,
 )
 
 __all__ = ["TelemetryHistoryInput", "TelemetryHistoryResult", "telemetry_history"]
@@ -190,6 +194,8 @@ class TelemetryFinding(BaseModel):
                                "(1 for a flag newly set).")
     changes: list[SeriesChange] = Field(default_factory=list, description="step_change: this GPU's series that "
                                         "changed with the job's step time, and the job-wide ones.")
+    slowdown: int | None = Field(default=None, description="step_change: which of step_change.slowdowns this "
+                                 "finding belongs to (0: the first).")
     meaning: str = ""
     sop_branch: str
 
@@ -251,7 +257,22 @@ class TelemetryHistoryResult(ToolResult):
                     str(g.samples), g.changed_at or "-"] for g in self.gpus], "gpus"),
             Table("Metric names", ["measure", "metric", "unit", "generation"],
                   [[m.measure, m.metric, m.unit, m.generation] for m in self.metrics]),
+            *self._slowdown_tables(),
         ]
+
+    def _slowdown_tables(self) -> list[Table]:
+        step = self.step_change
+        if step is None or not step.slowdowns:
+            return []
+        unit = step.unit
+        rows = [[str(i + 1), s.began, "-" if s.step is None else str(s.step),
+                 f"{cell(s.before)} -> {cell(s.after)} {unit}", f"+{100 * s.share:.0f} %" + (" (on top)" if s.on_top
+                                                                                              else ""),
+                 s.recovered or "-", ", ".join(s.gpus) or "-"] for i, s in enumerate(step.slowdowns)]
+        if step.more_slowdowns:
+            rows.append(["...", f"{step.more_slowdowns} more", "", "", "", "", "GPUs not read"])
+        return [Table("Step-time slowdowns", ["#", "began", "step", "step time", "slower by", "recovered",
+                                              "GPUs that changed"], rows)]
 
 
 # ------------------------------------------------------------------------------------------------ window
@@ -852,34 +873,67 @@ def _rise(points: list[tuple[float, float]], *, counter: bool) -> tuple[float, f
 
 
 def _step_change(reader: _Reader, logs: JobSteps) -> tuple[list[TelemetryFinding], StepChange]:
-    """When the job slowed (its step logs) and which GPU series changed within TELEMETRY_STEP_CHANGE_WINDOW_S of it:
-    every selected GPU's series over the minutes around that moment, against their level before."""
+    """When the job slowed (its step logs: every sustained rise, at most TELEMETRY_MAX_SLOWDOWNS) and, for each,
+    which GPU series changed within TELEMETRY_STEP_CHANGE_WINDOW_S of it: every selected GPU's series over the
+    minutes around that moment, against their level before. The top-level fields of the result are the first
+    slowdown's."""
     window = reader.window
-    base = StepChange(status="unknown", ranks=logs.ranks, lines=int(logs.times.size), unit=logs.unit)
+    base = StepChange(status="unknown", ranks=logs.ranks, lines=int(logs.times.size), unit=logs.unit,
+                      unstamped=logs.unstamped)
     if logs.times.size == 0:
         return [], base.model_copy(update={
-            "evidence": "no step line with a timestamp was read", "decides": "The job's step logs with a time on "
-            "each line (e.g. Python logging's %(asctime)s), or a step_regex for their format."})
-    slow = slowdown(logs)
+            "evidence": "no step line with a readable time"
+            + (f" ({logs.unstamped} step lines without one)" if logs.unstamped else ""),
+            "decides": "The job's step logs with a time on each line (e.g. Python logging's %(asctime)s; glog and "
+            "syslog times with start/end for their year), or a step_regex for their format."})
+    found_all = slowdowns(logs, TELEMETRY_MAX_SLOWDOWNS + 1)
     first, last = _iso(float(logs.times[0])), _iso(float(logs.times[-1]))
-    if slow is None:
+    if not found_all:
         return [], base.model_copy(update={"status": "steady", "evidence": (
             f"no sustained step-time rise (>= {100 * TELEMETRY_STEP_RISE_SHARE:.0f} % over the steps before, for "
             f"{TELEMETRY_STEP_RISE_MIN_LINES} steps) in {logs.times.size} step lines from {first} to {last}; median "
             f"{_num(logs.median())} {logs.unit}")})
+    more = max(0, len(found_all) - TELEMETRY_MAX_SLOWDOWNS)
+    found: list[TelemetryFinding] = []
+    facts: list[JobSlowdown] = []
+    for index, slow in enumerate(found_all[:TELEMETRY_MAX_SLOWDOWNS]):
+        mine, one = _one_slowdown(reader, logs, slow, index)
+        found += mine
+        facts.append(one)
+    head = facts[0]
+    evidence = head.evidence
+    if len(facts) > 1:
+        evidence += (f"; the job slowed {len(facts) + more} times in all: "
+                     + "; ".join(f"{f.when()} {_num(f.before)} -> {_num(f.after)} {logs.unit}"
+                                 + (f" ({', '.join(f.gpus[:3])})" if f.gpus else "")
+                                 + (f", back at {f.recovered[11:19]}" if f.recovered else "")
+                                 for f in facts[1:]))
+    outside = all(not window.start <= f.began_unix <= window.end for f in facts)
+    summary = base.model_copy(update={
+        "status": "unknown" if outside else "slowed", "began": head.began, "began_unix": head.began_unix,
+        "step": head.step, "before": head.before, "after": head.after, "recovered": head.recovered,
+        "gpus": head.gpus, "evidence": evidence, "slowdowns": facts, "more_slowdowns": more,
+        "decides": (f"A window holding {head.began} (start / end), so that the GPUs' series at that time are read."
+                    if outside else None)})
+    return found, summary
+
+
+def _one_slowdown(reader: _Reader, logs: JobSteps, slow: Slowdown,
+                  index: int) -> tuple[list[TelemetryFinding], JobSlowdown]:
+    window = reader.window
     where = f" (step {slow.step})" if slow.step is not None else ""
     step_text = (f"step time {_num(slow.before)} -> {_num(slow.after)} {logs.unit} from {_iso(slow.at)}{where}"
+                 + (" (on top of the slowdown before)" if slow.worse else "")
                  + (f", back at {_iso(slow.recovered_at)}" if slow.recovered_at is not None else ""))
-    facts = base.model_copy(update={
-        "began": _iso(slow.at), "began_unix": slow.at, "step": slow.step, "before": slow.before, "after": slow.after,
-        "recovered": None if slow.recovered_at is None else _iso(slow.recovered_at)})
+    facts = JobSlowdown(began=_iso(slow.at), began_unix=slow.at, step=slow.step, before=slow.before,
+                        after=slow.after, share=round(slow.after / slow.before - 1, 3) if slow.before else 0.0,
+                        recovered=None if slow.recovered_at is None else _iso(slow.recovered_at),
+                        recovered_unix=slow.recovered_at, on_top=slow.worse)
     near, spread = slow.at, TELEMETRY_STEP_CHANGE_WINDOW_S
     before_end = near - spread
     if not window.start <= near <= window.end:
         return [], facts.model_copy(update={
-            "evidence": f"{step_text}: outside the telemetry window ({_iso(window.start)} to {_iso(window.end)})",
-            "decides": f"A window holding {_iso(near)} (start / end), so that the GPUs' series at that time are "
-            "read."})
+            "evidence": f"{step_text}: outside the telemetry window ({_iso(window.start)} to {_iso(window.end)})"})
     # On the window's step grid, so that a change is timed to the same step as the other verdicts.
     earliest = max(window.start, before_end - TELEMETRY_STEP_BASELINE_S)
     span = (window.start + math.floor((earliest - window.start) / window.step) * window.step,
@@ -918,7 +972,7 @@ def _step_change(reader: _Reader, logs: JobSteps) -> tuple[list[TelemetryFinding
         text = "; ".join([step_text, f"{key.node} GPU {gpu}{f' ({mig})' if mig else ''}: "
                           + ", ".join(c.text() for c in mine), *job_wide])
         found.append(_finding("step_change", Severity.warn, row, near, text, changes=changes[key],
-                              reasons=sorted({r for c in mine for r in c.reasons}),
+                              reasons=sorted({r for c in mine for r in c.reasons}), slowdown=index,
                               meaning="This GPU changed when the job slowed: in synchronous training every step "
                               "waits for it."))
     gpus = [f"{f.node}/{f.gpu}" + (f" ({f.mig})" if f.mig else "") for f in found]
@@ -935,10 +989,11 @@ def _step_change(reader: _Reader, logs: JobSteps) -> tuple[list[TelemetryFinding
         found.append(TelemetryFinding(
             kind="step_change", severity=Severity.warn, node="", gpu="", began=_iso(near), began_unix=near,
             evidence=evidence, sop_branch="gpu_utilization_low", changes=[c for v in shared.values() for c in v][:8],
+            slowdown=index,
             meaning="The job slowed while its GPUs did not change: look at the input pipeline, the network, the "
             "host and the code (find_stragglers, summarize_trace)." if judged else
             "The job slowed; which GPU changed is not known: widen the window to start earlier."))
-    return found, facts.model_copy(update={"status": "slowed", "gpus": gpus, "evidence": evidence})
+    return found, facts.model_copy(update={"gpus": gpus, "evidence": evidence})
 
 
 # ------------------------------------------------------------------------------------------------ the call
@@ -1054,7 +1109,7 @@ def _analyse(client: PromClient, window: _Window, params: TelemetryHistoryInput,
     if "clock_reasons" not in names:
         notes.append("The server has no DCGM_FI_DEV_CLOCKS_EVENT_REASONS (not in dcgm-exporter's default CSV): "
                      "clock drops are judged without their reasons.")
-    timeline = _timeline(reader, findings, fleet_last)
+    timeline = _timeline(reader, findings, fleet_last, step)
     return _Outcome(reader, findings, timeline, notes, server, host_label, None, None, step)
 
 
@@ -1116,22 +1171,31 @@ def _event(finding: TelemetryFinding) -> str:
             + (f": {', '.join(finding.reasons)}" if finding.reasons else ""))
 
 
-def _timeline(reader: _Reader, findings: list[TelemetryFinding], fleet_last: float | None) -> list[TimelineEvent]:
+def _timeline(reader: _Reader, findings: list[TelemetryFinding], fleet_last: float | None,
+              step: StepChange | None = None) -> list[TimelineEvent]:
     events = [TimelineEvent(time=f.began, time_unix=f.began_unix, node=f.node,
                             gpu=f.gpu + (f" ({f.mig})" if f.mig else ""),
                             event=_event(f))
               for f in findings if f.began is not None and f.began_unix is not None]
-    # What changed on a GPU when the job slowed, each at its own time (the job-wide changes once, from the first).
-    shared_done = False
+    # What changed on a GPU when the job slowed, each at its own time (the job-wide changes once per slowdown, from
+    # its first finding).
+    shared_done: set[int | None] = set()
     for f in (f for f in findings if f.kind == "step_change"):
         gpu = f.gpu + (f" ({f.mig})" if f.mig else "")
         for change in f.changes:
-            if change.job_wide and shared_done:
+            if change.job_wide and f.slowdown in shared_done:
                 continue
             events.append(TimelineEvent(time=change.began, time_unix=change.began_unix,
                                         node="(job)" if change.job_wide else f.node,
                                         gpu="" if change.job_wide else gpu, event=change.text()))
-        shared_done = shared_done or any(c.job_wide for c in f.changes)
+        if any(c.job_wide for c in f.changes):
+            shared_done.add(f.slowdown)
+    # When the job's step time came back: the end of each slowdown that recovered.
+    for slow in step.slowdowns if step is not None else []:
+        if slow.recovered is not None and slow.recovered_unix is not None:
+            events.append(TimelineEvent(time=slow.recovered, time_unix=slow.recovered_unix, node="(job)", gpu="",
+                                        event=f"step time back to {_num(slow.before)} {step.unit if step else ''} "
+                                        f"(slowed from {slow.when()})"))
     for row in reader.rows.values():
         silent = _silent_since(row, fleet_last, reader.window.step)
         if silent is not None:
@@ -1167,7 +1231,8 @@ def _rows(reader: _Reader | None, findings: list[TelemetryFinding]) -> list[GpuH
     return out
 
 
-def _conclusion(findings: list[TelemetryFinding], gpus: int, window: _Window) -> list[str]:
+def _conclusion(findings: list[TelemetryFinding], gpus: int, window: _Window,
+                step: StepChange | None = None) -> list[str]:
     span = f"{_iso(window.start)} to {_iso(window.end)}"
     if not findings:
         return [f"{gpus} GPU series read from {span}: no throttling, XID, idle held GPU, GPU below its peers or "
@@ -1180,7 +1245,24 @@ def _conclusion(findings: list[TelemetryFinding], gpus: int, window: _Window) ->
     if len(findings) > 1:
         others = sorted({f.kind.replace("_", " ") for f in findings[1:]})
         text.append(f"Also {len(findings) - 1} more finding(s): {', '.join(others)}.")
+    if step is not None and len(step.slowdowns) > 1:
+        each = "; ".join(f"{s.when()}" + (f" ({', '.join(s.gpus[:2])})" if s.gpus else "")
+                         + (f", back {s.recovered[11:19]}" if s.recovered else "") for s in step.slowdowns)
+        sentence = (f"The job's steps slowed {len(step.slowdowns) + step.more_slowdowns} times: {each}"
+                    + (f" and {step.more_slowdowns} more" if step.more_slowdowns else "") + ".")
+        text = text[:2] + [(text[2][:-1] + "; " + sentence[0].lower() + sentence[1:]) if len(text) > 2 else sentence]
     return text
+
+
+def _year_window(params: TelemetryHistoryInput) -> tuple[float, float] | None:
+    """The caller's window, where start or end is given: what dates step-log times written without a year (glog,
+    syslog). The Slurm job's window is not known yet when the logs are read."""
+    if not params.start and not params.end:
+        return None
+    now = time.time()
+    end = _parse_time(params.end, now, "end") if params.end else now
+    start = _parse_time(params.start, now, "start") if params.start else end - TELEMETRY_DEFAULT_WINDOW_S
+    return (min(start, end), max(start, end))
 
 
 def _utc_offset_s(text: str | None) -> float | None:
@@ -1200,11 +1282,11 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
     clock-event reasons: thermal, power cap, HW slowdown, power brake), xid (the codes seen and their meaning; a GPU
     that then falls silent), held_idle (a GPU the job holds at zero utilisation while holding memory), below_peers (a
     GPU or node below the selection's median utilisation), hardware_errors (ECC, row remap, PCIe replay, NVLink
-    counters rising, by how much and from when), step_change (with step_logs: when the job's steps slowed, and the
-    GPU whose clocks, clock-event reasons, power, temperature, activity or NVLink/PCIe throughput changed within
-    minutes of it; job-wide changes told apart). Window: start/end (RFC3339, unix or -2h), a Slurm job (scontrol for
-    its window and nodes; its hpc_job label where the exporter sets one), or the step logs' times. Loopback by
-    default, other hosts via allow_host; credentials only from the environment.
+    counters rising, by how much and from when), step_change (with step_logs: each time the job's steps slowed and
+    when they recovered, and the GPU whose clocks, clock-event reasons, power, temperature, activity or NVLink/PCIe
+    throughput changed within minutes of each; job-wide changes told apart). Window: start/end (RFC3339, unix or
+    -2h), a Slurm job (scontrol for its window and nodes; its hpc_job label where the exporter sets one), or the
+    step logs' times. Loopback by default, other hosts via allow_host; credentials only from the environment.
     Bounded: instant summaries for every GPU, point-by-point reads only for the GPUs a verdict concerns.
     """
     raw_url = params.url or os.environ.get(ENV_URL, "")
@@ -1216,7 +1298,8 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
     if params.step_logs:
         offset = _utc_offset_s(params.step_log_utc_offset)
         logs = await anyio.to_thread.run_sync(read_job_steps, list(params.step_logs), ctx.roots, params.step_regex,
-                                              offset, time.monotonic() + max(0.5, ctx.remaining_s() / 2))
+                                              offset, time.monotonic() + max(0.5, ctx.remaining_s() / 2),
+                                              _year_window(params))
     window = await _window(params, ctx, logs)
     deadline = time.monotonic() + max(0.5, ctx.remaining_s() - 0.5)
     client = PromClient(url, deadline)
@@ -1247,7 +1330,7 @@ async def telemetry_history(params: TelemetryHistoryInput, ctx: ToolContext) -> 
     else:
         severity = worst(f.severity for f in findings)
         verdict = findings[0].kind if findings else "none"
-        conclusion = _conclusion(findings, len(gpus), window)
+        conclusion = _conclusion(findings, len(gpus), window, outcome.step_change)
         missing = [CONCEPTS[c].title for c in ("sm_clock", "gpu_util") if reader is None or c not in reader.names]
         coverage = [Coverage.partial(url, f"{detail}; no {' or '.join(missing)} series") if missing
                     else Coverage.read(url, detail), *window.coverage]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from tools.core.files import expand_inputs
-from tools.core.limits import STRAGGLER_MAX_LOG_FILES
+from tools.core.limits import STRAGGLER_MAX_LOG_FILES, TELEMETRY_MAX_SLOWDOWNS
 from tools.core.models import Coverage
 from tools.core.thresholds import (
     TELEMETRY_CLOCK_DROP_SHARE,
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from tools.steps import StampedSteps
 
-__all__ = ["JobSteps", "SeriesChange", "Slowdown", "StepChange", "read_job_steps", "series_change", "slowdown"]
+__all__ = ["JobSlowdown", "JobSteps", "SeriesChange", "Slowdown", "StepChange", "read_job_steps", "series_change",
+           "slowdown", "slowdowns"]
 
 # The series a step-time change is matched with, in the order a cause is told: the GPU's own speed first, then what
 # follows from it (power, heat), then what it does (activity) and moves (links).
@@ -68,8 +69,29 @@ class SeriesChange(BaseModel):
                 f" from {self.began}")
 
 
+class JobSlowdown(BaseModel):
+    """One sustained step-time rise of the job, and the GPUs whose own series changed within minutes of it."""
+
+    began: str = Field(description="RFC3339: the time of its first slow step line.")
+    began_unix: float
+    step: int | None = Field(default=None, description="Its step number, when the lines carry one.")
+    before: float = Field(description="Median step figure before it, in the unit of step_change.")
+    after: float = Field(description="Median from it until it recovered, rose again, or the end.")
+    share: float = Field(description="after / before - 1: 0.5 is 50 % slower.")
+    recovered: str | None = Field(default=None, description="When the step time came back to its level before.")
+    recovered_unix: float | None = None
+    on_top: bool = Field(default=False, description="It began while the job was already slow (from the one before, "
+                         "which did not recover first): a second cause on top of the first.")
+    gpus: list[str] = Field(default_factory=list, description="node/GPU whose own series changed with it.")
+    evidence: str = ""
+
+    def when(self) -> str:
+        return self.began[11:19] if len(self.began) >= 19 else self.began
+
+
 class StepChange(BaseModel):
-    """What the job's step logs say about when it slowed."""
+    """What the job's step logs say about when it slowed. The top-level fields describe the first slowdown;
+    `slowdowns` lists every one (the first again), at most TELEMETRY_MAX_SLOWDOWNS."""
 
     status: Literal["slowed", "steady", "unknown"] = Field(description="slowed: a sustained step-time rise was found; "
                                                            "steady: none in the lines read; unknown: see decides.")
@@ -85,6 +107,12 @@ class StepChange(BaseModel):
     gpus: list[str] = Field(default_factory=list, description="node/GPU whose own series changed with it.")
     evidence: str = ""
     decides: str | None = Field(default=None, description="For unknown: what would decide.")
+    slowdowns: list[JobSlowdown] = Field(default_factory=list, description="Every slowdown in time order, each with "
+                                         "its recovery and GPUs (the first is the one above).")
+    more_slowdowns: int = Field(default=0, description="Slowdowns found past the first TELEMETRY_MAX_SLOWDOWNS: "
+                                "counted, their GPUs not read.")
+    unstamped: int = Field(default=0, description="Step lines whose time could not be read (none on the line, or a "
+                           "time of day with no date or year to place it): left out, never guessed.")
 
 
 @dataclass
@@ -100,6 +128,7 @@ class JobSteps:
     lines: int  # step lines read, stamped or not
     coverage: list[Coverage] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unstamped: int = 0  # step lines read whose time could not be read
 
     @property
     def span(self) -> tuple[float, float] | None:
@@ -116,7 +145,9 @@ def _offset_text(seconds: float) -> str:
 
 
 def read_job_steps(patterns: list[str], roots: tuple[Path, ...], step_regex: str | None, utc_offset_s: float | None,
-                   deadline: float) -> JobSteps:
+                   deadline: float, window: tuple[float, float] | None = None) -> JobSteps:
+    """Every rank's stamped step lines, merged; `window` (the caller's start and end, unix) gives the year of times
+    written without one (glog, syslog)."""
     import numpy as np
 
     from tools.steps import FORMATS, compile_user_format, read_stamped_steps
@@ -126,33 +157,45 @@ def read_job_steps(patterns: list[str], roots: tuple[Path, ...], step_regex: str
     per_rank: dict[int, StampedSteps] = {}
     coverage: list[Coverage] = []
     notes: list[str] = []
-    lines = 0
+    lines = unstamped = 0
     for item in files:
-        found = read_stamped_steps(item.path, item.name, deadline, user, utc_offset_s)
+        found = read_stamped_steps(item.path, item.name, deadline, user, utc_offset_s, window)
         if not found:
             coverage.append(Coverage.not_understood(item.name, "no step-time line recognised",
                                                     [*(f.name for f in FORMATS), "a step_regex of your own"]))
             continue
         count = sum(s.values.size for s in found)
         stamped = sum(int(np.count_nonzero(~np.isnan(s.times))) for s in found)
+        undated = sum(s.undated for s in found)
         lines += count
+        unstamped += count - stamped
         ranks = ", ".join(str(s.rank) for s in found[:8]) + (" ..." if len(found) > 8 else "")
         what = f"{count} step lines ({found[0].format}) of rank {ranks}"
         if not stamped:
-            coverage.append(Coverage.partial(item.name, f"{what}, none with a timestamp: when the job slowed cannot "
-                                             "be placed in time (log with a time on each line, e.g. Python "
-                                             "logging's %(asctime)s)"))
+            why = (f"{undated} carry a time of day but no date or year to place it (give start/end: the window's "
+                   "year dates glog and syslog times; a time of day alone needs a date written earlier in the "
+                   "file)" if undated else "none with a timestamp")
+            coverage.append(Coverage.partial(item.name, f"{what}, {why}: when the job slowed cannot be placed in "
+                                             "time (log with a time on each line, e.g. Python logging's "
+                                             "%(asctime)s)"))
             continue
         naive = sum(s.naive for s in found)
+        forms: dict[str, int] = defaultdict(int)
+        for steps in found:
+            for form, n in steps.forms.items():
+                forms[form] += n
         stamped_times = np.concatenate([s.times[~np.isnan(s.times)] for s in found])
-        detail = f"{what}, logged {_iso(float(stamped_times.min()))} to {_iso(float(stamped_times.max()))}"
+        detail = (f"{what}, logged {_iso(float(stamped_times.min()))} to {_iso(float(stamped_times.max()))} "
+                  f"({', '.join(sorted(forms))})")
         if naive:
             zone = (_offset_text(utc_offset_s) if utc_offset_s is not None
                     else f"this machine's local time ({_offset_text(_local_offset(float(stamped_times[0])))})")
             detail += f"; times without a zone read as {zone}"
         if stamped < count:
-            coverage.append(Coverage.partial(item.name, f"{detail}; {count - stamped} lines without a timestamp "
-                                             "left out"))
+            left = f"{count - stamped} lines without a readable time left out"
+            if undated:
+                left += f" ({undated} with a time of day but no date or year for it)"
+            coverage.append(Coverage.partial(item.name, f"{detail}; {left}"))
         else:
             coverage.append(Coverage.read(item.name, detail))
         for steps in found:
@@ -161,7 +204,9 @@ def read_job_steps(patterns: list[str], roots: tuple[Path, ...], step_regex: str
                              "the first is used.")
                 continue
             per_rank[steps.rank] = steps
-    return _merge(list(per_rank.values()), lines, coverage, notes)
+    job = _merge(list(per_rank.values()), lines, coverage, notes)
+    job.unstamped = unstamped
+    return job
 
 
 def _local_offset(t: float) -> float:
@@ -211,29 +256,77 @@ class Slowdown:
     before: float
     after: float
     recovered_at: float | None
+    index: int = 0  # the line it begins at (in JobSteps order)
+    worse: bool = False  # it began while the job was already slow (a further rise), not from the baseline
 
 
 def slowdown(steps: JobSteps) -> Slowdown | None:
-    """The first sustained step-time rise: a line TELEMETRY_STEP_RISE_SHARE above the median of the (up to)
-    TELEMETRY_STEP_BASELINE_LINES lines before it, with the median of it and the next lines above that too."""
+    """The first sustained step-time rise (see slowdowns)."""
+    found = slowdowns(steps, 1)
+    return found[0] if found else None
+
+
+def slowdowns(steps: JobSteps, most: int = TELEMETRY_MAX_SLOWDOWNS + 1) -> list[Slowdown]:
+    """Every sustained step-time rise, in time order, at most `most`: a line TELEMETRY_STEP_RISE_SHARE above the
+    median of the (up to) TELEMETRY_STEP_BASELINE_LINES lines before it, with the median of it and the next lines
+    above that too. A rise lasts until the step time comes back to within that share of the level before it (the
+    recovery; the next rise is measured against the lines from there) or rises again by the same share while slow
+    (a second cause on top of the first: it is a slowdown of its own, measured against the slow level)."""
     import numpy as np
 
     values = steps.values
-    k, base = TELEMETRY_STEP_RISE_MIN_LINES, TELEMETRY_STEP_BASELINE_LINES
+    k, base, share = TELEMETRY_STEP_RISE_MIN_LINES, TELEMETRY_STEP_BASELINE_LINES, TELEMETRY_STEP_RISE_SHARE
     n = values.size
     if n < 2 * k:
-        return None
+        return []
     ahead = np.median(np.lib.stride_tricks.sliding_window_view(values, k), axis=1)  # ahead[i] = median(v[i:i+k])
-    for i in range(k, n - k + 1):
-        level = float(np.median(values[max(0, i - base):i]))
-        bar = (1 + TELEMETRY_STEP_RISE_SHARE) * level
-        if values[i] > bar and ahead[i] > bar:
-            end = next((j for j in range(i + 1, n - k + 1) if values[j] <= bar and ahead[j] <= bar), None)
-            after = float(np.median(values[i:end if end is not None else n]))
-            number = int(steps.numbers[i])
-            return Slowdown(float(steps.times[i]), number if number >= 0 else None, level, after,
-                            None if end is None else float(steps.times[end]))
-    return None
+    behind = np.full(n, np.nan)  # behind[i] = median(v[i-base:i]), where a whole baseline fits
+    if n > base:
+        behind[base:] = np.median(np.lib.stride_tricks.sliding_window_view(values, base), axis=1)[:n - base]
+
+    def level(i: int, since: int) -> float:
+        return float(behind[i]) if i - base >= since else float(np.median(values[max(since, i - base):i]))
+
+    # Where a whole baseline fits, the test of every line at once (a log holds 10^4-10^5 step lines).
+    padded = np.full(n, np.nan)
+    padded[:n - k + 1] = ahead
+    with np.errstate(invalid="ignore"):
+        risen = (values > (1 + share) * behind) & (padded > (1 + share) * behind)
+
+    def rise_from(first: int, since: int, until: int) -> int | None:
+        """The first line in [first, until) that rises above the level of the lines since `since` before it."""
+        until = min(until, n - k + 1)
+        for i in range(first, min(until, since + base)):  # a baseline shorter than base lines: one by one
+            bar = (1 + share) * level(i, since)
+            if values[i] > bar and ahead[i] > bar:
+                return i
+        rest = max(first, since + base)
+        hits = np.flatnonzero(risen[rest:until]) if rest < until else np.empty(0, dtype=np.int64)
+        return int(hits[0]) + rest if hits.size else None
+
+    out: list[Slowdown] = []
+    since, i, worse = 0, k, False
+    while len(out) < most:
+        start = rise_from(i, since, n)
+        if start is None:
+            break
+        before = level(start, since)
+        bar = (1 + share) * before
+        back = next((j for j in range(start + 1, n - k + 1) if values[j] <= bar and ahead[j] <= bar), None)
+        # A further rise while slow: measured against the slow lines only, once k of them are there.
+        further = rise_from(start + k, start, back if back is not None else n)
+        end = further if further is not None else back
+        after = float(np.median(values[start:end if end is not None else n]))
+        number = int(steps.numbers[start])
+        out.append(Slowdown(float(steps.times[start]), number if number >= 0 else None, before, after,
+                            None if further is not None or back is None else float(steps.times[back]), start, worse))
+        if further is not None:
+            since, i, worse = start, further, True
+        elif back is not None:
+            since, i, worse = back, back + k, False
+        else:
+            break
+    return out
 
 
 def _value(value: float | None, unit: str) -> str:
