@@ -29,15 +29,20 @@ after the tuning on round 5, all held out; round 7 (tests/data/logs/round7): 110
 repositories, collected on 2026-12-02 after round 6 had been scored once and the day's later tuning, all held out;
 round 8 (tests/data/logs/round8): 135 excerpts from 132 more repositories, collected on 2026-12-02 (third session)
 after round 7 had been scored once, split by repository before any tuning into development (round8/dev, 80 from 78
-repositories) and held out (round8/heldout, 55 from 54, frozen). By default the development sets are
-scored (the older sets and round 2's development part, each with its own figure); `--held-out` adds both held-out
-figures beside them. Targets (issue 31),
+repositories) and held out (round8/heldout, 55 from 54, frozen); round 9 (tests/data/logs/round9): 74 excerpts from 74
+more repositories, collected in the fourth session of 2026-12-02 after round 8's tuning, split the same way before any
+tuning (round9/dev, 44; round9/heldout, 30, frozen); the benign corpus (tests/data/logs/benign_corpus):
+healthy output only, committed training/inference logs of public repositories new to the project, collected after
+round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
+development sets are scored (the older sets and round 2's development part, each with its own figure);
+`--held-out` adds both held-out figures beside them. Targets (issue 31),
 held out: recall >= 0.95, facts >= 0.9, benign 100 % quiet.
 
 `--wrapped N` scores the development sets with every line cut every N columns (as a terminal's copy or a paste box
 does it): what line repair (tools/logs/wraps.py) gets back of the figures above.
 
-Usage: .venv/bin/python benchmarks/accuracy_logs.py [--held-out] [--misses] [--category C] [--wrapped N]
+Usage: .venv/bin/python benchmarks/accuracy_logs.py [--held-out] [--misses] [--category C] [--sets TEXT]
+[--wrapped N]
 """
 
 from __future__ import annotations
@@ -78,6 +83,10 @@ ROUND5 = REPO / "tests" / "data" / "logs" / "round5"  # development: collected a
 ROUND6 = REPO / "tests" / "data" / "logs" / "round6"  # all held out: collected after the tuning on round 5
 ROUND7 = REPO / "tests" / "data" / "logs" / "round7"  # all held out: collected after round 6 was scored
 ROUND8 = REPO / "tests" / "data" / "logs" / "round8"  # split 60/40 by repository: collected after round 7 was scored
+ROUND9 = REPO / "tests" / "data" / "logs" / "round9"  # split 60/40 by repository: collected after round 8's tuning
+# development: healthy output only (committed training/inference logs of public repositories), collected after round
+# 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
+BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
 SERIOUS = frozenset({"warn", "crit"})
 # Facts of the process rather than of the failure: the contract reports how a process ended in its own
 # process_exit finding (torchrun's summary, a signal), so they count there too.
@@ -137,6 +146,14 @@ def load_round8_dev() -> list[Case]:
     return _labelled(ROUND8 / "dev" / "cases.jsonl")
 
 
+def load_round9_dev() -> list[Case]:
+    return _labelled(ROUND9 / "dev" / "cases.jsonl")
+
+
+def load_benign_corpus() -> list[Case]:
+    return _labelled(BENIGN_CORPUS / "cases.jsonl")
+
+
 def load_cases() -> list[Case]:
     cases: list[Case] = []
     for manifest in sorted(WILD.glob("cases_*.jsonl")):
@@ -149,7 +166,7 @@ def load_cases() -> list[Case]:
 
 def _same(want: Any, got: Any) -> bool:
     if isinstance(want, bool) or isinstance(got, bool):
-        return want == got
+        return bool(want == got)
     if isinstance(want, int | float) and isinstance(got, int | float):
         return abs(want - got) <= 0.005 * max(abs(want), 1e-9)
     if isinstance(want, list) and isinstance(got, list):
@@ -256,7 +273,9 @@ def report(title: str, scored: list[tuple[Case, Score]], misses: bool) -> None:
         summary.append(f"recall {sum(r.recalled for r in failing) / len(failing):.3f}")
     if total:
         summary.append(f"facts {found}/{total} = {found / total:.3f}")
-    if benign:
+    if benign and not failing:  # a set of healthy logs only: its one figure
+        summary.append(f"benign corpus {sum(r.recalled for r in benign)}/{len(benign)} quiet")
+    elif benign:
         summary.append(f"benign quiet {sum(r.recalled for r in benign)}/{len(benign)}")
     if scored:
         summary.append(f"extra serious categories per excerpt {sum(len(r.extra) for _, r in scored) / len(scored):.3f}")
@@ -287,6 +306,7 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true", help="list every missed excerpt and missing fact (never "
                         "with --held-out: its misses are not for tuning)")
     parser.add_argument("--category", help="only this category")
+    parser.add_argument("--sets", help="only the sets whose title holds this text (e.g. 'round 9')")
     parser.add_argument("--held-out", action="store_true",
                         help="also score the frozen held-out sets (round 2's held-out part, all of round 3)")
     parser.add_argument("--rules-only", action="store_true", help="the rules alone: the learned fallback "
@@ -302,7 +322,9 @@ def main() -> None:
     sets = [("development: wild + public (issues 16-22)", load_cases()),
             ("development: round 2 (issue 31)", load_round2_dev()),
             ("development: round 5 (issue 31)", load_round5_dev()),
-            ("development: round 8 (issue 31)", load_round8_dev())]
+            ("development: round 8 (issue 31)", load_round8_dev()),
+            ("development: round 9 (issue 31)", load_round9_dev()),
+            ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
@@ -310,6 +332,9 @@ def main() -> None:
         sets.append(("HELD OUT: round 6 (issue 31, fresh, frozen 2026-12-02)", load_heldout(ROUND6)))
         sets.append(("HELD OUT: round 7 (issue 31, fresh, frozen 2026-12-02, second session)", load_heldout(ROUND7)))
         sets.append(("HELD OUT: round 8 (issue 31, split and frozen 2026-12-02, third session)", load_heldout(ROUND8)))
+        sets.append(("HELD OUT: round 9 (issue 31, split and frozen 2026-12-02, fourth session)", load_heldout(ROUND9)))
+    if args.sets:
+        sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
         if args.wrapped:
             sets = [(f"{title}, hard-wrapped at {args.wrapped} columns",

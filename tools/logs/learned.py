@@ -43,6 +43,18 @@ _ERRORISH = re.compile(
     re.IGNORECASE)
 # An error line that says it retries is no finding (tools/logs/lines.py): nor is it evidence here.
 _RETRY = re.compile(r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\bretried\b|\bretrying\b|\battempt \d+\s*(?:/|of)")
+# A record of one HTTP request and the status it got (httpx's `HTTP Request: HEAD url "HTTP/1.1 404 Not Found"`,
+# uvicorn's `"POST /v1/chat/completions HTTP/1.1" 200 OK`, urllib3's `"HEAD /x HTTP/1.1" 404 0`): below 500 the
+# server answered as designed (a hub probing for an optional file gets 404, a served request 200), so its words
+# ("Not Found") are no evidence of a fault of the job; a 5xx, the server's own failure, still is.
+_HTTP_RECORD = re.compile(r"\bHTTP/\d(?:\.\d)?\"?\s+[1-4]\d\d\b")
+# Python's warnings module's record, `path/x.py:475: UserWarning: resource_tracker: There appear to be 1 leaked
+# semaphore objects to clean up at shutdown`: the program warned and went on (a deprecation, a clean-up note at exit),
+# so the words of the warning are not evidence of a fault; what went wrong is in an error line or a traceback.
+_PY_WARNING = re.compile(r"\.py:\d+: [A-Z]\w*Warning: ")
+# A line that says what the program did instead (`... not supported by the V1 Engine. Falling back to V0.`, `Output
+# type generation is not supported ... Using server model adapter instead.`): a condition it handled, as a retry is.
+_FALLBACK = re.compile(r"(?i)\bfall(?:s|ing)? back\b|\busing\b[^.]{0,80}\binstead\b")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{12,}\b")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.+~-]*[/\\])+([\w.+-]+)")
@@ -69,7 +81,8 @@ def error_lines(text: str) -> list[str]:
         if in_traceback and stripped and not line[:1].isspace() and not stripped.startswith(("File ", "^", "~")):
             in_traceback = False
             picked.setdefault(stripped, None)  # the final exception, whatever its words
-        elif stripped and _ERRORISH.search(line) and not _RETRY.search(line):
+        elif (stripped and _ERRORISH.search(line) and not _RETRY.search(line) and not _HTTP_RECORD.search(line)
+              and not _PY_WARNING.search(line) and not _FALLBACK.search(line)):
             picked.setdefault(stripped, None)
         if len(picked) >= _MAX_LINES:
             break
