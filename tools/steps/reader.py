@@ -8,6 +8,8 @@ prefix (`[rank3]:`, `[default3]:`, `3: `) or an inline `rank 3`.
 
 Formats (sources in tests/data/logs/steps/PROVENANCE.md):
 - plain: `rank 2 step 15 time 37.7 ms (compute 12.9 ms, ...)`, `step=15 step_time_ms=37.7`, `step 15 ... time: 0.12s`
+- openmmlab: detectron2's `iter: 1259 ... time: 0.3322  data_time: 0.0334` and mmcv / mmengine's `Epoch [1][25/612]
+  ... time: 1.515, data_time: 0.671` or `Iter(train) [50/80000] ... time: ...` (seconds; the step counted across epochs)
 - megatron: `iteration      100/   10000 | ... | elapsed time per iteration (ms): 1234.5 | ...`
 - torchtitan: `step: 10  loss:  9.8  memory: ...  tps: 6,145  ...` (tokens/s per device; older `wps:`; ANSI colours)
 - DeepSpeed: `epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=25.0, CurrSamplesPerSec=25.7, ...`
@@ -68,6 +70,17 @@ def _plain(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float |
             _to_ms(compute, compute_unit) if compute else None)
 
 
+def _openmmlab(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
+    d2_iter, epoch, inner, per_epoch, seconds = m
+    if d2_iter:
+        step = _int(d2_iter)
+    elif epoch and per_epoch:  # the counter restarts each epoch: the run's own step is epochs done x their length
+        step = (int(epoch) - 1) * int(per_epoch) + int(inner)
+    else:
+        step = _int(inner)
+    return None, step, _num(seconds) * 1000.0, None
+
+
 def _megatron(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
     step, value = m
     return None, _int(step), _num(value), None
@@ -89,6 +102,14 @@ def _tqdm(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | 
 # No pattern starts with a lazy scan from the line start (quadratic in the line length): each starts at its
 # own keyword; the rank prefix of a combined log is read from the line start of each match instead.
 FORMATS: tuple[StepFormat, ...] = (
+    # detectron2 (`iter: 1259 ... time: 0.3322  data_time: 0.0334`) and OpenMMLab's mmcv / mmengine (`Epoch [1][25/612]
+    # ... time: 1.515, data_time: 0.671`, `Epoch(train) [1][10/90]`, `Iter(train) [50/80000]`): `time` is seconds per
+    # iteration with no unit written, told by its `data_time` sibling (the plain format would read it as ms: this one is
+    # tried first, and wins the sniffing's ties).
+    # Validation lines (`Epoch(val)`) are not steps.
+    StepFormat("openmmlab", re.compile(
+        rb"(?:\biter:\s*(\d+)|\b(?:Epoch|Iter)(?:\(train\))?\s*(?:\[\s*(\d+)\])?\s*\[\s*(\d+)/\s*(\d+)\])"
+        rb"[^\n]{0,400}?\btime: ([\d.]+),?\s+data_time: [\d.]+"), "ms", _openmmlab),
     StepFormat("plain", re.compile(
         rb"(?:\brank[ =:]*(\d+)\b[^\n]{0,40}?)?\b(?:step|iter(?:ation)?)[ =:#]*(\d+)\b"
         rb"[^\n]{0,200}?\b(?:step_?time|iter_?time|time)(_ms|_s)?[ =:]+([\d.]+) ?(ms|s|sec)?\b"

@@ -12,6 +12,8 @@ Timestamps read, each seen in a real log (tests/data/telemetry/PROVENANCE.md nam
   `I20241201 03:10:00.123456`. The short form has no year: it comes from the caller's window (`window`), else from
   a date written earlier in the file (glog's header), else the line has no time;
 - syslog / journalctl: `Dec  2 11:38:47 worker4 kernel: ...` (NVIDIA/gpu-operator#1146), the year as for glog;
+- detectron2 / mmengine's `%m/%d %H:%M:%S`: `[11/01 11:27:04 d2.utils.events]` (facebookresearch/detectron2#195),
+  `04/21 21:03:53 - mmengine - INFO` (open-mmlab/mmengine#155), the year as for glog;
 - a time of day alone at the start of a line, `16:35:16 INFO     iteration=858 loss=0.004551` (Zielon/INSTA#17) or
   rich's `[15:58:29] WARNING` (huggingface/accelerate#1192): the date is the last one written earlier in the file
   (a run's banner, glog's header), a day later when the clock goes back past midnight; none earlier: no time;
@@ -50,7 +52,9 @@ _ISO_TEXT = rb"\d{4}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\s?(?:Z|[+
 _GLOG_TEXT = rb"(?<![\w])[IWEF](?:\d{4})?[01]\d[0-3]\d [0-2]\d:[0-5]\d:[0-5]\d\.\d{6}\b"
 _MONTHS = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec")
 _SYSLOG_TEXT = rb"\b(?:" + b"|".join(_MONTHS) + rb") [ 0-3]\d [0-2]\d:[0-5]\d:[0-5]\d\b"
-_STAMP_TEXT = rb"(?:" + _ISO_TEXT + rb"|" + _GLOG_TEXT + rb"|" + _SYSLOG_TEXT + rb")"
+# detectron2 and mmengine: `[11/01 11:27:04 d2.utils.events]`, `04/21 21:03:53 - mmengine - INFO` (%m/%d, no year).
+_MONTH_DAY_TEXT = rb"(?<![\d/])[01]\d/[0-3]\d [0-2]\d:[0-5]\d:[0-5]\d\b"
+_STAMP_TEXT = rb"(?:" + _ISO_TEXT + rb"|" + _GLOG_TEXT + rb"|" + _SYSLOG_TEXT + rb"|" + _MONTH_DAY_TEXT + rb")"
 _STAMP = re.compile(_STAMP_TEXT)
 _REST = re.compile(rb"(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?")  # after the seconds: fraction, zone
 # A time of day alone, only at the very start of a line: elsewhere HH:MM:SS is an elapsed time (tqdm, ETA).
@@ -118,6 +122,8 @@ class _Clock:
             return self._epoch(stamp[1:])
         if lead == b"@":
             return self._time_of_day(stamp[1:], date)
+        if stamp[2:3] == b"/":
+            return self._month_day(None, int(stamp[0:2]), int(stamp[3:5]), stamp[6:], date, "MM/DD (detectron2)")
         if lead.isdigit():
             return self._iso(stamp)
         if stamp[1:2].isdigit():
@@ -297,8 +303,8 @@ def _line_stamp(block: bytes, start: int, head_end: int, line_end: int) -> bytes
 
 
 def _needs_date(stamp: bytes) -> bool:
-    return stamp[:1] == b"@" or (bool(stamp) and not stamp[:1].isdigit() and stamp[:1] != b"#"
-                                 and not stamp[5:9].isdigit())
+    return stamp[:1] == b"@" or stamp[2:3] == b"/" or (bool(stamp) and not stamp[:1].isdigit() and stamp[:1] != b"#"
+                                                      and not stamp[5:9].isdigit())
 
 
 def line_times(data: bytes, utc_offset_s: float | None = None,
@@ -349,7 +355,7 @@ def _first_stamp_is_iso(block: bytes, fmt: StepFormat) -> bool:
     start = block.rfind(b"\n", 0, first.start()) + 1
     end = block.find(b"\n", first.start())
     stamp = _line_stamp(block, start, min(first.start() + 1, start + _LINE_HEAD), len(block) if end < 0 else end)
-    return stamp[:1].isdigit()
+    return stamp[:4].isdigit()  # YYYY-MM-DD (MM/DD, no year, needs the file's dates: not the tight path)
 
 
 def read_stamped_steps(path: Path, display: str, deadline: float, user: StepFormat | None = None,

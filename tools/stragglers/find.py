@@ -80,7 +80,8 @@ class FindStragglersInput(JobInput):
 
     logs: list[PathArg] = Field(default_factory=list, max_length=64, description="Per-rank training logs (paths or "
                             "globs inside the roots) with per-step times: plain `step S time T ms`, step_time_ms=, "
-                            "Megatron-LM, torchtitan, tqdm (HF Trainer, Lightning).")
+                            "Megatron-LM, torchtitan, DeepSpeed, detectron2 / mmcv / mmengine, tqdm (HF Trainer, "
+                            "Lightning).")
     traces: list[PathArg] = Field(default_factory=list, max_length=STRAGGLER_MAX_TRACE_PATHS,
                               description="Per-rank torch.profiler traces: files or a folder of them.")
     step_regex: str | None = Field(default=None, max_length=512, description="Your own RE2 regex for the step lines, "
@@ -770,8 +771,9 @@ def _conclude_hardware(result: FindStragglersResult) -> None:
 
 async def find_stragglers(params: FindStragglersInput, ctx: ToolContext) -> FindStragglersResult:
     """Find the straggler rank of a distributed job and say why it is slow: per-rank step times from training logs
-    (plain, step_time_ms=, Megatron-LM, torchtitan, tqdm of HF Trainer / Lightning, or your step_regex), compute-only
-    times where logged, and per-step compute vs collective wait from torch.profiler traces. Flags ranks >= 5% (warn)
+    (plain, step_time_ms=, Megatron-LM, torchtitan, DeepSpeed, detectron2 / mmcv / mmengine, tqdm of HF Trainer /
+    Lightning, or your step_regex), compute-only times where logged, and per-step compute vs collective wait from
+    torch.profiler traces. Flags ranks >= 5% (warn)
     or >= 15% (crit) slower than the median rank, beyond the run's own noise (median/MAD, warm-up dropped); classifies
     compute_slow (the others wait for it: it waits least in the collective) vs wait_slow; says when step times alone
     cannot show the straggler (synchronous data parallel). With gpu_csv / sample_gpus, checks the flagged rank's GPU.

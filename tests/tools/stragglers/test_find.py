@@ -103,6 +103,12 @@ def test_every_framework_format_is_read() -> None:
     assert read("lightning_tqdm.log") == [(0, "tqdm", [4, 3744], [4470.0, 3125.0])]
     assert read("deepspeed_rank0.log") == [(0, "deepspeed", [10], [38904.0])]
     assert read("keyvalue_rank3.log") == [(3, "plain", [15, 16, 17], [37.7, 38.1, 40.2])]
+    # `time` without a unit beside `data_time` is seconds (detectron2, mmcv, mmengine), not 0.33 ms; mmcv's counter
+    # restarts each epoch, so the run's step is counted across epochs; the evaluation line (`Epoch(val)`) is no step.
+    assert read("detectron2.log") == [(0, "openmmlab", [1259, 1279, 1299], [332.2, 332.3, 332.3])]
+    assert read("mmcls_epochs.log") == [(0, "openmmlab", [10, 20, 30, 45, 55, 65],
+                                         [611.0, 402.0, 402.0, 592.0, 403.0, 403.0])]
+    assert read("mmengine.log") == [(0, "openmmlab", [10, 20, 30], [10.0, 5.0, 4.0])]
     lab, fast = read_steps(DATA / "logs" / "lab" / "straggler_steps" / "rank2.log", "rank2.log", time.monotonic() + 10,
                            None)
     assert fast is not None  # the lab's per-rank logs take the fast path

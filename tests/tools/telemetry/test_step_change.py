@@ -196,6 +196,15 @@ def test_each_timestamp_form_of_a_real_log_to_the_second() -> None:
     assert _times("epoch_field_llama_cpp_server.log") == [1720645907.0, 1720645907.0]
     [banner, epoch] = _times("epoch_field_pipedream.log")
     assert math.isnan(banner) and math.isclose(epoch, 1577064742.170)
+    # detectron2's `%m/%d %H:%M:%S` (no year): the window's year; without a window the time is not read.
+    detectron2 = DATA / "logs" / "steps" / "detectron2.log"
+    [d2] = read_stamped_steps(detectron2, detectron2.name, time.monotonic() + 10, None, 0.0,
+                              (unix("2019-10-30 00:00:00"), unix("2019-11-02 00:00:00")))
+    assert (d2.format, d2.numbers.tolist(), d2.forms) == ("openmmlab", [1259, 1279, 1299], {"MM/DD (detectron2)": 3})
+    assert [int(t) for t in d2.times] == [unix("2019-11-01 11:27:04"), unix("2019-11-01 11:27:11"),
+                                          unix("2019-11-01 11:27:18")]
+    [undated] = read_stamped_steps(detectron2, detectron2.name, time.monotonic() + 10, None, 0.0)
+    assert np_all_nan(undated.times) and undated.undated == 3
     # A time of day alone with no date anywhere in the file: no time, never today's date.
     assert np_all_nan(_times("time_of_day_insta.log"))
 
