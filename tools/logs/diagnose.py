@@ -29,7 +29,13 @@ from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.xid import xid_meaning
 from tools.logs.cuda_facts import cuda_exception_facts, cuda_facts
-from tools.logs.exceptions import ERROR_TEXT_CHARS, TRACEBACK_RULE, TracebackReader, exception_hits
+from tools.logs.exceptions import (
+    ERROR_TEXT_CHARS,
+    TRACEBACK_RULE,
+    TracebackReader,
+    exception_hits,
+    lend_cut_tracebacks,
+)
 from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
 from tools.logs.learned import predict_file
@@ -381,6 +387,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     summary: tuple[int, dict[str, FactValue]] = (0, {})
     sited: set[str] = set()  # findings (rule and group_by facts) whose first line in this file was sited
     waiting: list[tuple[int, Rule, dict[str, FactValue]]] = []  # continuation lines seen before their message
+    continued: set[int] = set()  # lines a rule read as the continuation of a message: that rule's, not error lines
     tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
     traceback_rule = _traceback_rule()
     lines = LineReader()  # error lines and network failures (tools/logs/lines.py)
@@ -408,6 +415,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                     facts.setdefault(name, value)
             fact_rank = facts.pop("rank", None)
             if rule.continues:
+                continued.add(match.number)
                 # A line that goes on a message above it (the function and reason under a recompile limit):
                 # its facts join that hit. TensorFlow prints its allocator stats above the OOM: a line with no
                 # message above waits for one below. Alone it is nothing.
@@ -435,7 +443,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 facts["group_rank"], fact_rank = fact_rank, line_rank
             rank = fact_rank if isinstance(fact_rank, int) else line_rank if line_rank is not None else file.rank
             hit = _Hit(file, match.number, rank, match.text, facts, through=match.number)
-            waiting = [w for w in waiting if match.number - w[0] <= CONTINUATION_LINES]
+            # Each waiting line for as long as its rule's `within` (a TensorRT node dump runs 20 lines and more).
+            waiting = [w for w in waiting if match.number - w[0] <= w[1].within]
             for number, part, part_facts in waiting:
                 if rule.id in part.continues and match.number - number <= part.within:
                     for name, value in part_facts.items():
@@ -452,7 +461,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     else:
         status = stats.status()
     raised = tracebacks.exceptions()
-    hits = lines.with_error_lines(file, exception_hits(file, lines.with_network(file, hits), raised), raised)
+    hits = lines.with_error_lines(file, exception_hits(file, lines.with_network(file, hits), raised), raised,
+                                  frozenset(continued))
+    lend_cut_tracebacks(hits, tracebacks.cut_tracebacks())  # where a failure above a cut traceback surfaced
     cuda_exception_facts(hits)
     _own_rank(file, hits)
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,

@@ -44,14 +44,16 @@ from tools.logs.wraps import split_records
 if TYPE_CHECKING:
     from tools.logs.diagnose import Rule, _Hit
 
-__all__ = ["COMMON_FACTS", "ERROR_TEXT_CHARS", "TRACEBACK_RULE", "Classified", "RaisedException", "TracebackReader",
-           "add_named_groups", "classify_exception", "exception_hits", "taxonomy"]
+__all__ = ["COMMON_FACTS", "ERROR_TEXT_CHARS", "TRACEBACK_RULE", "Classified", "CutTraceback", "RaisedException",
+           "TracebackReader", "add_named_groups", "classify_exception", "exception_hits", "lend_cut_tracebacks",
+           "taxonomy"]
 
 TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose lines are handed here
 
 # A type: dotted names allowed; undotted ones must read as an exception class (RuntimeError, KeyboardInterrupt).
+# A C extension's module-level exception class is often plain `error` (OpenCV's cv2.error, socket.error, zlib.error).
 _TYPE = (r"(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)"
-         r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+[A-Z]\w*)")  # Python's base `Exception` too
+         r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+(?:[A-Z]\w*|error))")  # Python's base `Exception` too
 _EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE})(?:: (?P<message>.*?)|:?)\s*$")
 _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$")
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
@@ -69,6 +71,8 @@ _IPYTHON_HEADER = re.compile(rf"^\W{{0,3}}(?P<type>{_TYPE})\s{{2,}}Traceback \(m
 _IPYTHON_FRAME = re.compile(r"^(?P<path><ipython-input-[\w\-]+>|[^\s\"]{1,400}\.pyx?) in "
                             r"(?P<function>[\w<>.]+)(?:\(|\s*$)")
 _IPYTHON_CELL = re.compile(r"^\W{0,3}Cell In\s?\[(?P<cell>\d+)\], line (?P<line>\d+)")
+# IPython 8.0-8.4's frame of a cell: `Input In [25], in <cell line: 1>()`, its line under the `----> 1` arrow.
+_IPYTHON_INPUT = re.compile(r"^\W{0,3}Input In \[(?P<cell>\d+)\], in (?P<function><cell line: \d+>|[^\s(]+)")
 _IPYTHON_ARROW = re.compile(r"^-*> ?(?P<line>\d+)\b")
 _DEBUGGER_HEADER = re.compile(rf"^\W{{0,3}}Exception has occurred: (?P<type>{_TYPE}|[A-Z]\w*)\s*$")
 _CXX_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,200})'")
@@ -76,6 +80,8 @@ _CXX_WHAT = re.compile(r"^\s*what\(\):\s+(?P<message>\S.*)")
 _CXX_LOCATION = re.compile(r"^\s*\[\d\d:\d\d:\d\d\] (?P<location>[^\s:]+:\d+): ")  # MXNet/dmlc's `[10:44:35] x.h:359: `
 _TRACEBACK_AS_MESSAGE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE}): Traceback \(most recent call last\)")
 _WORKER_WRAPPER = re.compile(r"\bCaught (?P<type>[\w.]+) in DataLoader worker process \d+")
+# torch.multiprocessing.spawn's report of a child's traceback: its process index is the rank spawn gave it (issue 31).
+_SPAWNED = re.compile(r"\bProcess (?P<index>\d+) terminated with the following error")
 _STACK_DUMP = re.compile(r"most recent call (?:first|last)|^\s*(?:Thread|Current thread|Stack)\b")
 _MESSAGE_LINE = re.compile(r"[A-Za-z]{3}")
 # A log record at warning level around the exception line (glog W1024, Python logging WARNING): handled.
@@ -146,12 +152,15 @@ def _ipython_frame(text: str, after: list[bytes]) -> tuple[str, int, str | None]
     if cell is not None:
         return f"Cell In[{cell['cell']}]", int(cell["line"]), None
     found = _IPYTHON_FRAME.search(text)
-    if found is None:
+    cell_input = _IPYTHON_INPUT.search(text) if found is None else None
+    if found is None and cell_input is None:
         return None
     for raw in after[:_ARROW_LINES]:
         arrow = _IPYTHON_ARROW.search(_text(raw))
-        if arrow is not None:
+        if arrow is not None and found is not None:
             return found["path"], int(arrow["line"]), found["function"]
+        if arrow is not None and cell_input is not None:
+            return f"Input In [{cell_input['cell']}]", int(arrow["line"]), cell_input["function"]
     return None
 
 
@@ -193,6 +202,7 @@ class RaisedException:
     worker: bool = False  # the original exception of a DataLoader worker
     bare: bool = False  # no traceback printed with it
     innermost_first: bool = False  # a debugger's: the frames printed below it run from the innermost out
+    spawned_index: int | None = None  # torch.multiprocessing.spawn's "Process N terminated with the following error"
 
     @property
     def is_warning(self) -> bool:
@@ -210,6 +220,18 @@ class RaisedException:
         if not self.type:
             return text
         return f"{self.type}: {text}" if text else self.type
+
+
+@dataclass
+class CutTraceback:
+    """A traceback cut before its final line, whose frames name no exception (no `raise Type(` innermost): no
+    exception of its own, but where a failure a rule found right above or inside it surfaced (issue 31, round 9: an
+    NCCL WARN, then the rank's traceback cut at the paste's edge)."""
+
+    start: int  # its header's line, else its first frame's
+    end: int  # its last frame's line
+    frames: list[Frame]
+    rank: int | None  # the launcher's prefix on its lines (`[rank9]:`)
 
 
 class TracebackReader:
@@ -231,6 +253,9 @@ class TracebackReader:
         self._header_type: str | None = None  # IPython's header names the exception before its frames
         self._first_frame_before: list[bytes] = []
         self._skip_until = 0  # the message lines of a debugger's or C++ exception, read with its first line
+        self._cut: list[CutTraceback] = []  # frames whose exception no line names (see CutTraceback)
+        self._spawned_index: int | None = None  # the child process whose traceback is being read (_SPAWNED)
+        self._frames_rank: int | None = None  # the launcher's rank prefix on the current traceback's first frame
 
     def feed(self, number: int, raw: bytes, before: list[bytes], after: list[bytes]) -> None:
         text = _text(raw)
@@ -249,6 +274,8 @@ class TracebackReader:
                     self._current.number >= number - 2 or _WORKER_WRAPPER.search(self._current.message)):
                 self._worker_wrapper = self._current
             self._header = number
+            spawned = next((_SPAWNED.search(_text(b)) for b in before[-1:]), None)
+            self._spawned_index = int(spawned["index"]) if spawned is not None else None
             ipython = _IPYTHON_HEADER.search(text)
             self._header_type = ipython["type"] if ipython is not None else None
             self._user_code = False
@@ -324,6 +351,7 @@ class TracebackReader:
         if not self._frames:
             self._frames_at = (number, number)
             self._first_frame_before = before
+            self._frames_rank = rank_of_line(text.encode())
         self._frames.append(frame)
         self._frames_at = (self._frames_at[0], number)
         self._last_frame_after, self._last_frame_before = after, [*before, text.encode()]
@@ -348,6 +376,9 @@ class TracebackReader:
 
     def _finish(self, exc: RaisedException) -> None:
         exc.handled = self._ignored
+        if exc.spawned_index is None:
+            exc.spawned_index = self._spawned_index
+        self._spawned_index = None
         if self._chain is not None and self._chain is not exc:
             exc.causes = [self._chain, *self._chain.causes]
             self._done.remove(self._chain)
@@ -400,6 +431,13 @@ class TracebackReader:
             number = self._frames_at[0] - 1
             self._finish(RaisedException("", above.strip(), number, above.encode(), self._first_frame_before[:-1],
                                          [], start=number, frames=frames[::-1], innermost_first=True))
+            return
+        start = self._header if self._header is not None else self._frames_at[0]
+        self._cut.append(CutTraceback(start, self._frames_at[1], frames, self._frames_rank))
+
+    def cut_tracebacks(self) -> list[CutTraceback]:
+        """The tracebacks cut before any line names their exception (call after `exceptions()`)."""
+        return list(self._cut)
 
     def exceptions(self) -> list[RaisedException]:
         self._close_cut()
@@ -455,10 +493,20 @@ class Entry:
         return True
 
 
+def _innermost_last(frames: list[Frame]) -> list[Frame]:
+    """`frames` in Python's order, the innermost last. A `<module>` frame is always a traceback's outermost: frames
+    that end with one (and do not start with one) were pasted innermost first (a debugger's order, a paste that put the
+    failing call first), issue 31 round 9."""
+    if len(frames) > 1 and frames[-1].function == "<module>" and frames[0].function != "<module>":
+        return frames[::-1]
+    return frames
+
+
 def _raised_in(exc: RaisedException) -> Frame | None:
     """The innermost frame outside Python's standard library: `subprocess.check_call` raising for Triton's build is
     Triton's failure, not subprocess's."""
-    return next((f for f in reversed(exc.frames) if _STDLIB.search(f.path.replace("\\", "/")) is None), None)
+    return next((f for f in reversed(_innermost_last(exc.frames))
+                 if _STDLIB.search(f.path.replace("\\", "/")) is None), None)
 
 
 def _entry(raw: dict[str, Any], id: str) -> Entry:
@@ -498,7 +546,7 @@ def _decider_order(exc: RaisedException) -> list[RaisedException]:
 
 def _user_frame(exc: RaisedException) -> Frame | None:
     """The innermost user frame (Dynamo's "from user code:" first), else None."""
-    for frames in (exc.user_frames, exc.frames):
+    for frames in (exc.user_frames, _innermost_last(exc.frames)):
         user = [f for f in frames if _LIBRARY.search(f.path.replace("\\", "/")) is None]
         if user:
             return user[-1]
@@ -650,7 +698,7 @@ def _rank_near(exc: RaisedException) -> int | None:
         rank = rank_of_line(line)
         if rank is not None:
             return rank
-    return None
+    return exc.spawned_index
 
 
 def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[RaisedException]
@@ -661,12 +709,15 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
     from tools.logs.diagnose import _convert, _Hit
 
     added: list[tuple[Rule, _Hit]] = []
+    starts: dict[int, int] = {}  # an unclassified exception's hit -> its traceback's first line
     for exc in raised:
         start = min([exc.start, *(c.start for c in exc.causes)])
         owners = [h for r, h in hits
                   if h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)]
         if owners:
             for hit in owners:  # the rule's; what the traceback says fills in what its lines did not
+                if hit.rank is None and exc.spawned_index is not None:
+                    hit.rank = exc.spawned_index  # the spawned child whose traceback it is
                 for fact, text in _traceback_facts(exc).items():
                     hit.site.setdefault(fact, text)
                 if hit.number > exc.number and exc.message:
@@ -688,9 +739,56 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
         if not isinstance(rank, int):
             rank = _rank_near(exc)
         hit = _Hit(file, exc.number, rank if rank is not None else file.rank, exc.text, facts, through=exc.number)
+        if classified.entry.category == "unclassified_error":
+            starts[id(hit)] = start  # where its traceback began, for _lend_to_failure_above
         added.append((_rule(classified.entry, classified.severity), hit))
     serious = any(r.level != "info" and not r.evidence_only and r.category != "unclassified_error"
-                  for r, _ in [*hits, *added])
+                  for r, _ in [*hits, *added])  # (cut tracebacks: lend_cut_tracebacks)
     if serious:
+        for unplaced in [h for r, h in added if r.category == "unclassified_error"]:
+            _lend_to_failure_above(hits, unplaced, starts[id(unplaced)])
         added = [(r, h) for r, h in added if r.category != "unclassified_error"]
     return sorted([*hits, *added], key=lambda pair: pair[1].number) if added else hits
+
+
+_ABOVE_LINES = 3  # a failure's line at most this many lines above a traceback that no entry knows raised it
+
+
+def _lend_to_failure_above(hits: list[tuple[Rule, _Hit]], unplaced: _Hit, start: int) -> None:
+    """An exception no entry knows, raised right under a failure a rule found (a `loss: nan` step line, then numpy's
+    "ValueError: range parameter must be finite." from the histogram of the NaN weights; Keras' nan loss, then
+    IPython's InvalidArgumentError): the failure surfaced as that exception. Its exception, message, error and location
+    join the failure's finding where the failure's line did not say them (issue 31, round 9)."""
+    above = [h for r, h in hits if r.level != "info" and not r.evidence_only
+             and r.category != "unclassified_error" and start - _ABOVE_LINES <= h.number < start]
+    if not above:
+        return
+    hit = above[-1]
+    for name in ("exception", "message", "error", "location"):  # its function is the innermost frame's, not the user's
+        value = unplaced.facts.get(name)
+        if isinstance(value, str) and value and name not in hit.facts:
+            hit.site.setdefault(name, value)
+
+
+_CUT_LEAD_LINES = 8  # a failure's line up to this many lines above a cut traceback's first line is where it surfaced
+
+
+def lend_cut_tracebacks(hits: list[tuple[Rule, _Hit]], cut: list[CutTraceback]) -> None:
+    """A traceback cut before its final line names no exception, but it is where the serious failure a rule found
+    right above it (or on a line inside it, interleaved) surfaced: that hit takes the traceback's innermost user frame
+    as its location (when it has none) and the launcher's rank prefix as its rank (when it has none)."""
+    for traceback in cut:
+        near = [(r, h) for r, h in hits if r.level != "info" and not r.evidence_only
+                and traceback.start - _CUT_LEAD_LINES <= h.number <= traceback.end]
+        if not near:
+            continue
+        _, hit = min(near, key=lambda pair: abs(pair[1].number - traceback.start))
+        user = [f for f in _innermost_last(traceback.frames) if _LIBRARY.search(f.path.replace("\\", "/")) is None]
+        if user and "location" not in hit.facts:
+            # A source line the log line names itself (a THCudaCheck's `file=x.cu line=84`) stays the location, as
+            # under a whole traceback: round 2's labels want the failing CUDA source there.
+            hit.site.setdefault("location", f"{user[-1].path}:{user[-1].line}")
+            if user[-1].function:
+                hit.site.setdefault("function", user[-1].function)
+        if hit.rank is None and traceback.rank is not None:
+            hit.rank = traceback.rank

@@ -183,6 +183,34 @@ def demote_consequences(findings: Sequence[_Finding]) -> None:
         if finding.rule in rows and isinstance(number, int) and number in _SELF_INFLICTED and after_a_cause:
             finding.severity = "info"
             finding.facts["consequence"] = True
+    _fold_into_causes(findings, causes)
+
+
+_EXCEPTION_EXIT = 1  # what Python exits with after an uncaught exception (torchrun's `exitcode: 1`, a shell's status)
+_ASYNC_NOTE_LINES = 3  # PyTorch prints "CUDA kernel errors might be asynchronously reported ..." right under the error
+
+
+def _fold_into_causes(findings: Sequence[_Finding], causes: Sequence[_Occurrence]) -> None:
+    """Issue 31 (round 9). Two findings that are one failure told twice: the CUDA runtime's OOM is itself a CUDA error
+    (`CUDA error: out of memory`, then PyTorch's "CUDA kernel errors might be asynchronously reported" note under it,
+    which the cuda_error rule also knows), so a cuda_error starting on the OOM's lines is the OOM's: info. A process
+    that exited with Python's exception status (1, no signal) after a failure another finding names exited because of
+    it: info, a consequence, as a crash after a CUDA error is."""
+    ooms = [f.first for f in findings if f.category == "cuda_oom" and f.severity == "crit"]
+    for finding in findings:
+        if finding.severity == "info":
+            continue
+        if finding.category == "cuda_error" and any(
+                o.file == finding.first.file and 0 <= finding.first.line - o.line <= _ASYNC_NOTE_LINES for o in ooms):
+            finding.severity = "info"
+            finding.facts["consequence"] = True
+            continue
+        exitcode = finding.facts.get("exitcode")
+        if (finding.category == "process_exit" and finding.severity == "warn" and exitcode == _EXCEPTION_EXIT
+                and "signal_number" not in finding.facts
+                and any(c.file == finding.first.file and c.line <= finding.first.line for c in causes)):
+            finding.severity = "info"
+            finding.facts["consequence"] = True
 
 
 _SELF_INFLICTED = frozenset({4, 6, 7, 8, 11})

@@ -58,6 +58,12 @@ _RETRY = re.compile(r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\bretried\b|\bretryin
 # Clause boundaries inside a message: the failure the taxonomy matched is the clause it sits in and what follows.
 _CLAUSE = re.compile(r"(?::|;|\|| - |\berror:)\s+")
 _ENTRY_KINDS_SKIPPED = frozenset({"", "unclassified_error"})
+# The logging call's site a logger prints before the message (Rust tracing with file and line, `span{..}:span: target:
+# router/client/src/lib.rs:34: ...`; Go's log with Lshortfile, `main.go:12: ...`): the error line's location.
+_MESSAGE_SOURCE = re.compile(r"^(?:[\w{}=:. \-]{0,200}?: )?"
+                             r"(?P<location>[\w./\-]{1,300}\.(?:rs|go|py|cc|cpp|c|h|hpp|java|js|ts):\d+): ")
+# A line that says which attempt it is (`Attempt 3/10 failed for index 88377: ...`) is a retry, whatever its message.
+_ATTEMPT = re.compile(r"(?i)\battempt \d+\s*(?:/|of)\s*\d+")
 
 
 @cache
@@ -253,16 +259,17 @@ class LineReader:
         # Stable: the network hit goes before the other hits of its line (it is their cause).
         return sorted([*added, *hits], key=lambda pair: pair[1].number)
 
-    def with_error_lines(self, file: InputFile, hits: list[tuple[Rule, _Hit]], raised: Sequence[RaisedException]
-                         ) -> list[tuple[Rule, _Hit]]:
-        """`hits` with the error lines the taxonomy knows: not on a line a rule took, not a traceback's lines, not
-        one that retries, and not the same entry an exception of this file already reported."""
+    def with_error_lines(self, file: InputFile, hits: list[tuple[Rule, _Hit]], raised: Sequence[RaisedException],
+                         continued: frozenset[int] = frozenset()) -> list[tuple[Rule, _Hit]]:
+        """`hits` with the error lines the taxonomy knows: not on a line a rule took (`continued`: the lines a rule
+        read as a message's continuation, a retry loop's `Last error:`), not a traceback's lines, not one that retries,
+        and not the same entry an exception of this file already reported."""
         from tools.logs.diagnose import _convert, _Hit
         from tools.logs.exceptions import _rule
 
         if not self._error_lines:
             return hits
-        taken = {h.number for r, h in hits if r.id != ERROR_LINE_RULE}
+        taken = {h.number for r, h in hits if r.id != ERROR_LINE_RULE} | continued
         spans = [(min([e.start, *(c.start for c in e.causes)]), e.number) for e in raised]
         reported = {r.id for r, _ in hits}
         added: list[tuple[Rule, _Hit]] = []
@@ -276,7 +283,8 @@ class LineReader:
                 entry = _api_entry()  # a request the serving engine refused, for a reason the taxonomy does not know
             if entry is None:
                 continue
-            if _RETRY.search(line.message) or any(_RETRY.search(_decode(a)) for a in line.after[:2]):
+            if (_RETRY.search(line.message) or _ATTEMPT.search(_decode(line.text))
+                    or any(_RETRY.search(_decode(a)) for a in line.after[:2])):
                 continue
             rule = _rule(entry, entry.severity)
             if rule.id in reported:
@@ -295,6 +303,9 @@ class LineReader:
                 facts["exception"] = raised_type[0]
                 facts.setdefault("error", raised_type[1])
             facts.setdefault("error", line.message)
+            source = _MESSAGE_SOURCE.match(line.message)
+            if source is not None:
+                facts.setdefault("location", source["location"])
             rank = facts.pop("rank", None)
             if not isinstance(rank, int):
                 rank = rank_of_line(line.text)

@@ -50,7 +50,8 @@ _PROSE_GRAD = re.compile(r"\b(?P<value>nan|inf)s?\s+(?:(?:found|detected)\s+)?(?
 _LOSS_SCALE = re.compile(r"\bloss[ _]scale['\"]?\s*[:=]\s*(?P<value>\d[\d.]*(?:e[+-]?\d+)?)", re.IGNORECASE)
 _NAN_ITERATIONS = re.compile(r"number of (?P<kind>skipped|nan) iterations:\s*(?P<n>\d+)", re.IGNORECASE)
 _STEPS = [re.compile(p, re.IGNORECASE) for p in (
-    r"\b(?:global[_ ])?step['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?!\.\d)",
+    # `total_step 90260`, `train_step=12`: a step counter whose name ends in _step (issue 31 round 9)
+    r"(?:\b|(?<=[a-z]_))(?:global[_ ])?step['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?!\.\d)",
     r"\b(?:iteration|iter)['\"]?\s*[:=]?\s*\[?\s*(?P<n>\d+)\b(?!\.\d)",
     r"\bbatch\s*[:=]?\s*\[?\s*(?P<n>\d+)\s*/\s*\d+",
     r"\[\s*(?P<n>\d+)\s*/\s*\d+\s*\]",

@@ -8,7 +8,8 @@ per thread) share a length too, but each of their lines starts like the one befo
 What joins is decided once per file from its first bytes; a rule of one repeated mark (IPython's `-----` above its
 header, as long as the header) is a separator, never a cut piece. A hard wrap drops no character, but a paste loses
 the space a cut line ended in (GitHub strips trailing blanks): a piece one short of the width was cut at a space and
-is joined back with one; a piece of the full width with nothing between.
+is joined back with one; a piece of the full width with nothing between. A line that ends in a run of blanks was
+padded to the width (a full-screen terminal's copy), not cut: never joined.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def _shape(line: str) -> str:
 
 
 _RULE = re.compile(r"^\s*([^\w\s])\1{9,}\s*$")  # a rule of one repeated mark (IPython's `-----`, `=====`): a separator
+# A line padded with blanks to the width (a copy of a full-screen terminal keeps each row's padding, issue 31 round 9):
+# its text ended before the width, so it is a whole line, not a piece cut mid-text.
+_PADDED = re.compile(r"\s{3,}$")
 
 
 def hard_wrap_width(head: bytes) -> int | None:
@@ -49,7 +53,8 @@ def hard_wrap_width(head: bytes) -> int | None:
     if len(long) < _MIN_CUT_LINES:
         return None
     width = max(long)
-    cut = [i for i, line in enumerate(lines[:-1]) if len(line) in (width, width - 1) and not _RULE.match(line)]
+    cut = [i for i, line in enumerate(lines[:-1])
+           if len(line) in (width, width - 1) and not _RULE.match(line) and not _PADDED.search(line)]
     if len(cut) < _MIN_CUT_LINES or len(cut) < _CUT_SHARE * len(long):
         return None
     continued = sum(1 for i in cut if lines[i + 1].strip() and _shape(lines[i + 1]) != _shape(lines[i]))
@@ -69,7 +74,7 @@ def rejoin_wrapped(block: bytes, width: int) -> bytes:
     for line in block.decode("utf-8", "surrogateescape").split("\n"):
         piece = last_piece.removesuffix("\r")
         if (joined and line and len(piece) in (width, width - 1) and _shape(line) != _shape(piece)
-                and not _RULE.match(piece)):
+                and not _RULE.match(piece) and not _PADDED.search(piece)):
             joined[-1] = joined[-1].removesuffix("\r") + ("" if len(piece) == width else " ") + line
         else:
             joined.append(line)
