@@ -55,6 +55,16 @@ _PY_WARNING = re.compile(r"\.py:\d+: [A-Z]\w*Warning: ")
 # A line that says what the program did instead (`... not supported by the V1 Engine. Falling back to V0.`, `Output
 # type generation is not supported ... Using server model adapter instead.`): a condition it handled, as a retry is.
 _FALLBACK = re.compile(r"(?i)\bfall(?:s|ing)? back\b|\busing\b[^.]{0,80}\binstead\b")
+# A compiler's warning diagnostic (gcc/clang `x.cpp:542:41: warning: narrowing conversion`, nvcc/EDG `x.cu(12):
+# warning #177-D`): the build went on; a failed build prints `error:` lines and a failed command, which stay evidence.
+_COMPILER_WARNING = re.compile(r"(?::\d+(?::\d+)?|\(\d+\)): warning\b")
+# A line that warns of a cost that may follow (`Recording too many CUDAGraphs may lead to extra overhead`, `This can
+# cause ... Too many open files`): advice about what could happen, not a report that it did.
+_ADVISORY = re.compile(r"(?i)\b(?:may|might|could|can)\s+(?:lead to|cause|result in)\b")
+# An orderly end: status 0, or a server's own words for shutting down as asked (`cleaning up before exit...`,
+# `exited with code 0`): an exit is evidence of a fault only with a failing status or signal.
+_ORDERLY_EXIT = re.compile(r"(?i)\b(?:exit(?:ed)?|return(?:ed)?)\b[^\n]{0,30}\b(?:code|status)\b[ :=]*0\b(?![.\d])|"
+                           r"\bcleaning up before exit|\bexiting normally\b|\bgraceful(?:ly)?\s+shut")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{12,}\b")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.+~-]*[/\\])+([\w.+-]+)")
@@ -82,7 +92,9 @@ def error_lines(text: str) -> list[str]:
             in_traceback = False
             picked.setdefault(stripped, None)  # the final exception, whatever its words
         elif (stripped and _ERRORISH.search(line) and not _RETRY.search(line) and not _HTTP_RECORD.search(line)
-              and not _PY_WARNING.search(line) and not _FALLBACK.search(line)):
+              and not _PY_WARNING.search(line) and not _FALLBACK.search(line)
+              and not _COMPILER_WARNING.search(line) and not _ADVISORY.search(line)
+              and not _ORDERLY_EXIT.search(line)):
             picked.setdefault(stripped, None)
         if len(picked) >= _MAX_LINES:
             break
