@@ -34,7 +34,9 @@ from tools.logs.exceptions import (
     TRACEBACK_RULE,
     TracebackReader,
     exception_hits,
+    first_sentence,
     lend_cut_tracebacks,
+    parse_exception,
 )
 from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
@@ -477,7 +479,7 @@ def _own_rank(file: InputFile, hits: list[tuple[Rule, _Hit]]) -> None:
     rank's."""
     if file.rank is not None or any(h.rank is not None for _, h in hits):
         return
-    own = {h.facts.get("self_rank") for r, h in hits if r.id == "world_size"} - {None}
+    own = {h.facts.get("self_rank") for r, h in hits if r.id in ("world_size", "nccl_topology")} - {None}
     if len(own) != 1:
         return
     rank = next(iter(own))
@@ -793,6 +795,8 @@ def _learned(files: list[InputFile], findings: list[LogFinding], groups: dict[st
         printed = _printed_error(guess.text.encode(), "crit")
         if printed and "error" not in facts:
             facts["error"] = printed
+        if printed:  # the deciding line's exception and first sentence, as a traceback's would give them
+            _line_exception(printed, facts)
         out[guess.category] = LogFinding(
             category=guess.category, rule="learned_fallback", severity="warn", count=1,
             first=Occurrence(file=file.name, line=guess.line, rank=file.rank, timestamp=None,
@@ -806,6 +810,22 @@ def _learned(files: list[InputFile], findings: list[LogFinding], groups: dict[st
             fix=f"Confirm from the log's own lines first (grep_logs). {model_rule.fix}",
             sop_branch=model_rule.sop_branch)
     return list(out.values())
+
+
+_QUOTED = " \"'`"
+
+
+def _line_exception(printed: str, facts: dict[str, FactValue]) -> None:
+    """`exception` and `message` of a learned guess's deciding line: an exception's line quoted in prose
+    (`"RuntimeError: Expected to have finished reduction ...`) names its type; the message is its first sentence."""
+    text = printed.strip(_QUOTED)
+    parsed = parse_exception(text)
+    if parsed is not None and parsed[1]:
+        facts.setdefault("exception", parsed[0])
+        text = parsed[1]
+    sentence = first_sentence(text).strip(_QUOTED)
+    if sentence:
+        facts.setdefault("message", sentence)
 
 
 _TIMEOUT_RULES = ("nccl_watchdog_timeout", "gloo_timeout")

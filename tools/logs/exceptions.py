@@ -38,14 +38,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from tools.core.files import InputFile
 from tools.core.ranks import rank_of_line
 from tools.logs.oom import oom_facts
-from tools.logs.sites import SITE_LINE_CHARS, defined_at, python_frame, site_facts
+from tools.logs.sites import SITE_LINE_CHARS, defined_at, logger_site, python_frame, site_facts
 from tools.logs.wraps import split_records
 
 if TYPE_CHECKING:
     from tools.logs.diagnose import Rule, _Hit
 
 __all__ = ["COMMON_FACTS", "ERROR_TEXT_CHARS", "TRACEBACK_RULE", "Classified", "CutTraceback", "RaisedException",
-           "TracebackReader", "add_named_groups", "classify_exception", "exception_hits", "lend_cut_tracebacks",
+           "TracebackReader", "add_named_groups", "classify_exception", "exception_hits", "first_sentence",
+           "lend_cut_tracebacks", "parse_exception",
            "taxonomy"]
 
 TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose lines are handed here
@@ -572,6 +573,22 @@ def _traceback_facts(exc: RaisedException) -> dict[str, str]:
     return site
 
 
+def _user_location_over_library_frame(site: dict[str, str], exc: RaisedException) -> None:
+    """A rule's line read its `location` from the frame right above it (sites.py); when that frame is a library's
+    (torch's DataLoader signal handler, autograd) and the traceback has user code, the location is the user's frame
+    (issue 31: where the user's code called into the failure). The `function` stays the innermost frame's: the
+    call that failed (`_cuda_synchronize`), as labels and the contract name it."""
+    printed = site.get("location")
+    if printed is None:
+        return
+    innermost = next((f for f in reversed(_innermost_last(exc.frames)) if f"{f.path}:{f.line}" == printed), None)
+    if innermost is None or _LIBRARY.search(innermost.path.replace("\\", "/")) is None:
+        return  # the line's own site (a C++ file:line), or a user frame already
+    user = _location(exc)
+    if user is not None:
+        site["location"] = user
+
+
 def classify_exception(exc: RaisedException) -> Classified | None:
     """The entry that knows `exc` (or unclassified_error), its severity and facts; None when it is not a fault (a
     warning no entry names, a Ctrl-C, a handled unknown exception)."""
@@ -718,6 +735,7 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
             for hit in owners:  # the rule's; what the traceback says fills in what its lines did not
                 if hit.rank is None and exc.spawned_index is not None:
                     hit.rank = exc.spawned_index  # the spawned child whose traceback it is
+                _user_location_over_library_frame(hit.site, exc)
                 for fact, text in _traceback_facts(exc).items():
                     hit.site.setdefault(fact, text)
                 if hit.number > exc.number and exc.message:
@@ -786,7 +804,11 @@ def lend_cut_tracebacks(hits: list[tuple[Rule, _Hit]], cut: list[CutTraceback]) 
         user = [f for f in _innermost_last(traceback.frames) if _LIBRARY.search(f.path.replace("\\", "/")) is None]
         if user and "location" not in hit.facts:
             # A source line the log line names itself (a THCudaCheck's `file=x.cu line=84`) stays the location, as
-            # under a whole traceback: round 2's labels want the failing CUDA source there.
+            # under a whole traceback: round 2's labels want the failing CUDA source there. The logging call's own
+            # file:line in the line's prefix (`[E ProcessGroupNCCL.cpp:719]`, `net_socket.cc:488 NCCL WARN`) is
+            # only where the message was printed: the user's frame below is where the program was.
+            if hit.site.get("location") is not None and hit.site.get("location") == logger_site(hit.text):
+                del hit.site["location"]
             hit.site.setdefault("location", f"{user[-1].path}:{user[-1].line}")
             if user[-1].function:
                 hit.site.setdefault("function", user[-1].function)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SITE_CONTEXT_LINES", "defined_at", "python_frame", "site_facts"]
+__all__ = ["SITE_CONTEXT_LINES", "defined_at", "logger_site", "python_frame", "site_facts"]
 
 SITE_CONTEXT_LINES = 6  # a Python frame sits 2-4 lines above its error; "Exception raised from" up to 5 below
 SITE_LINE_CHARS = 2000
@@ -88,6 +88,26 @@ def _from_line(text: str) -> tuple[str | None, str | None]:
                 function = found.group("function")
                 break
     return location, function
+
+
+# The source line of the logging call a line's prefix names (NCCL's `x.cc:N NCCL WARN`, glog's `E0501 ... x.cc:N]`,
+# c10's and TensorFlow's `[E x.cpp:N]` / `E x.cc:N]`): where the message was printed, not where the program was when
+# it failed; a Python traceback printed under the line knows that better (issue 31, round 9).
+_LOGGER_SITES = [re.compile(p) for p in (
+    rf"(?:^|\] )(?P<path>{_PATH}{_SOURCE}):(?P<line>\d+) NCCL (?:WARN|INFO)",
+    rf" \d+ (?P<path>{_PATH}{_NATIVE}):(?P<line>\d+)\] ",
+    rf"\b[IWEF] (?P<path>{_PATH}{_NATIVE}):(?P<line>\d+)\] ",
+)]
+
+
+def logger_site(line: bytes) -> str | None:
+    """The "path:line" of the logging call that printed `line`, when its prefix names one."""
+    text = _text(line)
+    for pattern in _LOGGER_SITES:
+        found = pattern.search(text)
+        if found is not None:
+            return f"{found['path']}:{found['line']}"
+    return None
 
 
 def python_frame(text: str) -> tuple[str, int, str | None] | None:
