@@ -31,7 +31,8 @@ round 8 (tests/data/logs/round8): 135 excerpts from 132 more repositories, colle
 after round 7 had been scored once, split by repository before any tuning into development (round8/dev, 80 from 78
 repositories) and held out (round8/heldout, 55 from 54, frozen); round 9 (tests/data/logs/round9): 74 excerpts from 74
 more repositories, collected in the fourth session of 2026-12-02 after round 8's tuning, split the same way before any
-tuning (round9/dev, 44; round9/heldout, 30, frozen); the benign corpus (tests/data/logs/benign_corpus):
+tuning (round9/dev, 44; round9/heldout, 30, frozen); round 10 (tests/data/logs/round10): 46 excerpts from 46 more
+repositories, collected after round 9's tuning, all held out; the benign corpus (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
 development sets are scored (the older sets and round 2's development part, each with its own figure);
@@ -84,6 +85,7 @@ ROUND6 = REPO / "tests" / "data" / "logs" / "round6"  # all held out: collected 
 ROUND7 = REPO / "tests" / "data" / "logs" / "round7"  # all held out: collected after round 6 was scored
 ROUND8 = REPO / "tests" / "data" / "logs" / "round8"  # split 60/40 by repository: collected after round 7 was scored
 ROUND9 = REPO / "tests" / "data" / "logs" / "round9"  # split 60/40 by repository: collected after round 8's tuning
+ROUND10 = REPO / "tests" / "data" / "logs" / "round10"  # all held out: collected after round 9's tuning
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -333,6 +335,7 @@ def main() -> None:
         sets.append(("HELD OUT: round 7 (issue 31, fresh, frozen 2026-12-02, second session)", load_heldout(ROUND7)))
         sets.append(("HELD OUT: round 8 (issue 31, split and frozen 2026-12-02, third session)", load_heldout(ROUND8)))
         sets.append(("HELD OUT: round 9 (issue 31, split and frozen 2026-12-02, fourth session)", load_heldout(ROUND9)))
+        sets.append(("HELD OUT: round 10 (issue 31, fresh, frozen 2026-12-02, fourth session)", load_heldout(ROUND10)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
