@@ -172,13 +172,13 @@ def make_labels(mirrors: Path | None) -> None:
     print(f"labelled {len(sides['dev'])} development and {len(sides['heldout'])} held-out reports")
 
 
-def exports(path: Path) -> dict[str, Path]:
-    """The report in every format the tool reads, made by ncu."""
-    EXPORTS.mkdir(parents=True, exist_ok=True)
+def exports(path: Path, folder: Path = EXPORTS) -> dict[str, Path]:
+    """The report in every format the tool reads, made by ncu into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
     made = {"report": path}
     for fmt, args in (("details_csv", ["--csv", "--print-units", "base"]),
                       ("raw_csv", ["--csv", "--page", "raw", "--print-units", "base"]), ("text", [])):
-        target = EXPORTS / f"{path.stem}.{fmt}.{'txt' if fmt == 'text' else 'csv'}"
+        target = folder / f"{path.stem}.{fmt}.{'txt' if fmt == 'text' else 'csv'}"
         if not target.is_file():
             out = subprocess.run([ncu(), "--import", str(path), *args], capture_output=True, env=QUIET, check=False,
                                  timeout=300)

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from accuracy_kernels import NEIGHBOURS, QUIET, _shape_ok, label_report, ncu, nvidia_rule  # noqa: E402
+from accuracy_kernels import NEIGHBOURS, QUIET, _shape_ok, exports, label_report, ncu, nvidia_rule  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FRESH = REPO / "tests" / "data" / "kernels" / "fresh"
@@ -132,23 +132,6 @@ def session_secrets(path: Path) -> set[str]:
                     if len(part) >= 3 and part.lower() not in {"n/a", "localhost", "127.0.0.1", "::1"}:
                         found.add(part)
     return found
-
-
-def exports(path: Path, folder: Path) -> dict[str, Path]:
-    """The report in every format the tool reads, made by ncu (as accuracy_kernels.exports, into our own folder)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    made = {"report": path}
-    for fmt, args in (("details_csv", ["--csv", "--print-units", "base"]),
-                      ("raw_csv", ["--csv", "--page", "raw", "--print-units", "base"]), ("text", [])):
-        target = folder / f"{path.stem}.{fmt}.{'txt' if fmt == 'text' else 'csv'}"
-        if not target.is_file():
-            out = subprocess.run([ncu(), "--import", str(path), *args], capture_output=True, env=QUIET, check=False,
-                                 timeout=300)
-            if out.returncode != 0:
-                continue
-            target.write_bytes(out.stdout)
-        made[fmt] = target
-    return made
 
 
 def run_cli(file: Path, roots: list[Path]) -> tuple[dict[str, Any] | None, str]:
