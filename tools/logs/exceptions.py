@@ -88,6 +88,10 @@ _MESSAGE_LINE = re.compile(r"[A-Za-z]{3}")
 # A log record at warning level around the exception line (glog W1024, Python logging WARNING): handled.
 _WARNING_RECORD = re.compile(r"(?:^|[\s\[|])(?:W\d{4} \d\d:|WARNING\b|WARN\b|\[W\b|\bwarn(?:ing)?\]?:)")
 _RETRY = re.compile(r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\bretried\b|\battempt \d+\s*(?:/|of)")
+# A capability probe (xformers' `_is_triton_available`, `is_flash_attn_available`, `try_import_apex`): a printed
+# traceback holds the frames from where it was caught down, so one whose outermost frame is such a probe was caught
+# inside it; the probe's answer is "not available", and the program goes on without the feature.
+_PROBE_FUNCTION = re.compile(r"^_?(?:is|has|check)_\w*(?:available|installed|supported)$|^_?try_import\w*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])")
 _BUG_REPORT = re.compile(r"(?i)\b(?:open|file|report|submit|raise) (?:an? |this )?(?:issue|bug)|\bplease report\b|"
                          r"\bshould never happen\b")
@@ -605,7 +609,8 @@ def classify_exception(exc: RaisedException) -> Classified | None:
     severity = entry.severity
     around = [_text(a) for a in exc.after[:4]]
     logged_as_warning = _WARNING_RECORD.search(_text(exc.text)) is not None
-    handled = exc.handled or any(_RETRY.search(t) for t in around)
+    probe = bool(exc.frames) and _PROBE_FUNCTION.match(exc.frames[0].function or "") is not None
+    handled = exc.handled or probe or any(_RETRY.search(t) for t in around)
     if (handled or logged_as_warning) and (entry is unclassified or (entry.type is None and entry.message is None)):
         return None  # known only by where it was raised (a frame entry): a handled one says nothing
     if handled:

@@ -6,10 +6,14 @@ them is a false alarm (benchmarks/accuracy_logs.py scores the same set as "benig
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.helpers import DATA, base_env, stdio_client, structured
+from tools.core.context import ToolContext
+from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
 
 pytestmark = pytest.mark.anyio
 
@@ -37,3 +41,20 @@ async def test_no_healthy_log_gets_a_warn_or_crit_finding() -> None:
             if serious:
                 alarms[str(case["file"])] = serious
     assert not alarms, json.dumps(alarms, indent=1, ensure_ascii=False)
+
+
+
+def test_a_probe_that_caught_its_import_error_is_quiet_but_the_same_error_uncaught_is_not(tmp_path: Path) -> None:
+    # The corpus's xformers start-up (LoRA_Easy_Training_Scripts#287): the traceback's outermost frame is the probe
+    # `_is_triton_available`, so it was caught inside it. The same final exception raised from the script's
+    # `<module>` (an import the program needs) still stops the run.
+    probe = (CORPUS / "benign__derrian-distro-lora-easy-training-scripts-287.log").read_text()
+    uncaught = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    import triton\n"
+                "ModuleNotFoundError: No module named 'triton'\n")
+    serious: dict[str, list[str]] = {}
+    for name, text in (("probe.log", probe), ("uncaught.log", uncaught)):
+        (tmp_path / name).write_text(text)
+        result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[name]), ToolContext(roots=(tmp_path,)))
+        serious[name] = [f.category for f in result.findings if f.severity in ("warn", "crit")]
+    assert serious["probe.log"] == []
+    assert serious["uncaught.log"] != []
