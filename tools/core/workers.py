@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-__all__ = ["run_in_shares", "worker_count"]
+__all__ = ["map_taking_turns", "run_in_shares", "worker_count"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,3 +45,41 @@ def run_in_shares(function: Callable[..., R], items: Sequence[T], workers: int, 
         # Workers could not start here (no /dev/shm, process limits, a main module that cannot be re-imported):
         # slower, but the answer is the same.
         return [function(list(items), *args)]
+
+
+def map_taking_turns(function: Callable[..., R], items: Sequence[T], workers: int, *args: Any) -> list[R]:
+    """`function(item, *args)` for each item, in order of the items. The calling thread and `workers - 1` spawned
+    processes each take the next item when done with their last: a process that starts late (it imports the
+    readers first) or one large item does not leave the others idle, as fixed shares would."""
+    if workers <= 1 or len(items) <= 1:
+        return [function(item, *args) for item in items]
+    results: dict[int, R] = {}
+    order = iter(range(len(items)))
+    lock = threading.Lock()
+    stop = threading.Event()  # the calling thread failed: no one takes another item
+
+    def take() -> int | None:
+        with lock:
+            return None if stop.is_set() else next(order, None)
+
+    try:
+        with ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn")) as pool:
+
+            def feed() -> None:  # one thread per process hands it one item at a time
+                while (index := take()) is not None:
+                    results[index] = pool.submit(function, items[index], *args).result()
+
+            with ThreadPoolExecutor(workers - 1, thread_name_prefix="turns") as feeders:
+                fed = [feeders.submit(feed) for _ in range(workers - 1)]
+                try:
+                    while (index := take()) is not None:
+                        results[index] = function(items[index], *args)
+                except BaseException:
+                    stop.set()
+                    raise
+                for future in fed:
+                    future.result()  # a process's exception is raised here, as the calling thread's would be
+    except (BrokenProcessPool, OSError):
+        # Workers could not start here (see run_in_shares): what they did not finish is read in this thread.
+        pass
+    return [results[i] if i in results else function(items[i], *args) for i in range(len(items))]

@@ -8,6 +8,7 @@ only those lines are handed to the individual rules for classification and fact 
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import tomllib
@@ -27,6 +28,7 @@ from tools.core.limits import LOG_MAX_PATTERNS
 from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
+from tools.core.workers import map_taking_turns
 from tools.core.xid import xid_meaning
 from tools.logs.cuda_facts import cuda_exception_facts, cuda_facts
 from tools.logs.exceptions import (
@@ -517,14 +519,66 @@ class _RanksRead:
         return f"logs of {read} of {total if self.exact() else f'at least {total}'} ranks read"
 
 
-def _scan(files: list[InputFile], deadline: float
+# From this much log text on (and two files), a second process scans files: Python's work on each block (counting
+# its lines, reading the matched lines) holds the GIL, so two threads reach only ~1.3x of one; a process costs about
+# half a second of one core to start (imports, the rules), repaid after some 150 MiB of a second core's scanning.
+PARALLEL_SCAN_BYTES = 256 * 1024 * 1024
+_SCAN_PROCESSES = 2  # more only contend on two cores, and each holds its own blocks and rules
+
+
+def _scan_files(files: list[InputFile], deadline: float, processes_from: int) -> list[_FileHits]:
+    """Every file's hits, in file order: on up to two threads, or, for as much text as `processes_from`, in this
+    thread and a spawned process taking turns at the files."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if len(files) < 2 or cores < 2 or sum(_size(f) for f in files) < processes_from:
+        return map_files(lambda f: _scan_one(f, deadline), files)
+    rules = load_rules()[0]
+    shared: dict[tuple[str, str], Rule] = {}  # a rule made for an exception entry, one object per (id, level)
+    out: list[_FileHits] = []
+    for portable in map_taking_turns(_scan_portable, files, _SCAN_PROCESSES, deadline):
+        hits = [(rules[i] if rule is None else shared.setdefault((rule.id, rule.level), rule), hit)
+                for i, rule, hit in portable.hits]
+        out.append(_FileHits(hits, portable.total))
+    return out
+
+
+def _size(file: InputFile) -> int:
+    try:
+        return file.path.stat().st_size
+    except OSError:
+        return 0  # the scan says why it cannot be read
+
+
+@dataclass
+class _PortableFileHits:
+    """_FileHits as a process hands them back: a rule of the rule file as its index (its regexes stay behind), a
+    rule made for an exception entry (no regex) as itself."""
+
+    hits: list[tuple[int, Rule | None, _Hit]]
+    total: FileTotal
+
+
+def _scan_portable(file: InputFile, deadline: float) -> _PortableFileHits:
+    scanned = _scan_one(file, deadline)
+    index = _rule_index()
+    return _PortableFileHits([(index[id(rule)], None, hit) if id(rule) in index else (-1, rule, hit)
+                              for rule, hit in scanned.hits], scanned.total)
+
+
+@cache
+def _rule_index() -> dict[int, int]:
+    """The position of each rule of the rule file, by object (load_rules is cached: the same objects every call)."""
+    return {id(rule): i for i, rule in enumerate(load_rules()[0])}
+
+
+def _scan(files: list[InputFile], deadline: float, processes_from: int = PARALLEL_SCAN_BYTES
           ) -> tuple[dict[str, _Group], list[FileTotal], set[int], int | None]:
     """Group every file's hits by rule (and group_by facts), in file order, and note the ranks seen and the largest
-    world size a line prints."""
+    world size a line prints. `processes_from`: the bytes of input from which a second process scans files."""
     groups: dict[str, _Group] = {}
     seen_ranks: set[int] = {f.rank for f in files if f.rank is not None}
     printed_world: int | None = None
-    per_file = map_files(lambda f: _scan_one(f, deadline), files)
+    per_file = _scan_files(files, deadline, processes_from)
     for file_hits in per_file:
         for rule, hit in file_hits.hits:
             if hit.rank is not None:

@@ -14,17 +14,19 @@ import os
 import platform
 import re
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from tools.core.compiled_cache import cache_key, load_compiled, store_compiled
-from tools.core.errors import BadInput, UnreadableInput
-from tools.core.files import InputFile, changed_while_read, expand_inputs, open_input, read_blocks, size_text
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
+from tools.core.files import InputFile, changed_while_read, expand_inputs, open_input, size_text
 from tools.core.limits import (
+    LOG_CHUNK_BYTES,
     LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
@@ -109,13 +111,13 @@ class LineMatcher:
     def engine(self) -> str:
         return "hyperscan" if self._hyperscan is not None else "re2"
 
-    def spans(self, block: bytes) -> list[tuple[int, int, frozenset[int]]]:
+    def spans(self, block: bytes | bytearray) -> list[tuple[int, int, frozenset[int]]]:
         """(line start, line end, ids of the patterns that matched) for each matching line, in order."""
         if self._hyperscan is not None:
             found = self._spans_hyperscan(block)
             if found is not None:
                 return found
-        return self._spans_re2(block)
+        return self._spans_re2(bytes(block) if isinstance(block, bytearray) else block)
 
     def _spans_re2(self, block: bytes) -> list[tuple[int, int, frozenset[int]]]:
         found: list[tuple[int, int, frozenset[int]]] = []
@@ -134,7 +136,7 @@ class LineMatcher:
             position = end  # one report per line, however many matches it holds
         return found
 
-    def _spans_hyperscan(self, block: bytes) -> list[tuple[int, int, frozenset[int]]] | None:
+    def _spans_hyperscan(self, block: bytes | bytearray) -> list[tuple[int, int, frozenset[int]]] | None:
         """Hyperscan reports every match end; past a bound per block (say `.`, an event per byte) the
         block goes to RE2, which stops at the first match of each line."""
         import hyperscan
@@ -247,14 +249,14 @@ def display_line(raw: bytes, limit: int = LOG_MAX_LINE_CHARS) -> str:
     return text
 
 
-def _lines_before(block: bytes, line_start: int, context: int, tail: deque[tuple[int, bytes]],
+def _lines_before(block: bytes | bytearray, line_start: int, context: int, tail: deque[tuple[int, bytes]],
                   line_no: int) -> list[tuple[int, bytes]]:
     """Up to `context` lines before the line starting at `line_start` (numbered `line_no`)."""
     found: list[tuple[int, bytes]] = []
     end = line_start
     while len(found) < context and end > 0:
         start = block.rfind(b"\n", 0, end - 1) + 1
-        found.append((line_no - len(found) - 1, block[start:end]))
+        found.append((line_no - len(found) - 1, bytes(block[start:end])))
         end = start
     if len(found) < context:
         # Reach back into the end of the previous block.
@@ -299,10 +301,11 @@ def scan_file(
             yield from (m for m in waiting if len(m.after) >= context)
             waiting = [m for m in waiting if len(m.after) < context]
 
-        for block in read_blocks(stream, deadline):
+        block: bytes | bytearray
+        for block in _blocks(stream, deadline):
             stats.bytes += len(block)
             if stats.wrap_width:
-                rejoined = rejoin_wrapped(block, stats.wrap_width)
+                rejoined = rejoin_wrapped(bytes(block), stats.wrap_width)
                 physical_lines += block.count(b"\n") - rejoined.count(b"\n")
                 block = rejoined
             size = len(block)
@@ -311,12 +314,12 @@ def scan_file(
                 while waiting and position < line_start:  # after-context from the lines in between
                     end = block.find(b"\n", position, line_start)
                     end = line_start if end < 0 else end + 1
-                    yield from feed(newlines + 1, block[position:end])
+                    yield from feed(newlines + 1, bytes(block[position:end]))
                     newlines += block[end - 1 : end] == b"\n"
                     position = end
                 newlines += block.count(b"\n", position, line_start)
                 number = newlines + 1
-                line = block[line_start:line_end]
+                line = bytes(block[line_start:line_end])
                 if number != last_reported:  # a line longer than a block is reported once
                     if waiting:
                         yield from feed(number, line)
@@ -332,7 +335,7 @@ def scan_file(
             while waiting and position < size:
                 end = block.find(b"\n", position)
                 end = size if end < 0 else end + 1
-                yield from feed(newlines + 1, block[position:end])
+                yield from feed(newlines + 1, bytes(block[position:end]))
                 newlines += block[end - 1 : end] == b"\n"
                 position = end
             newlines += block.count(b"\n", position)
@@ -345,14 +348,54 @@ def scan_file(
         yield from waiting
 
 
-def _last_lines(block: bytes, count: int, newlines_after: int) -> list[tuple[int, bytes]]:
+def _blocks(stream: IO[bytes], deadline: float) -> Iterator[bytearray]:
+    """tools.core.files.read_blocks' blocks (LOG_CHUNK_BYTES, then the rest of the line they cut, at most as much
+    again), read into one buffer that every block reuses: a fresh 4 MiB bytes object per block, and another for the
+    cut line's join, cost more than the scan's counting of lines (page faults of a new mapping each, with glibc's
+    fixed mmap threshold: mcp_server/process.py). A block is only valid until the next one is asked for."""
+    buffer = bytearray(LOG_CHUNK_BYTES)
+    while True:
+        if time.monotonic() > deadline:
+            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
+        try:
+            if len(buffer) < LOG_CHUNK_BYTES:  # the last read was short: the end, unless the file grew since
+                buffer[:] = stream.read(LOG_CHUNK_BYTES)
+            else:
+                del buffer[LOG_CHUNK_BYTES:]  # the last block's cut line; the allocation stays
+                filled = _fill(stream, buffer)
+                if filled < LOG_CHUNK_BYTES:
+                    del buffer[filled:]
+            if buffer and not buffer.endswith(b"\n"):
+                # Finish the line the block cut; a line longer than a block is matched in pieces.
+                buffer += stream.readline(LOG_CHUNK_BYTES)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
+        if not buffer:
+            return
+        yield buffer
+
+
+def _fill(stream: IO[bytes], buffer: bytearray) -> int:
+    """Reads into all of `buffer`, as one read() of its size would (several reads where a stream returns less)."""
+    filled = 0
+    with memoryview(buffer) as view:
+        while filled < len(buffer):
+            with view[filled:] as rest:
+                got = stream.readinto(rest)  # type: ignore[attr-defined]
+            if not got:
+                break
+            filled += got
+    return filled
+
+
+def _last_lines(block: bytes | bytearray, count: int, newlines_after: int) -> list[tuple[int, bytes]]:
     """The last `count` complete lines of `block`, numbered (newlines_after = newlines up to block end)."""
     lines: list[tuple[int, bytes]] = []
     end = len(block)
     number = newlines_after
     while len(lines) < count and end > 0:
         start = block.rfind(b"\n", 0, end - 1) + 1
-        lines.append((number, block[start:end]))
+        lines.append((number, bytes(block[start:end])))
         number -= 1
         end = start
     lines.reverse()

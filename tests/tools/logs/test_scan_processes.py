@@ -1,0 +1,66 @@
+"""diagnose_logs' scan of a large input (tools/logs/diagnose.py _scan_files): files taken in turns by this thread and
+a spawned process give the same groups, hits and totals as the threads; tools/logs/reader.py's reused block buffer
+cuts blocks where tools.core.files.read_blocks does."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DATA
+from tools.core.errors import TriageError
+from tools.core.files import open_input, read_blocks
+from tools.core.limits import LOG_CHUNK_BYTES
+from tools.logs import diagnose
+from tools.logs.grep import FileTotal
+from tools.logs.reader import _blocks, expand_log_inputs
+
+DEV = DATA / "logs" / "round2" / "dev"
+
+
+def _summary(scanned: tuple[dict[str, diagnose._Group], list[FileTotal], set[int], int | None]) -> object:
+    groups, totals, seen, world = scanned
+    return ([(key, g.rule.id, g.rule.level, g.hits, g.first and (g.first.file.name, g.first.number, g.first.facts),
+              g.last and g.last.number, sorted(g.by_rank), g.latest, g.site) for key, g in groups.items()],
+            totals, seen, world)
+
+
+def test_files_taken_in_turns_by_a_process_read_as_the_threads_read_them() -> None:
+    names = [*sorted(p.name for p in DEV.glob("unclassified_error__*.log"))[:3],
+             *sorted(p.name for p in DEV.glob("cuda_error__*.log"))[:3]]
+    files, _ = expand_log_inputs(names, (DEV.resolve(),))
+    deadline = time.monotonic() + 120
+    threads = diagnose._scan(files, deadline, processes_from=1 << 62)
+    processes = diagnose._scan(files, deadline, processes_from=0)
+    assert _summary(processes) == _summary(threads)
+    rule_file = diagnose.load_rules()[0]
+    assert any(all(g.rule is not r for r in rule_file) for g in processes[0].values())  # made for an exception
+
+
+def test_the_reused_buffer_cuts_blocks_where_read_blocks_does(tmp_path: Path) -> None:
+    line = b"x" * 1000 + b" step 1 loss 2.0\n"
+    long_line = b"y" * (LOG_CHUNK_BYTES * 2 + 123) + b"\n"  # longer than a block: read in pieces
+    path = tmp_path / "rank0.log"
+    path.write_bytes(line * (LOG_CHUNK_BYTES // len(line) + 7) + long_line + line * 3 + b"no newline at the end")
+    expected: list[bytes] = []
+    with open_input(path)[0] as stream:
+        expected = list(read_blocks(stream, time.monotonic() + 60))
+    with open_input(path)[0] as stream:
+        got = [bytes(block) for block in _blocks(stream, time.monotonic() + 60)]
+    assert got == expected and len(got) == 3
+
+
+def test_the_process_path_ends_at_the_call_deadline() -> None:
+    # A deadline already past: the scan in this thread and the one in the spawned process each stop at their first
+    # block, and the call is refused as over its time, promptly, with no process left running.
+    names = sorted(p.name for p in DEV.glob("cuda_error__*.log"))[:4]
+    files, _ = expand_log_inputs(names, (DEV.resolve(),))
+    started = time.monotonic()
+    with pytest.raises(TriageError) as refused:
+        diagnose._scan(files, started - 1, processes_from=0)
+    assert "time" in str(refused.value).lower()
+    assert time.monotonic() - started < 30
+    assert not multiprocessing.active_children()
