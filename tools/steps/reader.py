@@ -8,8 +8,10 @@ prefix (`[rank3]:`, `[default3]:`, `3: `) or an inline `rank 3`.
 
 Formats (sources in tests/data/logs/steps/PROVENANCE.md):
 - plain: `rank 2 step 15 time 37.7 ms (compute 12.9 ms, ...)`, `step=15 step_time_ms=37.7`, `step 15 ... time: 0.12s`
-- openmmlab: detectron2's `iter: 1259 ... time: 0.3322  data_time: 0.0334` and mmcv / mmengine's `Epoch [1][25/612]
-  ... time: 1.515, data_time: 0.671` or `Iter(train) [50/80000] ... time: ...` (seconds; the step counted across epochs)
+- openmmlab: detectron2's `iter: 1259 ... time: 0.3322  data_time: 0.0334`, maskrcnn-benchmark's `iter: 26000 ...
+  time: 0.9628 (0.9792)  data: 0.0123 (0.0197)` and mmcv / mmengine's `Epoch [1][25/612] ... time: 1.515, data_time:
+  0.671` or `Iter(train) [50/80000] ... time: ...` (seconds; the step counted across epochs)
+- json_metrics: detectron2 / Detectron / DINOv2 JSON rows, `{"iteration": 120, "iter_time": 3.607, ...}` (seconds)
 - megatron: `iteration      100/   10000 | ... | elapsed time per iteration (ms): 1234.5 | ...`
 - torchtitan: `step: 10  loss:  9.8  memory: ...  tps: 6,145  ...` (tokens/s per device; older `wps:`; ANSI colours)
 - DeepSpeed: `epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=25.0, CurrSamplesPerSec=25.7, ...`
@@ -81,6 +83,14 @@ def _openmmlab(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, flo
     return None, step, _num(seconds) * 1000.0, None
 
 
+def _json_metrics(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
+    step, seconds = m
+    value = _num(seconds)
+    if value > 1e6:  # a wall-clock "time" (unix seconds) in a row of another writer, not the iteration's duration
+        value = float("nan")
+    return None, _int(step), value * 1000.0, None
+
+
 def _megatron(m: tuple[bytes, ...]) -> tuple[int | None, int | None, float, float | None]:
     step, value = m
     return None, _int(step), _num(value), None
@@ -109,7 +119,12 @@ FORMATS: tuple[StepFormat, ...] = (
     # Validation lines (`Epoch(val)`) are not steps.
     StepFormat("openmmlab", re.compile(
         rb"(?:\biter:\s*(\d+)|\b(?:Epoch|Iter)(?:\(train\))?\s*(?:\[\s*(\d+)\])?\s*\[\s*(\d+)/\s*(\d+)\])"
-        rb"[^\n]{0,400}?\btime: ([\d.]+),?\s+data_time: [\d.]+"), "ms", _openmmlab),
+        rb"[^\n]{0,400}?\btime: ([\d.]+)(?: \([\d.]+\))?,?\s+data(?:_time)?: [\d.]+"), "ms", _openmmlab),
+    # The same frameworks' JSON metric rows (detectron2's metrics.json, Detectron's json_stats, DINOv2's
+    # training_metrics.json): `"iteration": 120, "iter_time": 3.607`, `"iter": 55080, ... "time": 0.266505`, seconds.
+    StepFormat("json_metrics", re.compile(
+        rb'"(?:iteration|iter)": (\d+),[^\n]{0,2000}?"(?:iter_)?time": ([\d.]+(?:[eE][-+]?\d+)?)[,}]'), "ms",
+        _json_metrics),
     StepFormat("plain", re.compile(
         rb"(?:\brank[ =:]*(\d+)\b[^\n]{0,40}?)?\b(?:step|iter(?:ation)?)[ =:#]*(\d+)\b"
         rb"[^\n]{0,200}?\b(?:step_?time|iter_?time|time)(_ms|_s)?[ =:]+([\d.]+) ?(ms|s|sec)?\b"

@@ -109,6 +109,10 @@ def test_every_framework_format_is_read() -> None:
     assert read("mmcls_epochs.log") == [(0, "openmmlab", [10, 20, 30, 45, 55, 65],
                                          [611.0, 402.0, 402.0, 592.0, 403.0, 403.0])]
     assert read("mmengine.log") == [(0, "openmmlab", [10, 20, 30], [10.0, 5.0, 4.0])]
+    assert read("maskrcnn_benchmark.log") == [(0, "openmmlab", [26000], [962.8])]  # `data:` beside it, (avg) after
+    # JSON metric rows of the same frameworks: seconds too.
+    assert read("dinov2_metrics.json") == [(0, "json_metrics", [120, 130], [3607.0, 3419.3])]
+    assert read("detectron_json_stats.log") == [(0, "json_metrics", [55080], [266.5])]
     lab, fast = read_steps(DATA / "logs" / "lab" / "straggler_steps" / "rank2.log", "rank2.log", time.monotonic() + 10,
                            None)
     assert fast is not None  # the lab's per-rank logs take the fast path
