@@ -201,6 +201,8 @@ def run_reader(reader: Reader, cases: int, seed: int, show: int = 0) -> Tally:
             (folder / name).unlink()
             if outcome == "late" or elapsed > DEADLINE_S + 2:
                 tally.late += 1
+                if len(tally.samples) < show:
+                    tally.samples.append(f"{reader.name} {source.name} {kind}: ran {elapsed:.1f} s, to its deadline")
             elif outcome == "error":
                 tally.errors += 1
             else:

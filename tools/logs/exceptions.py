@@ -28,6 +28,7 @@ so a 1 GiB log without tracebacks costs nothing here. Lines are short (SITE_LINE
 
 from __future__ import annotations
 
+import bisect
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -732,9 +733,16 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
 
     added: list[tuple[Rule, _Hit]] = []
     starts: dict[int, int] = {}  # an unclassified exception's hit -> its traceback's first line
+    # The hits by line, to find each exception's owners among the few near it: a log repeating one failing line (an
+    # OOM printed every step, 100k times) has as many exceptions as hits, and a scan of every hit for each was
+    # quadratic (8 MB of one repeated line ran past any deadline).
+    by_line = sorted(range(len(hits)), key=lambda i: hits[i][1].number)
+    lines = [hits[i][1].number for i in by_line]
     for exc in raised:
         start = min([exc.start, *(c.start for c in exc.causes)])
-        owners = [h for r, h in hits
+        near = sorted(by_line[bisect.bisect_left(lines, min(start, exc.number)):
+                              bisect.bisect_right(lines, exc.number + 3)])  # in the hits' own order
+        owners = [h for r, h in (hits[i] for i in near)
                   if h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)]
         if owners:
             for hit in owners:  # the rule's; what the traceback says fills in what its lines did not

@@ -8,9 +8,11 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.helpers import DATA
+from tools.core.context import ToolContext
 from tools.core.errors import TriageError
 from tools.core.files import open_input, read_blocks
 from tools.core.limits import LOG_CHUNK_BYTES
@@ -64,3 +66,17 @@ def test_the_process_path_ends_at_the_call_deadline() -> None:
     assert "time" in str(refused.value).lower()
     assert time.monotonic() - started < 30
     assert not multiprocessing.active_children()
+
+
+
+def test_one_failing_line_repeated_a_hundred_thousand_times_is_one_finding_with_its_count(tmp_path: Path) -> None:
+    # The wild set's OOM line (tests/data/logs/wild/cuda_oom__mygirlgpt-11.log), printed at every step of a long run:
+    # as many exceptions as lines, each matched with the hits near it, not with every hit (that was quadratic: this
+    # 8 MB log ran past a 100 s deadline).
+    line = (DATA / "logs" / "wild" / "cuda_oom__mygirlgpt-11.log").read_bytes().splitlines()[0]
+    copies = 8_000_000 // (len(line) + 1)
+    (tmp_path / "rank0.log").write_bytes((line + b"\n") * copies)
+    result = anyio.run(diagnose.diagnose_logs, diagnose.DiagnoseLogsInput(paths=["rank0.log"]),
+                       ToolContext(roots=(tmp_path,), timeout_s=60))
+    [oom] = [f for f in result.findings if f.category == "cuda_oom"]
+    assert oom.severity == "crit" and oom.count == copies
