@@ -37,6 +37,7 @@ __all__ = [
     "open_input",
     "open_regular",
     "read_blocks",
+    "read_blocks_reused",
     "read_regular",
     "read_whole_text",
     "require_regular",
@@ -290,3 +291,43 @@ def read_blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:
         if not block:
             return
         yield block
+
+
+def read_blocks_reused(stream: IO[bytes], deadline: float) -> Iterator[bytearray]:
+    """read_blocks' blocks (LOG_CHUNK_BYTES, then the rest of the line they cut, at most as much again), read into one
+    buffer that every block reuses: a fresh 4 MiB bytes object per block, and another for the
+    cut line's join, cost more than the scan's counting of lines (page faults of a new mapping each, with glibc's
+    fixed mmap threshold: mcp_server/process.py). A block is only valid until the next one is asked for."""
+    buffer = bytearray(LOG_CHUNK_BYTES)
+    while True:
+        if time.monotonic() > deadline:
+            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
+        try:
+            if len(buffer) < LOG_CHUNK_BYTES:  # the last read was short: the end, unless the file grew since
+                buffer[:] = stream.read(LOG_CHUNK_BYTES)
+            else:
+                del buffer[LOG_CHUNK_BYTES:]  # the last block's cut line; the allocation stays
+                filled = _fill(stream, buffer)
+                if filled < LOG_CHUNK_BYTES:
+                    del buffer[filled:]
+            if buffer and not buffer.endswith(b"\n"):
+                # Finish the line the block cut; a line longer than a block is matched in pieces.
+                buffer += stream.readline(LOG_CHUNK_BYTES)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
+        if not buffer:
+            return
+        yield buffer
+
+
+def _fill(stream: IO[bytes], buffer: bytearray) -> int:
+    """Reads into all of `buffer`, as one read() of its size would (several reads where a stream returns less)."""
+    filled = 0
+    with memoryview(buffer) as view:
+        while filled < len(buffer):
+            with view[filled:] as rest:
+                got = stream.readinto(rest)  # type: ignore[attr-defined]
+            if not got:
+                break
+            filled += got
+    return filled

@@ -14,19 +14,24 @@ import os
 import platform
 import re
 import threading
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 from tools.core.compiled_cache import cache_key, load_compiled, store_compiled
-from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
-from tools.core.files import InputFile, changed_while_read, expand_inputs, open_input, size_text
+from tools.core.errors import BadInput, UnreadableInput
+from tools.core.files import (
+    InputFile,
+    changed_while_read,
+    expand_inputs,
+    open_input,
+    read_blocks_reused,
+    size_text,
+)
 from tools.core.limits import (
-    LOG_CHUNK_BYTES,
     LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
@@ -302,7 +307,7 @@ def scan_file(
             waiting = [m for m in waiting if len(m.after) < context]
 
         block: bytes | bytearray
-        for block in _blocks(stream, deadline):
+        for block in read_blocks_reused(stream, deadline):
             stats.bytes += len(block)
             if stats.wrap_width:
                 rejoined = rejoin_wrapped(bytes(block), stats.wrap_width)
@@ -346,46 +351,6 @@ def scan_file(
         stats.lines = newlines + physical_lines + (1 if ends_open else 0)
         stats.changed = changed_while_read(file.path, stream)
         yield from waiting
-
-
-def _blocks(stream: IO[bytes], deadline: float) -> Iterator[bytearray]:
-    """tools.core.files.read_blocks' blocks (LOG_CHUNK_BYTES, then the rest of the line they cut, at most as much
-    again), read into one buffer that every block reuses: a fresh 4 MiB bytes object per block, and another for the
-    cut line's join, cost more than the scan's counting of lines (page faults of a new mapping each, with glibc's
-    fixed mmap threshold: mcp_server/process.py). A block is only valid until the next one is asked for."""
-    buffer = bytearray(LOG_CHUNK_BYTES)
-    while True:
-        if time.monotonic() > deadline:
-            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
-        try:
-            if len(buffer) < LOG_CHUNK_BYTES:  # the last read was short: the end, unless the file grew since
-                buffer[:] = stream.read(LOG_CHUNK_BYTES)
-            else:
-                del buffer[LOG_CHUNK_BYTES:]  # the last block's cut line; the allocation stays
-                filled = _fill(stream, buffer)
-                if filled < LOG_CHUNK_BYTES:
-                    del buffer[filled:]
-            if buffer and not buffer.endswith(b"\n"):
-                # Finish the line the block cut; a line longer than a block is matched in pieces.
-                buffer += stream.readline(LOG_CHUNK_BYTES)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
-        if not buffer:
-            return
-        yield buffer
-
-
-def _fill(stream: IO[bytes], buffer: bytearray) -> int:
-    """Reads into all of `buffer`, as one read() of its size would (several reads where a stream returns less)."""
-    filled = 0
-    with memoryview(buffer) as view:
-        while filled < len(buffer):
-            with view[filled:] as rest:
-                got = stream.readinto(rest)  # type: ignore[attr-defined]
-            if not got:
-                break
-            filled += got
-    return filled
 
 
 def _last_lines(block: bytes | bytearray, count: int, newlines_after: int) -> list[tuple[int, bytes]]:

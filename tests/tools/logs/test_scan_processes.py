@@ -1,6 +1,6 @@
 """diagnose_logs' scan of a large input (tools/logs/diagnose.py _scan_files): files taken in turns by this thread and
-a spawned process give the same groups, hits and totals as the threads; tools/logs/reader.py's reused block buffer
-cuts blocks where tools.core.files.read_blocks does."""
+a spawned process give the same groups, hits and totals as the threads; tools.core.files.read_blocks_reused's reused
+buffer cuts blocks where tools.core.files.read_blocks does."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 from tests.helpers import DATA
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
-from tools.core.files import open_input, read_blocks
+from tools.core.files import open_input, read_blocks, read_blocks_reused
 from tools.core.limits import LOG_CHUNK_BYTES
 from tools.logs import diagnose
 from tools.logs.grep import FileTotal
-from tools.logs.reader import _blocks, expand_log_inputs
+from tools.logs.reader import expand_log_inputs
 
 DEV = DATA / "logs" / "round2" / "dev"
 
@@ -51,7 +51,7 @@ def test_the_reused_buffer_cuts_blocks_where_read_blocks_does(tmp_path: Path) ->
     with open_input(path)[0] as stream:
         expected = list(read_blocks(stream, time.monotonic() + 60))
     with open_input(path)[0] as stream:
-        got = [bytes(block) for block in _blocks(stream, time.monotonic() + 60)]
+        got = [bytes(block) for block in read_blocks_reused(stream, time.monotonic() + 60)]
     assert got == expected and len(got) == 3
 
 
