@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from tests.helpers import DATA, REPO, base_env, stdio_client
+from tools.core.stalls import on_local_disk
 
 LAB = REPO / "tests" / "lab" / "stalled_fs.py"
 
@@ -138,4 +139,13 @@ async def test_the_server_refuses_the_stalled_mount_at_once_and_serves_the_rest(
         # stalled; the one file it was given could not be read, which is said as such (exit 3 on the CLI).
         text = after.content[0].text
         assert "(fuse) stalled" not in text and "Input/output error" in text, text
+
+
+def test_logs_on_a_mount_that_can_stall_stay_on_the_watched_threads(stalled: StalledMount, tmp_path: Path) -> None:
+    # diagnose_logs hands big inputs to a worker process only on local disks: a read stuck there would be out of the
+    # stalled-mount watch's sight, so a FUSE (or NFS, Lustre) path keeps to this process's threads.
+    local = tmp_path / "rank0.log"
+    local.write_text("step 1\n")
+    assert on_local_disk(local)  # pytest's tmp_path: the root file system or a tmpfs
+    assert not on_local_disk(stalled.point / "stalled" / "rank0.log")
 

@@ -19,6 +19,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -279,30 +280,35 @@ def changed_while_read(path: Path, stream: IO[bytes]) -> str | None:
 def read_blocks(stream: IO[bytes], deadline: float) -> Iterator[bytes]:
     """Blocks that end at a newline (or, for a line longer than a block, at the block's end)."""
     while True:
-        if time.monotonic() > deadline:
-            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
-        try:
+        with _block_read(deadline):
             block = stream.read(LOG_CHUNK_BYTES)
             if block and not block.endswith(b"\n"):
                 # Finish the line the block cut; a line longer than a block is matched in pieces.
                 block += stream.readline(LOG_CHUNK_BYTES)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
         if not block:
             return
         yield block
 
 
+@contextmanager
+def _block_read(deadline: float) -> Iterator[None]:
+    """One block's read: refused once the deadline has passed; a failed read (or gzip stream) said as such."""
+    if time.monotonic() > deadline:
+        raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
+    try:
+        yield
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+        raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
+
+
 def read_blocks_reused(stream: IO[bytes], deadline: float) -> Iterator[bytearray]:
     """read_blocks' blocks (LOG_CHUNK_BYTES, then the rest of the line they cut, at most as much again), read into one
-    buffer that every block reuses: a fresh 4 MiB bytes object per block, and another for the
-    cut line's join, cost more than the scan's counting of lines (page faults of a new mapping each, with glibc's
-    fixed mmap threshold: mcp_server/process.py). A block is only valid until the next one is asked for."""
+    buffer that every block reuses: a fresh 4 MiB bytes object per block, and another for the cut line's join, cost
+    more than the scan's counting of lines (page faults of a new mapping each, with glibc's fixed mmap threshold:
+    mcp_server/process.py). A block is only valid until the next one is asked for."""
     buffer = bytearray(LOG_CHUNK_BYTES)
     while True:
-        if time.monotonic() > deadline:
-            raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
-        try:
+        with _block_read(deadline):
             if len(buffer) < LOG_CHUNK_BYTES:  # the last read was short: the end, unless the file grew since
                 buffer[:] = stream.read(LOG_CHUNK_BYTES)
             else:
@@ -313,8 +319,6 @@ def read_blocks_reused(stream: IO[bytes], deadline: float) -> Iterator[bytearray
             if buffer and not buffer.endswith(b"\n"):
                 # Finish the line the block cut; a line longer than a block is matched in pieces.
                 buffer += stream.readline(LOG_CHUNK_BYTES)
-        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-            raise UnreadableInput(f"read failed: {exc}.", "The file may be truncated or not gzip.") from exc
         if not buffer:
             return
         yield buffer

@@ -29,8 +29,8 @@ from typing import IO
 
 from tools.core.errors import UnreadableInput
 
-__all__ = ["Access", "CALL_ID", "blocked", "new_call_id", "opened", "refuse_if_stalled", "stalled_accesses",
-           "stuck_accesses", "touching"]
+__all__ = ["Access", "CALL_ID", "blocked", "new_call_id", "on_local_disk", "opened", "refuse_if_stalled",
+           "stalled_accesses", "stuck_accesses", "touching"]
 
 # The tool call a thread works for: set by the contract, copied into the threads a call starts (anyio copies it).
 CALL_ID: ContextVar[int | None] = ContextVar("gpu_triage_call_id", default=None)
@@ -156,6 +156,19 @@ def _mount_of(path: str) -> tuple[str, str] | None:
             if best is None or len(point) > len(best[0]):
                 best = (point, rest.split(maxsplit=1)[0] if rest else "?")
     return best
+
+
+# File systems of a local block device or of memory: a read of them ends (or fails) on its own. Network and FUSE
+# mounts (nfs, lustre, gpfs, cifs, fuse.*, beegfs, ...) can hang in the kernel: their reads must stay on this
+# process's threads, where stuck_accesses can see them.
+_LOCAL_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "ramfs", "overlay",
+                            "squashfs", "vfat", "exfat", "ntfs3", "iso9660", "erofs"})
+
+
+def on_local_disk(path: Path | str) -> bool:
+    """Whether `path` lies on a local file system (the root one, or a mount of a local type), from mountinfo alone."""
+    mount = _mount_of(_absolute(path))
+    return mount is None or mount[1] in _LOCAL_FSTYPES
 
 
 def blocked(call: int) -> bool:

@@ -27,6 +27,7 @@ from tools.core.files import InputFile, size_text
 from tools.core.limits import LOG_MAX_PATTERNS
 from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
+from tools.core.stalls import on_local_disk
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
 from tools.core.workers import map_taking_turns
 from tools.core.xid import xid_meaning
@@ -530,7 +531,11 @@ def _scan_files(files: list[InputFile], deadline: float, processes_from: int) ->
     """Every file's hits, in file order: on up to two threads, or, for as much text as `processes_from`, in this
     thread and a spawned process taking turns at the files."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if len(files) < 2 or cores < 2 or sum(_size(f) for f in files) < processes_from:
+    # A file on a mount that can hang (NFS, Lustre, FUSE) is read on this process's threads: a read stuck in a
+    # worker process would be out of sight of the stalled-mount watch (tools/core/stalls.py), and every later call
+    # would wait out its deadline instead of being refused at once.
+    if (len(files) < 2 or cores < 2 or sum(_size(f) for f in files) < processes_from
+            or not all(on_local_disk(f.path) for f in files)):
         return map_files(lambda f: _scan_one(f, deadline), files)
     rules = load_rules()[0]
     shared: dict[tuple[str, str], Rule] = {}  # a rule made for an exception entry, one object per (id, level)
