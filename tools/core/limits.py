@@ -59,6 +59,12 @@ LOG_MAX_FILES: Final = 512
 LOG_MAX_PATTERNS: Final = 64
 LOG_MAX_PATTERN_CHARS: Final = 512
 LOG_CHUNK_BYTES: Final = 4 * 1024 * 1024
+# From this much log text on (and two files on local disks), diagnose_logs scans files in this thread and one spawned
+# process taking turns: Python's work on each block (counting its lines, reading the matched lines) holds the GIL, so
+# two threads reach only ~1.3x of one; a process costs about half a second of one core to start (imports, the
+# rules), repaid after some 150 MiB of a second core's scanning. More processes only contend on two cores.
+LOG_PARALLEL_BYTES: Final = 256 * 1024 * 1024
+LOG_SCAN_PROCESSES: Final = 2
 LOG_MAX_LINE_CHARS: Final = 400
 LOG_MAX_CONTEXT: Final = 5
 LOG_DEFAULT_MATCHES: Final = 100

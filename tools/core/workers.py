@@ -16,10 +16,15 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-__all__ = ["map_taking_turns", "run_in_shares", "worker_count"]
+__all__ = ["map_taking_turns", "run_in_shares", "usable_cores", "worker_count"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or a Slurm step's share), else all."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def worker_count(items: int, total_bytes: int, threshold_bytes: int, max_workers: int) -> int:

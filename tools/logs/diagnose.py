@@ -8,7 +8,6 @@ only those lines are handed to the individual rules for classification and fact 
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import tomllib
@@ -24,12 +23,12 @@ from pydantic import BaseModel, Field
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError, UnreadableInput
 from tools.core.files import InputFile, size_text
-from tools.core.limits import LOG_MAX_PATTERNS
+from tools.core.limits import LOG_MAX_PATTERNS, LOG_PARALLEL_BYTES, LOG_SCAN_PROCESSES
 from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.stalls import on_local_disk
 from tools.core.thresholds import GPUS_PER_NODE_MAX, KV_CACHE_WARN_PCT
-from tools.core.workers import map_taking_turns
+from tools.core.workers import map_taking_turns, usable_cores
 from tools.core.xid import xid_meaning
 from tools.logs.cuda_facts import cuda_exception_facts, cuda_facts
 from tools.logs.exceptions import (
@@ -520,17 +519,10 @@ class _RanksRead:
         return f"logs of {read} of {total if self.exact() else f'at least {total}'} ranks read"
 
 
-# From this much log text on (and two files), a second process scans files: Python's work on each block (counting
-# its lines, reading the matched lines) holds the GIL, so two threads reach only ~1.3x of one; a process costs about
-# half a second of one core to start (imports, the rules), repaid after some 150 MiB of a second core's scanning.
-PARALLEL_SCAN_BYTES = 256 * 1024 * 1024
-_SCAN_PROCESSES = 2  # more only contend on two cores, and each holds its own blocks and rules
-
-
 def _scan_files(files: list[InputFile], deadline: float, processes_from: int) -> list[_FileHits]:
     """Every file's hits, in file order: on up to two threads, or, for as much text as `processes_from`, in this
     thread and a spawned process taking turns at the files."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     # A file on a mount that can hang (NFS, Lustre, FUSE) is read on this process's threads: a read stuck in a
     # worker process would be out of sight of the stalled-mount watch (tools/core/stalls.py), and every later call
     # would wait out its deadline instead of being refused at once.
@@ -540,7 +532,7 @@ def _scan_files(files: list[InputFile], deadline: float, processes_from: int) ->
     rules = load_rules()[0]
     shared: dict[tuple[str, str], Rule] = {}  # a rule made for an exception entry, one object per (id, level)
     out: list[_FileHits] = []
-    for portable in map_taking_turns(_scan_portable, files, _SCAN_PROCESSES, deadline):
+    for portable in map_taking_turns(_scan_portable, files, LOG_SCAN_PROCESSES, deadline):
         hits = [(rules[i] if rule is None else shared.setdefault((rule.id, rule.level), rule), hit)
                 for i, rule, hit in portable.hits]
         out.append(_FileHits(hits, portable.total))
@@ -576,7 +568,7 @@ def _rule_index() -> dict[int, int]:
     return {id(rule): i for i, rule in enumerate(load_rules()[0])}
 
 
-def _scan(files: list[InputFile], deadline: float, processes_from: int = PARALLEL_SCAN_BYTES
+def _scan(files: list[InputFile], deadline: float, processes_from: int = LOG_PARALLEL_BYTES
           ) -> tuple[dict[str, _Group], list[FileTotal], set[int], int | None]:
     """Group every file's hits by rule (and group_by facts), in file order, and note the ranks seen and the largest
     world size a line prints. `processes_from`: the bytes of input from which a second process scans files."""

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import threading
@@ -38,6 +37,7 @@ from tools.core.limits import (
     LOG_SNIFF_BYTES,
 )
 from tools.core.models import Coverage
+from tools.core.workers import usable_cores
 from tools.logs.wraps import hard_wrap_width, rejoin_wrapped
 
 __all__ = ["LOG_FORMATS", "LineMatcher", "MatchedLine", "ScanStats", "compile_pattern", "display_line",
@@ -374,7 +374,7 @@ def map_files(scan: Callable[[InputFile], T], files: Sequence[InputFile]) -> lis
     threads only contend. (Worker processes would gain more, but multiprocessing re-imports __main__ in
     its workers and can wait forever on one that fails to start.) Scans carry their own deadline.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     workers = min(2, cores, len(files))
     if workers < 2:
         return [scan(f) for f in files]
