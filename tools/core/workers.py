@@ -81,6 +81,7 @@ def map_taking_turns(function: Callable[..., R], items: Sequence[T], workers: in
                         results[index] = function(items[index], *args)
                 except BaseException:
                     stop.set()
+                    _stop_workers(pool)  # past the deadline (or failed): a worker's item is not waited for
                     raise
                 for future in fed:
                     future.result()  # a process's exception is raised here, as the calling thread's would be
@@ -88,3 +89,16 @@ def map_taking_turns(function: Callable[..., R], items: Sequence[T], workers: in
         # Workers could not start here (see run_in_shares): what they did not finish is read in this thread.
         pass
     return [results[i] if i in results else function(items[i], *args) for i in range(len(items))]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool's processes now: the call they work for has failed or run out of time, and a worker may still be
+    starting up or halfway through a large item. (Python 3.14 names this terminate_workers; before it, the pool's
+    own table of processes.)"""
+    terminate = getattr(pool, "terminate_workers", None)
+    if callable(terminate):
+        terminate()
+        return
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.terminate()
+

@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
-from tests.helpers import DATA
+from tests.helpers import DATA, base_env, stdio_client, structured
 from tools.core.context import ToolContext
 from tools.core.errors import TriageError
 from tools.core.files import open_input, read_blocks, read_blocks_reused
@@ -80,3 +81,35 @@ def test_one_failing_line_repeated_a_hundred_thousand_times_is_one_finding_with_
                        ToolContext(roots=(tmp_path,), timeout_s=60))
     [oom] = [f for f in result.findings if f.category == "cuda_oom"]
     assert oom.severity == "crit" and oom.count == copies
+
+
+@pytest.mark.anyio
+async def test_over_mcp_a_process_scan_past_its_deadline_ends_and_the_server_answers_after(tmp_path: Path) -> None:
+    # Two logs of 320 MB each (a real round-2 development excerpt repeated) take the process path; with a 1 s
+    # deadline the call is stopped; the scan's thread stops at its next deadline check and stops the spawned scanner
+    # with it (this dense text scans at a few MB/s: left alone, the scanner's file would take minutes), and the next
+    # call is answered.
+    seed = (DEV / sorted(p.name for p in DEV.glob("cuda_error__*.log"))[0]).read_bytes()
+    for rank in (0, 1):
+        with (tmp_path / f"rank{rank}.log").open("wb") as out:
+            for _ in range(320 * 1024 * 1024 // len(seed) + 1):
+                out.write(seed)
+    async with stdio_client(base_env(), "--root", str(tmp_path), "--timeout", "1") as client:
+        started = time.monotonic()
+        stopped = await client.call_tool("diagnose_logs", {"paths": ["rank*.log"]})
+        assert stopped.is_error and time.monotonic() - started < 10
+        assert "did not finish within 1 s" in str(stopped.content[0]), stopped.content
+        server = next(p for p in psutil.Process().children(recursive=True)
+                      if "mcp_server" in " ".join(p.cmdline()) and str(tmp_path) in " ".join(p.cmdline()))
+
+        def scanners() -> list[psutil.Process]:  # multiprocessing's resource tracker stays for the server's life
+            return [p for p in server.children(recursive=True)
+                    if "resource_tracker" not in " ".join(p.cmdline())]
+
+        deadline = time.monotonic() + 10
+        while scanners() and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
+        assert not scanners(), [p.cmdline() for p in scanners()]  # the spawned scanner was stopped with the call
+        (tmp_path / "small.log").write_bytes(seed)
+        answered = structured(await client.call_tool("diagnose_logs", {"paths": ["small.log"]}))
+        assert answered["findings"] and answered["findings"][0]["category"] == "cuda_error"
