@@ -65,6 +65,19 @@ LOG_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # rules), repaid after some 150 MiB of a second core's scanning. More processes only contend on two cores.
 LOG_PARALLEL_BYTES: Final = 256 * 1024 * 1024
 LOG_SCAN_PROCESSES: Final = 2
+# Of a diagnose_logs call's time, the share its reading may take: the rest groups what was read, runs the learned
+# fallback and renders, so a log too large for the deadline answers with what its read part holds (said as a partial
+# read) instead of failing with nothing.
+LOG_READ_SHARE: Final = 0.5
+# Matched lines between two looks at the clock while one block is classified: a block of a log that repeats a
+# traceback holds some 40k matched lines, seconds of work.
+LOG_CLOCK_EVERY_MATCHES: Final = 256
+# Distinct (line, rules) pairs whose classification is kept while one file is scanned: a log that repeats the same
+# failure (a traceback every step, a warning per rank) classifies each distinct line once.
+LOG_CLASSIFIED_LINES_KEPT: Final = 4096
+# Distinct line texts a scan keeps one copy of (the matched lines and their context): the same log keeps each line
+# of a repeated traceback once.
+LOG_SAME_LINES_KEPT: Final = 4096
 LOG_MAX_LINE_CHARS: Final = 400
 LOG_MAX_CONTEXT: Final = 5
 LOG_DEFAULT_MATCHES: Final = 100

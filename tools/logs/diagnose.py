@@ -21,9 +21,16 @@ import anyio.to_thread
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError, UnreadableInput
+from tools.core.errors import LimitExceeded, TriageError, UnreadableInput
 from tools.core.files import InputFile, size_text
-from tools.core.limits import LOG_MAX_PATTERNS, LOG_PARALLEL_BYTES, LOG_SCAN_PROCESSES
+from tools.core.limits import (
+    LOG_CLASSIFIED_LINES_KEPT,
+    LOG_CLOCK_EVERY_MATCHES,
+    LOG_MAX_PATTERNS,
+    LOG_PARALLEL_BYTES,
+    LOG_READ_SHARE,
+    LOG_SCAN_PROCESSES,
+)
 from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
 from tools.core.stalls import on_local_disk
@@ -47,6 +54,7 @@ from tools.logs.lines import LineReader, error_line_message, network_before_time
 from tools.logs.metrics import metric_facts, metric_level
 from tools.logs.prefixes import anchor_after_prefix, prefix_facts, without_prefixes
 from tools.logs.reader import (
+    CUT_BY_DEADLINE,
     LOG_FORMATS,
     LineMatcher,
     MatchedLine,
@@ -375,6 +383,28 @@ def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
     return "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
 
 
+_OUT_OF_TIME = "the scan ran out of time."
+
+
+class _ClassifiedLines:
+    """classify() with the answers for the lines seen last kept: a log that repeats one failure (its traceback every
+    step, one warning per rank) has few distinct matched lines among very many."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[bytes, frozenset[int]], tuple[Rule, dict[str, FactValue]] | None] = {}
+
+    def classify(self, line: bytes, matched: frozenset[int]) -> tuple[Rule, dict[str, FactValue]] | None:
+        key = (line, matched)
+        if key in self._kept:
+            kept = self._kept[key]
+        else:
+            if len(self._kept) >= LOG_CLASSIFIED_LINES_KEPT:
+                self._kept.clear()
+            kept = self._kept[key] = classify(line, matched)
+        # Its facts are a copy: the caller takes facts out of them (the rank) and adds facts of lines around.
+        return None if kept is None else (kept[0], dict(kept[1]))
+
+
 @cache
 def _traceback_rule() -> int:
     """The index of the rule whose lines are read as tracebacks."""
@@ -395,12 +425,17 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
     traceback_rule = _traceback_rule()
     lines = LineReader()  # error lines and network failures (tools/logs/lines.py)
+    classified_lines = _ClassifiedLines()
+    last_line = 0
     try:
-        for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats,
-                               rejoin_wraps=True):
+        for count, match in enumerate(scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline,
+                                                stats=stats, rejoin_wraps=True)):
+            if count % LOG_CLOCK_EVERY_MATCHES == 0 and time.monotonic() > deadline:
+                raise LimitExceeded(_OUT_OF_TIME, "")
+            last_line = match.number
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
-            classified = classify(match.text, match.patterns)
+            classified = classified_lines.classify(match.text, match.patterns)
             if lines.feed(match, classified):
                 continue
             if classified is None or classified[0].id == TRACEBACK_RULE:
@@ -459,9 +494,12 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 hit.site = site_facts(match.text, [t for _, t in match.before], [t for _, t in match.after])
             hits.append((rule, hit))
     except TriageError as exc:
-        if "ran out of time" in exc.message:
-            raise
-        status = f"unreadable: {exc.message}"
+        if "ran out of time" not in exc.message:
+            status = f"unreadable: {exc.message}"
+        else:  # what was read is judged; the coverage row says where reading stopped
+            stats.lines = last_line
+            status = (f"{CUT_BY_DEADLINE} at line {last_line} (about {size_text(stats.bytes)} of "
+                      f"{size_text(_size(file))} read)" if stats.bytes else f"{CUT_BY_DEADLINE} before it was read")
     else:
         status = stats.status()
     raised = tracebacks.exceptions()
@@ -969,7 +1007,7 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     """
     files, unmatched = expand_log_inputs(params.paths, ctx.roots)
     ctx.progress.update(0, None, f"reading {len(files)} log(s), {size_text(sum(f.path.stat().st_size for f in files))}")
-    deadline = time.monotonic() + ctx.remaining_s()
+    deadline = time.monotonic() + ctx.remaining_s() * LOG_READ_SHARE  # reading's; the rest judges what was read
     groups, totals, world, printed_world = await anyio.to_thread.run_sync(_scan, files, deadline,
                                                                           abandon_on_cancel=True)
     if all(t.status.startswith("unreadable") and not t.bytes for t in totals):
@@ -1016,8 +1054,15 @@ def _undecided(groups: dict[str, _Group], coverage: list[Coverage], conclusion: 
             "exception class says that it failed, not how.", *conclusion[1:2]], (
             "The lines before it from NCCL or Gloo: rerun with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL, or "
             "grep_logs preset=nccl on the same paths.")
-    if not unread:
+    # A file read in part (the call's time ran out in it, a read failed, it was rotated under the scan) holds its
+    # unread part's failure, if any, out of sight: not ok either.
+    cut = [c for c in coverage if c.status is CoverageStatus.partial]
+    if not unread and not cut:
         return Severity.ok, conclusion, None
+    if not unread:
+        return Severity.unknown, conclusion, (
+            f"{cut[0].input} whole: the same call with a larger --timeout (or on that file alone), or grep_logs "
+            "preset=errors on it, which reads faster.")
     first = unread[0]
     if len(unread) == len(coverage):
         lead = f"Nothing to judge: {first.input} is not a log the rules can read ({first.detail})."

@@ -32,7 +32,7 @@ import bisect
 import re
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -121,6 +121,7 @@ _OOM_LINES_BELOW = 2  # a TensorFlow OOM names the node and its device (GPU:0) o
 _ARROW_LINES = 12  # IPython prints up to this many source lines of context under a frame before its `--> N` arrow
 
 
+@lru_cache(maxsize=4096)  # one str per distinct line: a log repeating a traceback decodes its lines once
 def _text(raw: bytes) -> str:
     return raw[:SITE_LINE_CHARS].decode("utf-8", "replace").rstrip("\r\n")
 
@@ -733,6 +734,9 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
 
     added: list[tuple[Rule, _Hit]] = []
     starts: dict[int, int] = {}  # an unclassified exception's hit -> its traceback's first line
+    # The same traceback printed again (every step, by every rank) is classified once: its entry and facts depend on
+    # what it printed, not on where (issue 31: a 1 MB log of one repeated exception took 8 s, all of it here).
+    kept: dict[tuple[Any, ...], Classified | None] = {}
     # The hits by line, to find each exception's owners among the few near it: a log repeating one failing line (an
     # OOM printed every step, 100k times) has as many exceptions as hits, and a scan of every hit for each was
     # quadratic (8 MB of one repeated line ran past any deadline).
@@ -756,7 +760,12 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
                     # words are the error, not the consequence's line.
                     hit.site.setdefault("error", exc.error())
             continue
-        classified = classify_exception(exc)
+        printed = _printed(exc)
+        if printed not in kept:
+            if len(kept) >= _EXCEPTIONS_KEPT:
+                kept.clear()
+            kept[printed] = classify_exception(exc)
+        classified = kept[printed]
         if classified is None:
             continue
         facts: dict[str, Any] = {}
@@ -780,6 +789,19 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
             _lend_to_failure_above(hits, unplaced, starts[id(unplaced)])
         added = [(r, h) for r, h in added if r.category != "unclassified_error"]
     return sorted([*hits, *added], key=lambda pair: pair[1].number) if added else hits
+
+
+_EXCEPTIONS_KEPT = 4096  # distinct printed exceptions whose classification one file's scan keeps
+
+
+def _printed(exc: RaisedException) -> tuple[Any, ...]:
+    """What classify_exception reads of `exc`: everything it printed, not the line numbers it printed it at."""
+    def frames(of: list[Frame]) -> tuple[tuple[str, int, str | None, str], ...]:
+        return tuple((f.path, f.line, f.function, f.source) for f in of)
+
+    return (exc.type, exc.message, exc.text, tuple(exc.before), tuple(exc.after), frames(exc.frames),
+            frames(exc.user_frames), exc.handled, exc.worker, exc.bare, exc.innermost_first,
+            None if exc.wrapped is None else _printed(exc.wrapped), tuple(_printed(c) for c in exc.causes))
 
 
 _ABOVE_LINES = 3  # a failure's line at most this many lines above a traceback that no entry knows raised it

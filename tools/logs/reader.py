@@ -34,6 +34,7 @@ from tools.core.limits import (
     LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
+    LOG_SAME_LINES_KEPT,
     LOG_SNIFF_BYTES,
 )
 from tools.core.models import Coverage
@@ -76,6 +77,8 @@ class ScanStats:
         return f"scanned; {_REJOINED.format(width=self.wrap_width)}" if self.wrap_width else "scanned"
 
 
+# A file's scan status when the call's time for reading ran out in it or before it (diagnose_logs).
+CUT_BY_DEADLINE = "the call's time ran out"
 # Said in a file's coverage row: its line numbers count the rejoined lines, not the file's.
 _REJOINED = "lines hard-wrapped at {width} columns were read rejoined (line numbers count rejoined lines)"
 
@@ -254,14 +257,30 @@ def display_line(raw: bytes, limit: int = LOG_MAX_LINE_CHARS) -> str:
     return text
 
 
+class _SameLines:
+    """One bytes object for each distinct line text among the last ones read: a log that repeats a traceback keeps
+    each of its lines (matched, or context of a match) once, not once per repetition."""
+
+    def __init__(self) -> None:
+        self._lines: dict[bytes, bytes] = {}
+
+    def __call__(self, line: bytes) -> bytes:
+        kept = self._lines.get(line)
+        if kept is None:
+            if len(self._lines) >= LOG_SAME_LINES_KEPT:
+                self._lines.clear()
+            kept = self._lines[line] = line
+        return kept
+
+
 def _lines_before(block: bytes | bytearray, line_start: int, context: int, tail: deque[tuple[int, bytes]],
-                  line_no: int) -> list[tuple[int, bytes]]:
+                  line_no: int, same: _SameLines) -> list[tuple[int, bytes]]:
     """Up to `context` lines before the line starting at `line_start` (numbered `line_no`)."""
     found: list[tuple[int, bytes]] = []
     end = line_start
     while len(found) < context and end > 0:
         start = block.rfind(b"\n", 0, end - 1) + 1
-        found.append((line_no - len(found) - 1, bytes(block[start:end])))
+        found.append((line_no - len(found) - 1, same(bytes(block[start:end]))))
         end = start
     if len(found) < context:
         # Reach back into the end of the previous block.
@@ -298,6 +317,7 @@ def scan_file(
         newlines = 0  # newlines before the current position: line number = newlines + 1
         last_reported = 0
         ends_open = False
+        same = _SameLines()
 
         def feed(number: int, line: bytes) -> Iterator[MatchedLine]:
             nonlocal waiting
@@ -319,16 +339,16 @@ def scan_file(
                 while waiting and position < line_start:  # after-context from the lines in between
                     end = block.find(b"\n", position, line_start)
                     end = line_start if end < 0 else end + 1
-                    yield from feed(newlines + 1, bytes(block[position:end]))
+                    yield from feed(newlines + 1, same(bytes(block[position:end])))
                     newlines += block[end - 1 : end] == b"\n"
                     position = end
                 newlines += block.count(b"\n", position, line_start)
                 number = newlines + 1
-                line = bytes(block[line_start:line_end])
+                line = same(bytes(block[line_start:line_end]))
                 if number != last_reported:  # a line longer than a block is reported once
                     if waiting:
                         yield from feed(number, line)
-                    match = MatchedLine(number, line, _lines_before(block, line_start, context, tail, number)
+                    match = MatchedLine(number, line, _lines_before(block, line_start, context, tail, number, same)
                                         if context else [], patterns=ids)
                     last_reported = number
                     if context:
@@ -340,7 +360,7 @@ def scan_file(
             while waiting and position < size:
                 end = block.find(b"\n", position)
                 end = size if end < 0 else end + 1
-                yield from feed(newlines + 1, bytes(block[position:end]))
+                yield from feed(newlines + 1, same(bytes(block[position:end])))
                 newlines += block[end - 1 : end] == b"\n"
                 position = end
             newlines += block.count(b"\n", position)
@@ -396,6 +416,10 @@ def log_coverage(name: str, status: str, lines: int, read_bytes: int = 0, what: 
     'unreadable: ...'): read whole, read in part (cut short by a read error, rotated or truncated under the scan),
     or not understood (binary, empty, unreadable). `what`: what was found in it, for the detail."""
     found = f"; {what}" if what else ""
+    if status.startswith(CUT_BY_DEADLINE):
+        if lines:
+            return Coverage.partial(name, f"{status}; what follows is not in the scan{found}")
+        return Coverage.not_understood(name, f"not read: {status}; a larger --timeout or fewer files would read it")
     if status == "binary: skipped":
         return Coverage.not_understood(name, "binary (NUL bytes in its first 8 KiB), not a text log: skipped",
                                        LOG_FORMATS)

@@ -12,6 +12,7 @@ sees at most SITE_LINE_CHARS of a line.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["SITE_CONTEXT_LINES", "defined_at", "logger_site", "python_frame", "site_facts"]
 
@@ -110,6 +111,7 @@ def logger_site(line: bytes) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)  # a log repeating a traceback parses each of its frames once
 def python_frame(text: str) -> tuple[str, int, str | None] | None:
     """(path, line, function) of a traceback frame line, in any of the forms tracebacks print."""
     for pattern in _PYTHON_FRAMES:

@@ -14,12 +14,11 @@ import pytest
 
 from tests.helpers import DATA, base_env, stdio_client, structured
 from tools.core.context import ToolContext
-from tools.core.errors import TriageError
 from tools.core.files import open_input, read_blocks, read_blocks_reused
 from tools.core.limits import LOG_CHUNK_BYTES
 from tools.logs import diagnose
 from tools.logs.grep import FileTotal
-from tools.logs.reader import expand_log_inputs
+from tools.logs.reader import CUT_BY_DEADLINE, expand_log_inputs
 
 DEV = DATA / "logs" / "round2" / "dev"
 
@@ -56,17 +55,17 @@ def test_the_reused_buffer_cuts_blocks_where_read_blocks_does(tmp_path: Path) ->
     assert got == expected and len(got) == 3
 
 
-def test_the_process_path_ends_at_the_call_deadline() -> None:
-    # A deadline already past: the scan in this thread and the one in the spawned process each stop at their first
-    # block, and the call is refused as over its time, promptly, with no process left running.
+def test_the_process_path_ends_at_the_reading_deadline() -> None:
+    # A reading deadline already past: the scan in this thread and the one in the spawned process each stop before
+    # their first block, promptly, with no process left running; every file says it was not read for lack of time.
     names = sorted(p.name for p in DEV.glob("cuda_error__*.log"))[:4]
     files, _ = expand_log_inputs(names, (DEV.resolve(),))
     started = time.monotonic()
-    with pytest.raises(TriageError) as refused:
-        diagnose._scan(files, started - 1, processes_from=0)
-    assert "time" in str(refused.value).lower()
+    groups, totals, _, _ = diagnose._scan(files, started - 1, processes_from=0)
     assert time.monotonic() - started < 30
     assert not multiprocessing.active_children()
+    assert not groups and len(totals) == 4
+    assert all(t.status == f"{CUT_BY_DEADLINE} before it was read" and t.lines == 0 for t in totals), totals
 
 
 
@@ -97,8 +96,13 @@ async def test_over_mcp_a_process_scan_past_its_deadline_ends_and_the_server_ans
     async with stdio_client(base_env(), "--root", str(tmp_path), "--timeout", "1") as client:
         started = time.monotonic()
         stopped = await client.call_tool("diagnose_logs", {"paths": ["rank*.log"]})
-        assert stopped.is_error and time.monotonic() - started < 10
-        assert "did not finish within 1 s" in str(stopped.content[0]), stopped.content
+        assert time.monotonic() - started < 10
+        if stopped.is_error:  # the spawned scanner's start outlasted the second: the contract stopped the call
+            assert "did not finish within 1 s" in str(stopped.content[0]), stopped.content
+        else:  # reading stopped at its share of the second: what was read is judged, the rest said to be unread
+            cut = structured(stopped)["coverage"]
+            assert cut and all(c["status"] in ("partial", "not_understood") and CUT_BY_DEADLINE in c["detail"]
+                               for c in cut), cut
         server = next(p for p in psutil.Process().children(recursive=True)
                       if "mcp_server" in " ".join(p.cmdline()) and str(tmp_path) in " ".join(p.cmdline()))
 
