@@ -45,6 +45,7 @@ ROUND4 = HOST / "round4"
 ROUND5 = HOST / "round5"  # all held out: collected after round 4's tuning, frozen unread
 ROUND6 = HOST / "round6"  # split 60/40 by repository: collected after round 5 was scored
 ROUND7 = HOST / "round7"  # all held out: collected after round 6's tuning (fourth session of 2026-12-02)
+ROUND8 = HOST / "round8"  # all held out: collected after round 7 was scored (fifth session of 2026-12-02)
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -191,6 +192,8 @@ def main() -> None:
                     ROUND6 / "heldout", load_heldout(ROUND6), False)
         score_round("round 7, held out (tests/data/host/round7/heldout, fresh)", ROUND7 / "heldout",
                     load_heldout(ROUND7), False)
+        score_round("round 8, held out (tests/data/host/round8/heldout, fresh)", ROUND8 / "heldout",
+                    load_heldout(ROUND8), False)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ after round 7 had been scored once, split by repository before any tuning into d
 repositories) and held out (round8/heldout, 55 from 54, frozen); round 9 (tests/data/logs/round9): 74 excerpts from 74
 more repositories, collected in the fourth session of 2026-12-02 after round 8's tuning, split the same way before any
 tuning (round9/dev, 44; round9/heldout, 30, frozen); round 10 (tests/data/logs/round10): 46 excerpts from 46 more
-repositories, collected after round 9's tuning, all held out; the benign corpus (tests/data/logs/benign_corpus):
+repositories, collected after round 9's tuning, all held out; round 11 (tests/data/logs/round11): 62 excerpts from 59
+more repositories and forum threads, collected in the fifth session of 2026-12-02, split by repository before any
+tuning (round11/dev, 42; round11/heldout, 20, frozen); the benign corpus (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
 development sets are scored (the older sets and round 2's development part, each with its own figure);
@@ -86,6 +88,9 @@ ROUND7 = REPO / "tests" / "data" / "logs" / "round7"  # all held out: collected 
 ROUND8 = REPO / "tests" / "data" / "logs" / "round8"  # split 60/40 by repository: collected after round 7 was scored
 ROUND9 = REPO / "tests" / "data" / "logs" / "round9"  # split 60/40 by repository: collected after round 8's tuning
 ROUND10 = REPO / "tests" / "data" / "logs" / "round10"  # all held out: collected after round 9's tuning
+# split 60/40 by repository: collected in the fifth session of 2026-12-02, after every earlier held-out round had been
+# scored several times
+ROUND11 = REPO / "tests" / "data" / "logs" / "round11"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -150,6 +155,10 @@ def load_round8_dev() -> list[Case]:
 
 def load_round9_dev() -> list[Case]:
     return _labelled(ROUND9 / "dev" / "cases.jsonl")
+
+
+def load_round11_dev() -> list[Case]:
+    return _labelled(ROUND11 / "dev" / "cases.jsonl")
 
 
 def load_benign_corpus() -> list[Case]:
@@ -326,6 +335,7 @@ def main() -> None:
             ("development: round 5 (issue 31)", load_round5_dev()),
             ("development: round 8 (issue 31)", load_round8_dev()),
             ("development: round 9 (issue 31)", load_round9_dev()),
+            ("development: round 11 (issue 31)", load_round11_dev()),
             ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
@@ -336,6 +346,8 @@ def main() -> None:
         sets.append(("HELD OUT: round 8 (issue 31, split and frozen 2026-12-02, third session)", load_heldout(ROUND8)))
         sets.append(("HELD OUT: round 9 (issue 31, split and frozen 2026-12-02, fourth session)", load_heldout(ROUND9)))
         sets.append(("HELD OUT: round 10 (issue 31, fresh, frozen 2026-12-02, fourth session)", load_heldout(ROUND10)))
+        sets.append(("HELD OUT: round 11 (issue 31, split and frozen 2026-12-02, fifth session)",
+                     load_heldout(ROUND11)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:

@@ -318,3 +318,10 @@ TELEMETRY_STEP_CHANGE_WINDOW_S = 300.0
 TELEMETRY_STEP_BASELINE_S = 600.0
 TELEMETRY_SERIES_CHANGE_SHARE = 0.2
 TELEMETRY_TEMP_CHANGE_C = 8.0
+
+# fp16 overflow skips (diagnose_logs' overflow_skip): a dynamic loss scaler starts high (DeepSpeed 2^32, Apex and
+# Megatron 2^16) and halves at each overflow until the gradients fit, a dozen or more skips at the start of every fp16
+# run. Skips are a problem once the scale has fallen below FP16_LOSS_SCALE_LOW (gradients overflow even scaled down
+# that far: NaN/inf in the forward or backward) or they keep coming (more than FP16_OVERFLOW_SKIPS_NORMAL in a log).
+FP16_LOSS_SCALE_LOW = 128.0
+FP16_OVERFLOW_SKIPS_NORMAL = 32

@@ -51,7 +51,7 @@ from tools.logs.exits import demote_consequences, exit_facts, with_exit_rules
 from tools.logs.grep import FileTotal
 from tools.logs.learned import predict_file
 from tools.logs.lines import LineReader, error_line_message, network_before_timeout, with_line_rules
-from tools.logs.metrics import metric_facts, metric_level
+from tools.logs.metrics import metric_facts, metric_level, overflow_level
 from tools.logs.prefixes import anchor_after_prefix, prefix_facts, without_prefixes
 from tools.logs.reader import (
     CUT_BY_DEADLINE,
@@ -766,6 +766,8 @@ def _oom_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: in
 
 def _metric_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
                     ) -> tuple[dict[str, FactValue], Level]:
+    if rule.id == "overflow_skip":
+        return facts, overflow_level(level, facts, hits)
     return facts, metric_level(level, facts, hits)
 
 

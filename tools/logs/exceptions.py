@@ -85,6 +85,9 @@ _WORKER_WRAPPER = re.compile(r"\bCaught (?P<type>[\w.]+) in DataLoader worker pr
 # torch.multiprocessing.spawn's report of a child's traceback: its process index is the rank spawn gave it (issue 31).
 _SPAWNED = re.compile(r"\bProcess (?P<index>\d+) terminated with the following error")
 _STACK_DUMP = re.compile(r"most recent call (?:first|last)|^\s*(?:Thread|Current thread|Stack)\b")
+# faulthandler's dump of a thread (py-spy's too): its frames run from the innermost out. The current thread's is where
+# the process was when the signal came (`Fatal Python error: Segmentation fault` above the dump).
+_THREAD_DUMP = re.compile(r"^\s*(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
 _MESSAGE_LINE = re.compile(r"[A-Za-z]{3}")
 # A log record at warning level around the exception line (glog W1024, Python logging WARNING): handled.
 _WARNING_RECORD = re.compile(r"(?:^|[\s\[|])(?:W\d{4} \d\d:|WARNING\b|WARN\b|\[W\b|\bwarn(?:ing)?\]?:)")
@@ -237,8 +240,12 @@ class CutTraceback:
 
     start: int  # its header's line, else its first frame's
     end: int  # its last frame's line
-    frames: list[Frame]
+    frames: list[Frame]  # in Python's order, the innermost last
     rank: int | None  # the launcher's prefix on its lines (`[rank9]:`)
+    # How far above its start the failure it belongs to may be: a faulthandler dump prints every other thread's stack
+    # between the crash line and the current thread's.
+    lead: int = 8  # a failure's line up to this many lines above a cut traceback's first line is where it surfaced
+    other_thread: bool = False  # a faulthandler dump of a thread that was not the one running: not the failure's
 
 
 class TracebackReader:
@@ -353,8 +360,9 @@ class TracebackReader:
         if self._user_code and self._current is not None and number - self._current.number <= 40:
             self._current.user_frames.append(frame)
             return
-        if self._frames and number - self._frames_at[1] > _GAP:
-            self._close_cut()
+        if self._frames and (number - self._frames_at[1] > _GAP
+                             or (before and _THREAD_DUMP.search(_text(before[-1])) is not None)):
+            self._close_cut()  # a gap, or the next thread of a faulthandler dump: another stack
         if not self._frames:
             self._frames_at = (number, number)
             self._first_frame_before = before
@@ -440,6 +448,11 @@ class TracebackReader:
                                          [], start=number, frames=frames[::-1], innermost_first=True))
             return
         start = self._header if self._header is not None else self._frames_at[0]
+        dump = _THREAD_DUMP.search(above)
+        if dump is not None:  # innermost first: as Python prints them, for the innermost user frame
+            self._cut.append(CutTraceback(start - 1, self._frames_at[1], frames[::-1], self._frames_rank,
+                                          lead=_THREAD_DUMP_LEAD, other_thread=dump["current"] == "Thread"))
+            return
         self._cut.append(CutTraceback(start, self._frames_at[1], frames, self._frames_rank))
 
     def cut_tracebacks(self) -> list[CutTraceback]:
@@ -823,7 +836,9 @@ def _lend_to_failure_above(hits: list[tuple[Rule, _Hit]], unplaced: _Hit, start:
             hit.site.setdefault(name, value)
 
 
-_CUT_LEAD_LINES = 8  # a failure's line up to this many lines above a cut traceback's first line is where it surfaced
+# A crash line up to this many lines above faulthandler's dump of the current thread: the other threads' dumps come
+# between (a training process has a dozen threads, each a few frames deep).
+_THREAD_DUMP_LEAD = 400
 
 
 def lend_cut_tracebacks(hits: list[tuple[Rule, _Hit]], cut: list[CutTraceback]) -> None:
@@ -831,8 +846,10 @@ def lend_cut_tracebacks(hits: list[tuple[Rule, _Hit]], cut: list[CutTraceback]) 
     right above it (or on a line inside it, interleaved) surfaced: that hit takes the traceback's innermost user frame
     as its location (when it has none) and the launcher's rank prefix as its rank (when it has none)."""
     for traceback in cut:
+        if traceback.other_thread:
+            continue
         near = [(r, h) for r, h in hits if r.level != "info" and not r.evidence_only
-                and traceback.start - _CUT_LEAD_LINES <= h.number <= traceback.end]
+                and traceback.start - traceback.lead <= h.number <= traceback.end]
         if not near:
             continue
         _, hit = min(near, key=lambda pair: abs(pair[1].number - traceback.start))

@@ -29,7 +29,9 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-__all__ = ["METRIC_LINE_CHARS", "metric_facts", "metric_level"]
+from tools.core.thresholds import FP16_LOSS_SCALE_LOW, FP16_OVERFLOW_SKIPS_NORMAL
+
+__all__ = ["METRIC_LINE_CHARS", "metric_facts", "metric_level", "overflow_level"]
 
 Level = Literal["info", "warn", "crit"]
 FactValue = int | float | str | bool | list[int]
@@ -41,7 +43,7 @@ LOOK_AHEAD = 3
 _NONFINITE = r"[-+]?(?:nan|infinity|inf)\b"
 _PAIR = re.compile(
     r"(?P<key>[A-Za-z_][\w.\-]*?(?:[ _\-](?:loss|norm|scale))?)['\"]?"
-    r"(?P<sep>\s*[:=]\s*|\s+is\s+|\s+)(?:tensor\(|[-+]?\d[\d.eE+\-]*\s*\(\s*)?(?P<value>" + _NONFINITE + ")",
+    r"(?P<sep>\s*[:=|]\s*|\s+is\s+|\s+)(?:tensor\(|[-+]?\d[\d.eE+\-]*\s*\(\s*)?(?P<value>" + _NONFINITE + ")",
     re.IGNORECASE,
 )
 _PROSE = re.compile(r"\b(?P<value>nan|inf)\s+(?P<key>loss|grad(?:ient)?[ _]norm)\b", re.IGNORECASE)
@@ -174,4 +176,14 @@ def metric_level(level: Level, facts: dict[str, FactValue], hits: int) -> Level:
         if facts.get("recovered") is True:
             return "info"
         return "warn" if level == "crit" else level
+    return level
+
+
+def overflow_level(level: Level, facts: dict[str, FactValue], hits: int) -> Level:
+    """The severity of fp16 overflow skips: info while the loss scaler is still finding its scale (the scale it fell
+    to is known and not low, and the skips are few), the rule's level otherwise (thresholds.FP16_*)."""
+    scale = facts.get("loss_scale")
+    if (isinstance(scale, int | float) and not isinstance(scale, bool) and scale >= FP16_LOSS_SCALE_LOW
+            and hits <= FP16_OVERFLOW_SKIPS_NORMAL):
+        return "info"
     return level
