@@ -71,18 +71,27 @@ def test_a_board_whose_every_gpu_nic_path_is_sys_is_one_topology_fact() -> None:
 
 def test_well_placed_nics_and_thin_boards_stay_quiet() -> None:
     # rapidsai/dask-cuda#1358: two A100s sharing two PXB NICs; and the dev / wild boards with NIC columns: every GPU
-    # with its own PIX NIC (nccl#1617, nccl#933), NODE where the board has fewer NICs (llm-action, coyote-like
-    # page-wuyea: no PIX/PXB NIC anywhere), NIC pairs at PXB (nccl#1505, xuesongtap).
+    # with its own PIX NIC (nccl#1617, nccl#933), NODE where the board has fewer NICs (llm-action), NIC pairs at PXB
+    # (nccl#1505, xuesongtap).
     assert kinds(check(AFFINITY, captures=["topo__rapidsai-dask-cuda-1358.txt"])) == []
     for root, name in ((WILD, "topo__NVIDIA-nccl-1617.txt"), (WILD, "topo__NVIDIA-nccl-933.txt"),
                        (WILD, "topo__NVIDIA-nccl-1505.txt"), (WILD, "topo__deepseek-ai-DeepEP-223.txt"),
-                       (DEV, "topo__liguodongiot-llm-action-2.txt"), (DEV, "topo__page-wuyea-top-1.txt"),
+                       (DEV, "topo__liguodongiot-llm-action-2.txt"),
                        (DEV, "topo__xuesongtap-xuesongtap-github-io-1.txt")):
         result = check(root, captures=[name])
         assert "nic_affinity" not in {f.kind for f in result.findings}, (name, result.findings)
     # The thin board is said in a note, not a finding: GPUs at NODE have no nearer NIC to be moved to.
     thin = check(DEV, captures=["topo__liguodongiot-llm-action-2.txt"])
     assert any("GPU0, GPU2, GPU4, GPU5, GPU6 have no NIC closer than NODE" in note for note in thin.notes), thin.notes
+
+
+def test_a_gpu_on_a_socket_without_a_nic_is_named() -> None:
+    # page wuyea.top (round 4 dev): GPU0 reaches both NICs on its own socket (NODE), GPU1 only across the sockets
+    # (SYS): GPU1's inter-node traffic crosses QPI/UPI (issue 32's "whose traffic crosses sockets").
+    result = check(DEV, captures=["topo__page-wuyea-top-1.txt"])
+    assert kinds(result) == [("nic_affinity", "warn")]
+    said = result.findings[0].evidence
+    assert said.startswith("GPU1's nearest NIC is NIC0, NIC1 at SYS") and "GPU0 reach one on their own socket" in said
 
 
 def test_the_matrix_keeps_each_gpus_cpus_and_numa_node() -> None:
