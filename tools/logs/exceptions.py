@@ -703,7 +703,31 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
         facts.setdefault(name, value)
     if exc.worker:
         facts["dataloader_worker"] = "yes"
+    if entry.category in _DISTRIBUTED_CATEGORIES:
+        for name, value in (_distributed_call(decider) or _distributed_call(exc)).items():
+            facts.setdefault(name, value)
     return facts
+
+
+_DISTRIBUTED_CATEGORIES = frozenset({"nccl_init_network", "nccl_timeout", "collective_mismatch"})
+_DISTRIBUTED_CALL = re.compile(r"\b(?:dist|distributed|torch\.distributed|c10d)\.(?P<op>[a-z_]+)\(")
+_BACKEND_ARGUMENT = re.compile(r"\bbackend\s*=\s*['\"](?P<backend>\w+)['\"]")
+
+
+def _distributed_call(exc: RaisedException) -> dict[str, str]:
+    """The torch.distributed call the user's code made where a distributed failure was raised: its name (`op`,
+    `init_process_group`, `all_reduce`, `barrier`) and the backend it asked for, from the source line under the
+    innermost frame that makes one (issue 31, round 11: `dist.init_process_group(backend='nccl', ...)`)."""
+    for frame in reversed(_innermost_last(exc.frames)):
+        call = _DISTRIBUTED_CALL.search(frame.source)
+        if call is None:
+            continue
+        said = {"op": call["op"]}
+        backend = _BACKEND_ARGUMENT.search(frame.source)
+        if backend is not None:
+            said["backend"] = backend["backend"]
+        return said
+    return {}
 
 
 # ---------------------------------------------------------------- into diagnose_logs' findings

@@ -60,6 +60,9 @@ _PREFIXES = (
     r"(?:\[[\w./\-]+:\d+:[\w<>]+\]\s*)?",  # DeepSpeed
     r"\[" + _LEVEL + r"\|" + _SOURCE + r"\] \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)? >> ",  # transformers
     r"(?:\[[\w.\-]+\])?\[" + _LEVEL + r"\]\[[\d\-/ :,.]+\](?:\[" + _SOURCE + r"\])?\s*",  # [name][LEVEL][time][x.py:N]
+    # Last, as the formats above begin with one too: a bare local time before the text (a wrapper script's `date`, a
+    # custom formatter with no level; issue 31 round 11).
+    r"\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?\s+",
 )
 LINE_PREFIX = "(?:" + "|".join(_PREFIXES) + ")"
 _AFTER_ANCHOR = "^" + LINE_PREFIX + "{0,3}"

@@ -53,7 +53,7 @@ def serious(result: DiagnoseLogsResult) -> list[LogFinding]:
     # https://github.com/xh-liu/CC-FPSE/issues/6: `RuntimeError: connect() timed out.` raised in the TCP rendezvous.
     ("nccl_init_network__xh-liu-cc-fpse-6.log", "nccl_init_network", "exception_distributed_rendezvous_frame",
      {"exception": "RuntimeError", "message": "connect() timed out.",
-      "location": "/hdd/<user>/Pix2Pix/CC-FPSE/train.py:38"}),
+      "location": "/hdd/<user>/Pix2Pix/CC-FPSE/train.py:38", "op": "init_process_group", "backend": "nccl"}),
     # https://github.com/chenhang98/BPR/issues/32: an INTERNAL ASSERT of c10d/reducer.cpp (rebuilt parameter indices).
     ("collective_mismatch__chenhang98-bpr-32.log", "collective_mismatch", "exception_ddp_reducer",
      {"exception": "RuntimeError"}),
@@ -87,3 +87,9 @@ def test_an_fp16_scaler_finding_its_scale_is_info_and_a_collapsing_one_is_not() 
     assert overflow_level("warn", {"loss_scale": 2.0}, 2) == "warn"  # fallen below the healthy range
     assert overflow_level("warn", {"loss_scale": 65536.0}, 200) == "warn"  # skips that keep coming
     assert overflow_level("warn", {}, 3) == "warn"  # the scale not printed: not cleared
+
+
+def test_a_bare_timestamp_is_a_prefix_not_the_error() -> None:
+    # https://github.com/k2-fsa/ZipVoice/issues/146: `2025-10-27 18:45:39 torch.OutOfMemoryError: CUDA out of memory.`
+    [oom] = serious(diagnose("cuda_oom__k2-fsa-zipvoice-146.log"))
+    assert str(oom.facts["error"]).startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.72 GiB.")
