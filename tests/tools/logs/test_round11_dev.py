@@ -92,4 +92,5 @@ def test_an_fp16_scaler_finding_its_scale_is_info_and_a_collapsing_one_is_not() 
 def test_a_bare_timestamp_is_a_prefix_not_the_error() -> None:
     # https://github.com/k2-fsa/ZipVoice/issues/146: `2025-10-27 18:45:39 torch.OutOfMemoryError: CUDA out of memory.`
     [oom] = serious(diagnose("cuda_oom__k2-fsa-zipvoice-146.log"))
-    assert str(oom.facts["error"]).startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.72 GiB.")
+    assert str(oom.facts["error"]).startswith(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.72 GiB.")
