@@ -68,9 +68,11 @@ LOG_SCAN_PROCESSES: Final = 2
 # Of a diagnose_logs call's time, the share its reading may take: the rest groups what was read, runs the learned
 # fallback and renders, so a log too large for the deadline answers with what its read part holds (said as a partial
 # read) instead of failing with nothing.
-LOG_READ_SHARE: Final = 0.5
-# Matched lines between two looks at the clock while one block is classified: a block of a log that repeats a
-# traceback holds some 40k matched lines, seconds of work.
+LOG_READ_SHARE: Final = 0.5  # a dense log's grouping and facts take up to ~70 % of its reading time
+# grep_logs' share: what it does after reading (folding the kept matches, rendering) is small.
+GREP_READ_SHARE: Final = 0.85
+# Matched lines between two looks at the clock within one block (grep_logs, diagnose_logs): a block of a log that
+# repeats a traceback holds some 40k matched lines, seconds of work for diagnose_logs.
 LOG_CLOCK_EVERY_MATCHES: Final = 256
 # Distinct (line, rules) pairs whose classification is kept while one file is scanned: a log that repeats the same
 # failure (a traceback every step, a warning per rank) classifies each distinct line once.

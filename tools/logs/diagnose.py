@@ -21,11 +21,10 @@ import anyio.to_thread
 from pydantic import BaseModel, Field
 
 from tools.core.context import ToolContext
-from tools.core.errors import LimitExceeded, TriageError, UnreadableInput
+from tools.core.errors import TriageError, UnreadableInput
 from tools.core.files import InputFile, size_text
 from tools.core.limits import (
     LOG_CLASSIFIED_LINES_KEPT,
-    LOG_CLOCK_EVERY_MATCHES,
     LOG_MAX_PATTERNS,
     LOG_PARALLEL_BYTES,
     LOG_READ_SHARE,
@@ -54,11 +53,11 @@ from tools.logs.lines import LineReader, error_line_message, network_before_time
 from tools.logs.metrics import metric_facts, metric_level, overflow_level
 from tools.logs.prefixes import anchor_after_prefix, prefix_facts, without_prefixes
 from tools.logs.reader import (
-    CUT_BY_DEADLINE,
     LOG_FORMATS,
     LineMatcher,
     MatchedLine,
     ScanStats,
+    cut_by_deadline,
     display_line,
     expand_log_inputs,
     log_coverage,
@@ -383,9 +382,6 @@ def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
     return "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
 
 
-_OUT_OF_TIME = "the scan ran out of time."
-
-
 class _ClassifiedLines:
     """classify() with the answers for the lines seen last kept: a log that repeats one failure (its traceback every
     step, one warning per rank) has few distinct matched lines among very many."""
@@ -428,10 +424,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     classified_lines = _ClassifiedLines()
     last_line = 0
     try:
-        for count, match in enumerate(scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline,
-                                                stats=stats, rejoin_wraps=True)):
-            if count % LOG_CLOCK_EVERY_MATCHES == 0 and time.monotonic() > deadline:
-                raise LimitExceeded(_OUT_OF_TIME, "")
+        for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats,
+                               rejoin_wraps=True):
             last_line = match.number
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
@@ -497,9 +491,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
         if "ran out of time" not in exc.message:
             status = f"unreadable: {exc.message}"
         else:  # what was read is judged; the coverage row says where reading stopped
-            stats.lines = last_line
-            status = (f"{CUT_BY_DEADLINE} at line {last_line} (about {size_text(stats.bytes)} of "
-                      f"{size_text(_size(file))} read)" if stats.bytes else f"{CUT_BY_DEADLINE} before it was read")
+            status = cut_by_deadline(file, stats, last_line)
     else:
         status = stats.status()
     raised = tracebacks.exceptions()

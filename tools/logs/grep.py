@@ -22,6 +22,7 @@ from tools.core.context import ToolContext
 from tools.core.errors import TriageError, UnreadableInput
 from tools.core.files import InputFile, size_text
 from tools.core.limits import (
+    GREP_READ_SHARE,
     LOG_DEFAULT_MATCHES,
     LOG_GROUPS_FACTOR,
     LOG_MAX_CONTEXT,
@@ -36,6 +37,7 @@ from tools.logs.reader import (
     LineMatcher,
     ScanStats,
     compile_pattern,
+    cut_by_deadline,
     display_line,
     expand_log_inputs,
     log_coverage,
@@ -189,13 +191,15 @@ def _compiled(pattern: str) -> LineMatcher:
 def _scan_one(file: InputFile, pattern: str, context: int, mode: str, keep: int, deadline: float) -> _FileScan:
     """One file: its folded matches and totals."""
     scan = _FileScan(file, keep, mode)
+    last_line = 0
     try:
         for match in scan_file(file, _compiled(pattern), context=context, deadline=deadline, stats=scan.stats):
+            last_line = match.number
             scan.add(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
     except TriageError as exc:
-        if "ran out of time" in exc.message:
-            raise
-        scan.status = f"unreadable: {exc.message}"
+        # Out of time: the matches found so far are the answer, the coverage row says where reading stopped.
+        scan.status = (cut_by_deadline(file, scan.stats, last_line) if "ran out of time" in exc.message
+                       else f"unreadable: {exc.message}")
         return scan
     scan.status = scan.stats.status()
     return scan
@@ -240,7 +244,7 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
     files, unmatched = expand_log_inputs(params.paths, ctx.roots)
     total = sum(f.path.stat().st_size for f in files)
     ctx.progress.update(0, None, f"scanning {len(files)} file(s), {size_text(total)}")
-    deadline = time.monotonic() + ctx.remaining_s()
+    deadline = time.monotonic() + ctx.remaining_s() * GREP_READ_SHARE  # reading's; the rest folds and renders
     scans = await anyio.to_thread.run_sync(_scan, params, files, pattern, deadline, abandon_on_cancel=True)
     matches = _fair_share(scans, params.max_matches)
     totals = [FileTotal(file=s.file.name, rank=s.file.rank, matches=s.total, lines=s.stats.lines,
@@ -267,12 +271,16 @@ async def grep_logs(params: GrepLogsInput, ctx: ToolContext) -> GrepLogsResult:
                           f"{first.detail}): matches there are not in this answer.")
     elif cut:
         conclusion.insert(1, f"Searched only in part: {cut[0].input} ({cut[0].detail}).")
+    # Searched only in part (the call's time ran out, a read failed, a file rotated): what is not in the answer may
+    # hold matches, so the answer is open too.
+    decides = ("The same search over those inputs as text logs (or .gz), or over the files the glob was meant to "
+               "match." if unsearched else f"The same search on {cut[0].input} with a larger --timeout (or on that "
+               "file alone)." if cut else None)
     return GrepLogsResult(
-        severity=Severity.unknown if unsearched else Severity.ok,
+        severity=Severity.unknown if unsearched or cut else Severity.ok,
         conclusion=conclusion[:3],
         coverage=coverage,
-        decides=("The same search over those inputs as text logs (or .gz), or over the files the glob was meant to "
-                 "match." if unsearched else None),
+        decides=decides,
         next_steps=[NextStep(branch="triage", step="logs", action=f"diagnose_logs(paths={params.paths!r})",
                              why="Names the failure, its facts and the rank to look at, instead of raw lines.")],
         pattern=pattern,

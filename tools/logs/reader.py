@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform
 import re
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tools.core.compiled_cache import cache_key, load_compiled, store_compiled
-from tools.core.errors import BadInput, UnreadableInput
+from tools.core.errors import BadInput, LimitExceeded, UnreadableInput
 from tools.core.files import (
     InputFile,
     changed_while_read,
@@ -31,6 +32,7 @@ from tools.core.files import (
     size_text,
 )
 from tools.core.limits import (
+    LOG_CLOCK_EVERY_MATCHES,
     LOG_MAX_FILES,
     LOG_MAX_LINE_CHARS,
     LOG_MAX_PATTERN_CHARS,
@@ -41,8 +43,8 @@ from tools.core.models import Coverage
 from tools.core.workers import usable_cores
 from tools.logs.wraps import hard_wrap_width, rejoin_wrapped
 
-__all__ = ["LOG_FORMATS", "LineMatcher", "MatchedLine", "ScanStats", "compile_pattern", "display_line",
-           "expand_log_inputs", "log_coverage", "map_files", "scan_file"]
+__all__ = ["CUT_BY_DEADLINE", "LOG_FORMATS", "LineMatcher", "MatchedLine", "ScanStats", "compile_pattern",
+           "cut_by_deadline", "display_line", "expand_log_inputs", "log_coverage", "map_files", "scan_file"]
 
 # What the log readers read, for a coverage row of an input they could not.
 LOG_FORMATS = ("text log (UTF-8; invalid bytes replaced)", "gzip-compressed text log")
@@ -79,6 +81,21 @@ class ScanStats:
 
 # A file's scan status when the call's time for reading ran out in it or before it (diagnose_logs).
 CUT_BY_DEADLINE = "the call's time ran out"
+
+
+def cut_by_deadline(file: InputFile, stats: ScanStats, last_line: int) -> str:
+    """The status of a file whose reading the call's time stopped after `last_line` (0: before it began); its line
+    count becomes the lines read."""
+    stats.lines = last_line
+    if not stats.bytes:
+        return f"{CUT_BY_DEADLINE} before it was read"
+    try:
+        size = size_text(file.path.stat().st_size)
+    except OSError:
+        size = "?"
+    return f"{CUT_BY_DEADLINE} at line {last_line} (about {size_text(stats.bytes)} of {size} read)"
+
+
 # Said in a file's coverage row: its line numbers count the rejoined lines, not the file's.
 _REJOINED = "lines hard-wrapped at {width} columns were read rejoined (line numbers count rejoined lines)"
 
@@ -335,7 +352,11 @@ def scan_file(
                 block = rejoined
             size = len(block)
             position = 0
-            for line_start, line_end, ids in matcher.spans(block):
+            for count, (line_start, line_end, ids) in enumerate(matcher.spans(block)):
+                if count % LOG_CLOCK_EVERY_MATCHES == LOG_CLOCK_EVERY_MATCHES - 1 and time.monotonic() > deadline:
+                    # A block of a dense log (a traceback repeated) is seconds of matched lines: the call's time is
+                    # looked at within one, not only between blocks.
+                    raise LimitExceeded("the scan ran out of time.", "Pass fewer or smaller files, or raise --timeout.")
                 while waiting and position < line_start:  # after-context from the lines in between
                     end = block.find(b"\n", position, line_start)
                     end = line_start if end < 0 else end + 1

@@ -1,5 +1,6 @@
-"""diagnose_logs on logs too large for the call's time: reading stops at its share of the deadline
-(tools/core/limits.LOG_READ_SHARE) and the part read is judged, said to be partial; a cut healthy log is unknown.
+"""diagnose_logs and grep_logs on logs too large for the call's time: reading stops at its share of the deadline
+(tools/core/limits.LOG_READ_SHARE, GREP_READ_SHARE) and the part read is judged or searched, said to be partial; a cut
+healthy log is unknown, as is a search that could not read everything.
 
 The logs are real excerpts repeated: a development traceback (round 2) and a healthy vLLM start-up from the benign
 corpus, whose lines the rules read as candidates (warnings, INFO lines), so both scan at a few MB/s.
@@ -16,6 +17,7 @@ import pytest
 from tests.helpers import DATA, base_env, stdio_client, structured
 from tools.core.context import ToolContext
 from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
+from tools.logs.grep import GrepLogsInput, grep_logs
 from tools.logs.reader import CUT_BY_DEADLINE
 
 TRACEBACK = DATA / "logs" / "round2" / "dev" / "cuda_error__ace-504.log"
@@ -66,3 +68,16 @@ def test_a_healthy_log_cut_by_the_time_is_unknown_not_ok(tmp_path: Path) -> None
     assert result.coverage[0].status == "partial" and CUT_BY_DEADLINE in result.coverage[0].detail
     assert result.decides is not None and "--timeout" in result.decides
     assert any("read only in part" in sentence for sentence in result.conclusion)
+
+
+def test_a_search_cut_by_the_time_keeps_its_matches_and_is_unknown(tmp_path: Path) -> None:
+    copies = _repeated(TRACEBACK, tmp_path / "rank0.log", 64 * 1024 * 1024)
+    started = time.monotonic()
+    result = anyio.run(grep_logs, GrepLogsInput(paths=["rank0.log"], pattern="INTERNAL ASSERT FAILED"),
+                       ToolContext(roots=(tmp_path,), timeout_s=1))
+    assert time.monotonic() - started < 1 + 1
+    [total] = result.files
+    assert result.severity == "unknown" and 0 < total.matches < copies
+    assert result.coverage[0].status == "partial" and CUT_BY_DEADLINE in result.coverage[0].detail
+    assert result.matches and result.matches[0].count == total.matches  # one line repeated: one folded match
+    assert result.decides is not None and "--timeout" in result.decides
