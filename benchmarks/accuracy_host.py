@@ -46,6 +46,7 @@ ROUND5 = HOST / "round5"  # all held out: collected after round 4's tuning, froz
 ROUND6 = HOST / "round6"  # split 60/40 by repository: collected after round 5 was scored
 ROUND7 = HOST / "round7"  # all held out: collected after round 6's tuning (fourth session of 2026-12-02)
 ROUND8 = HOST / "round8"  # all held out: collected after round 7 was scored (fifth session of 2026-12-02)
+ROUND9 = HOST / "round9"  # all held out: collected after round 8 was scored (fifth session)
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -194,6 +195,8 @@ def main() -> None:
                     load_heldout(ROUND7), False)
         score_round("round 8, held out (tests/data/host/round8/heldout, fresh)", ROUND8 / "heldout",
                     load_heldout(ROUND8), False)
+        score_round("round 9, held out (tests/data/host/round9/heldout, fresh)", ROUND9 / "heldout",
+                    load_heldout(ROUND9), False)
 
 
 if __name__ == "__main__":

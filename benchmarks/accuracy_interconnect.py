@@ -53,6 +53,7 @@ ROUND5 = REPO / "tests" / "data" / "interconnect" / "round5"  # all held out: co
 ROUND6 = REPO / "tests" / "data" / "interconnect" / "round6"  # split 60/40 by repository, after round 5 was scored
 ROUND7 = REPO / "tests" / "data" / "interconnect" / "round7"  # all held out: collected after round 6's tuning
 ROUND8 = REPO / "tests" / "data" / "interconnect" / "round8"  # all held out: collected after round 7 was scored
+ROUND9 = REPO / "tests" / "data" / "interconnect" / "round9"  # all held out: collected after round 8 was scored
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the issue's words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -214,6 +215,8 @@ def main() -> None:
               load_heldout(ROUND7), misses=False)
         score("round 8, held out (fresh, frozen 2026-12-02, fifth session)", ROUND8 / "heldout",
               load_heldout(ROUND8), misses=False)
+        score("round 9, held out (fresh, frozen 2026-12-02, fifth session)", ROUND9 / "heldout",
+              load_heldout(ROUND9), misses=False)
 
 
 if __name__ == "__main__":
