@@ -34,7 +34,10 @@ more repositories, collected in the fourth session of 2026-12-02 after round 8's
 tuning (round9/dev, 44; round9/heldout, 30, frozen); round 10 (tests/data/logs/round10): 46 excerpts from 46 more
 repositories, collected after round 9's tuning, all held out; round 11 (tests/data/logs/round11): 62 excerpts from 59
 more repositories and forum threads, collected in the fifth session of 2026-12-02, split by repository before any
-tuning (round11/dev, 42; round11/heldout, 20, frozen); the benign corpus (tests/data/logs/benign_corpus):
+tuning (round11/dev, 42; round11/heldout, 20, frozen); round 12 (tests/data/logs/round12): 91 excerpts from 82 more
+repositories (committed logs and notebooks, BERT-era NLP, speech, medical and remote-sensing code, the Paddle,
+MindSpore, OneFlow, Jittor and MegEngine ecosystems, cluster tooling), collected after round 11's tuning, all held
+out; the benign corpus (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
 development sets are scored (the older sets and round 2's development part, each with its own figure);
@@ -91,6 +94,7 @@ ROUND10 = REPO / "tests" / "data" / "logs" / "round10"  # all held out: collecte
 # split 60/40 by repository: collected in the fifth session of 2026-12-02, after every earlier held-out round had been
 # scored several times
 ROUND11 = REPO / "tests" / "data" / "logs" / "round11"
+ROUND12 = REPO / "tests" / "data" / "logs" / "round12"  # all held out: collected after round 11's tuning
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -348,6 +352,7 @@ def main() -> None:
         sets.append(("HELD OUT: round 10 (issue 31, fresh, frozen 2026-12-02, fourth session)", load_heldout(ROUND10)))
         sets.append(("HELD OUT: round 11 (issue 31, split and frozen 2026-12-02, fifth session)",
                      load_heldout(ROUND11)))
+        sets.append(("HELD OUT: round 12 (issue 31, fresh, frozen 2026-12-02, fifth session)", load_heldout(ROUND12)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
