@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DiskSample", "GpuSeries", "HostCapture", "MemorySnapshot", "NumaNode", "Pressure", "ProcessSample",
-           "clock_span", "has_clock", "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor", "is_vmstat",
-           "is_vmstat_counters", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat",
+           "clock_span", "has_clock", "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor", "is_time_zone",
+           "is_vmstat", "is_vmstat_counters", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat",
            "read_vmstat_counters"]
 
 _NUMBER = re.compile(r"^-?\d+(?:[.,]\d+)?$")
@@ -31,11 +31,17 @@ _CLOCK_TOKEN = re.compile(r"^\d{1,2}(?::\d{2}(?::\d{2})?|\.\d{2}\.\d{2}|[時时]
 _CLOCK_IN_TOKEN = re.compile(r"\d{1,2}(?::|[時时])\d{2}|^\d{1,2}\.\d{2}\.\d{2}$|^\d{1,2}시$")
 _KOREAN_CLOCK = (re.compile(r"^\d{1,2}시$"), re.compile(r"^\d{1,2}분$"), re.compile(r"^\d{1,2}초$"))
 _MERIDIEM = frozenset({"AM", "PM", "am", "pm", "a.m.", "p.m.", "上午", "下午", "午前", "午後", "오전", "오후"})
+# Some locales' %X (and older sysstat builds) end the stamp with the time zone's abbreviation: "12:41:39  IST  CPU",
+# "03:26:53 EDT", "12:38:33 PM IST". An upper-case word of 2-5 letters after the clock is that zone, unless it is one of
+# the column labels sysstat's headers start with (CPU, DEV, IFACE, ...), which an upper-case zone name never is.
+_TIME_ZONE = re.compile(r"^(?:[A-Z]{2,5}|[+-]\d{4})$")
+_NOT_TIME_ZONES = frozenset({"CPU", "DEV", "IFACE", "INTR", "TTY", "FILESYSTEM", "BUS", "TEMP", "FAN", "IN", "DEVICE",
+                             "FCHOST", "UID", "USER", "PID", "TGID", "TID", "NODE", "ALL", "MHZ"})
 
 
 def clock_span(tokens: list[str]) -> int:
-    """How many leading tokens of a row make its time stamp (a meridiem word before or after it included); 0 when
-    the row does not start with one."""
+    """How many leading tokens of a row make its time stamp (a meridiem word before or after it, and a time zone's
+    abbreviation after it, included); 0 when the row does not start with one."""
     at = 1 if tokens and tokens[0] in _MERIDIEM else 0
     if at < len(tokens) and _CLOCK_TOKEN.match(tokens[at]):
         at += 1
@@ -46,7 +52,13 @@ def clock_span(tokens: list[str]) -> int:
                 at += 1
     else:
         return 0
-    return at + (1 if at < len(tokens) and tokens[at] in _MERIDIEM else 0)
+    at += 1 if at < len(tokens) and tokens[at] in _MERIDIEM else 0
+    return at + (1 if at < len(tokens) and is_time_zone(tokens[at]) else 0)
+
+
+def is_time_zone(token: str) -> bool:
+    """Whether a token after a clock is its time zone's abbreviation (IST, EDT, UTC, CEST, +0530)."""
+    return _TIME_ZONE.match(token) is not None and token.upper() not in _NOT_TIME_ZONES
 
 
 def has_clock(tokens: list[str]) -> bool:
@@ -204,8 +216,10 @@ def _number(text: str) -> float | None:
 
 def is_iostat(text: str) -> bool:
     # [ \t], not \s: a \s* at a line start would run on across blank lines (quadratic on 10^5 of them).
+    # `iostat -c` prints the avg-cpu report alone, with no device header.
     return (re.search(r"^Device:?[ \t]", text, re.M) is not None or '"sysstat"' in text[:2000]
-            or _PRETTY_HEADER.search(text[:65536]) is not None)
+            or _PRETTY_HEADER.search(text[:65536]) is not None
+            or re.search(r"^[ \t]*avg-cpu:[ \t]+%", text[:65536], re.M) is not None)
 
 
 # --pretty (and -h, which implies it) prints the device name last, in the header ("... %util Device") and rows; -h
@@ -214,6 +228,12 @@ def is_iostat(text: str) -> bool:
 _PRETTY_HEADER = re.compile(r"^[ \t]*(?:tps|r/s|w/s|d/s|f/s)[ \t][^\n]*[ \t]Device[ \t]*$", re.M)
 _HUMAN = re.compile(r"^(-?\d+(?:[.,]\d+)?)([BkMGTP])$")
 _HUMAN_KB = {"B": 1 / 1024, "k": 1.0, "M": 1024.0, "G": 1024.0**2, "T": 1024.0**3, "P": 1024.0**4}
+
+
+# An iostat command line (after a shell prompt, or alone) whose short options include y: "iostat -xy 1 1",
+# "# iostat -d -y -x 5". Long options (--dec=2, --human) and arguments are not option clusters.
+_IOSTAT_Y = re.compile(r"^[^\n]*?(?:^|[\s$#>])iostat(?:[ \t]+(?!-y)\S+)*?[ \t]+-(?!-)[A-Za-z]*y[A-Za-z]*(?=[ \t]|$)",
+                       re.M)
 
 
 def _iostat_number(text: str) -> float | None:
@@ -273,11 +293,14 @@ def read_iostat(text: str) -> HostCapture:
             name, cells = (tokens[-1], tokens[:-1]) if device_last else (tokens[0], tokens[1:])
             reports[-1][0].setdefault(name, {}).update(
                 {h: _iostat_number(v) for h, v in zip(header, cells, strict=False)})
-    kept = reports[1:] if len(reports) > 1 else reports
+    # -y omits the report since boot: then the first report is an interval too. The capture says so only where it
+    # keeps the command line it was run with ("$ iostat -xy 1 1").
+    skipped = _IOSTAT_Y.search(text[:65536]) is not None
+    kept = reports[1:] if len(reports) > 1 and not skipped else reports
     # One report is the averages since boot only when the capture starts where iostat does (its banner): a pasted
     # block without it may be any interval.
     capture.reports = len(kept)
-    capture.since_boot = len(reports) == 1 and SYSSTAT_BANNER.search(text) is not None
+    capture.since_boot = len(reports) == 1 and not skipped and SYSSTAT_BANNER.search(text) is not None
     for disks, cpu, _ in kept:
         capture.disks.extend(_disk(name, cells) for name, cells in disks.items())
         if len(cpu) == 5:
@@ -340,8 +363,10 @@ def read_vmstat(text: str) -> HostCapture:
         if header is None or len(tokens) < len(header):
             continue
         values, stamp = tokens[:len(header)], tokens[len(header):]
-        # -t: each row ends with its date and time (2024-06-01 10:00:01).
-        if all(_number(t) is not None for t in values) and (not stamp or (len(stamp) == 2 and ":" in stamp[1])):
+        # -t: each row ends with its date and time (2024-06-01 10:00:01), which procps before 3.3.13 followed with
+        # the time zone's abbreviation (2012-09-02 14:57:18 IST); newer ones print the zone in the header instead.
+        timed = len(stamp) in (2, 3) and ":" in stamp[1] and (len(stamp) == 2 or is_time_zone(stamp[2]))
+        if all(_number(t) is not None for t in values) and (not stamp or timed):
             rows.append(dict(zip(header, (_number(t) for t in values), strict=True)))
     kept = rows[1:] if len(rows) > 1 else rows  # the first row averages since boot
     capture.reports, capture.since_boot = len(kept), len(rows) == 1
@@ -466,6 +491,11 @@ def read_mpstat(text: str) -> HostCapture:
                 sar = sar or "user" in header
                 if has_clock(header_time):
                     intervals.append({})
+                continue
+            if columns and all(_number(c) is None for c in columns):
+                # Another table's header (mpstat -I: intr/s, one column per interrupt, or HI/s TIMER/s ... RCU/s,
+                # which has as many columns as the CPU table): its rows are not CPU shares.
+                header = None
                 continue
         if header is None or len(tokens) < len(header) + 1:
             continue

@@ -36,12 +36,17 @@ def is_sar(text: str) -> bool:
         rest = tokens[at:] if at else tokens[1:]
         if rest[:2] == ["CPU", "%user"] or any(word in _SECTION_WORDS for word in rest[:2]):
             return True
+        # A labelled section's header names its section further on (IFACE rxpck/s txpck/s rxkB/s: sar -n DEV); a
+        # header of words only, not pidstat's (PID ... Command), whose -r columns share sar -B's majflt/s.
+        if (at and rest and rest[0] in _LABELS and all(_value(t) is None for t in rest)
+                and any(word in _SECTION_WORDS for word in rest[1:])):
+            return True
     return False
 
 
 def is_sadf(text: str) -> bool:
     head = text[:65536]
-    return (re.search(r"^# hostname;interval;timestamp;", head, re.M) is not None
+    return (re.search(r"^[ \t]*# hostname;interval;timestamp;", head, re.M) is not None
             or re.search(r"^File created by sar/sadc", head, re.M) is not None
             or sum(1 for line in head.splitlines()[:50] if _SADF_P.match(line)) >= 3)
 
@@ -88,8 +93,12 @@ def read_sar(text: str) -> HostCapture:
     capture = HostCapture("sar")
     banner = _BANNER_CPUS.search(text[:4096])
     capture.cores = int(banner.group(1)) if banner else None
+    counted: dict[tuple[str, ...], int] = {}
     for columns, intervals, averages in sections:
         _section(capture, columns, intervals or ([averages] if averages else []))
+        # sar repeats a labelled section's header before each interval (sar -d 1 3): those are one section's reports.
+        counted[tuple(columns)] = counted.get(tuple(columns), 0) + len(intervals)
+    capture.reports = max([capture.reports, *counted.values()])
     if capture.memory is not None:  # sar -S's swap, read into the lowest reading, holds for each of them
         for reading in capture.memory_series:
             if reading.swap_total_kb is None:
@@ -186,6 +195,7 @@ def read_sadf(text: str) -> HostCapture:
     header: list[str] | None = None
     pairs: dict[tuple[str, str], dict[str, float]] = {}
     for line in text.splitlines():
+        line = line.strip()  # a pasted block may indent the lines
         if line.startswith("# hostname;interval;timestamp;"):
             header = line[2:].split(";")[3:]
             lines.append("00:00:00 " + " ".join(header))

@@ -84,6 +84,8 @@ def _value(text: str) -> float:
 
 def read_top(text: str) -> HostCapture:
     frames = [f for f in re.split(r"(?m)^(?=top - \d)", text) if f.strip()]
+    if any(f.startswith("top - ") for f in frames):
+        frames = [f for f in frames if f.startswith("top - ")]  # not the command line pasted above the first frame
     capture = HostCapture("top")
     capture.reports = len(frames)
     frame = frames[-1] if frames else text
@@ -225,13 +227,21 @@ def _processes(frame: str) -> list[ProcessSample]:
                 break
             continue
         start = _row_start(tokens, header)
+        columns = header
         if start is None:
-            continue
-        tokens = tokens[start:]
-        cells = dict(zip(header, tokens, strict=False))
+            anchored = _from_state(tokens, header)
+            if anchored is None:
+                continue
+            # PID, then the columns from S on: the cells between them did not line up with the header.
+            state_at, columns = anchored
+            tokens = [tokens[0], *tokens[state_at:]]
+            columns = [header[0], *columns]
+        else:
+            tokens = tokens[start:]
+        cells = dict(zip(columns, tokens, strict=False))
         cpu = next((cells[c] for c in _CPU_COLUMNS if c in cells), None)
         # The command (and toybox's THREAD and PROCESS) comes last and may hold spaces: all the rest of the row.
-        at = next((i for i, c in enumerate(header) if c in _COMMAND_COLUMNS), len(header) - 1)
+        at = next((i for i, c in enumerate(columns) if c in _COMMAND_COLUMNS), len(columns) - 1)
         core = cells.get("P")
         memory = cells.get("%MEM")
         rows.append(ProcessSample(pid=int(tokens[0]), command=" ".join(tokens[at:]),
@@ -242,6 +252,25 @@ def _processes(frame: str) -> list[ProcessSample]:
                                   mem_pct=_value(memory) if memory and re.fullmatch(_VALUE, memory) else None,
                                   resident_kb=_size_kb(cells.get("RES")), shared_kb=_size_kb(cells.get("SHR"))))
     return rows
+
+
+def _from_state(tokens: list[str], header: list[str]) -> tuple[int, list[str]] | None:
+    """A row with fewer cells between its PID and its state than the header has columns (a paste that lost NI's
+    blank-looking values, "20     3106324 613584 ... S  79.5"): where its state letter is, and the header's columns
+    from S on, which the rest of the row fills in order (%CPU %MEM TIME+ COMMAND). None when no such state cell."""
+    if "S" not in header or not tokens or not tokens[0].isdigit():
+        return None
+    state_at = header.index("S")
+    tail = header[state_at:]
+    command_at = next((i for i, c in enumerate(tail) if c in _COMMAND_COLUMNS), len(tail) - 1)
+    for at in range(1, min(state_at, len(tokens))):
+        if _STATE.match(tokens[at]) is None or len(tokens) - at <= command_at:
+            continue
+        cells = dict(zip(tail, tokens[at:], strict=False))
+        cpu = next((cells[c] for c in _CPU_COLUMNS if c in cells), None)
+        if cpu is not None and re.fullmatch(_VALUE, cpu):
+            return at, tail
+    return None
 
 
 def _row_start(tokens: list[str], header: list[str]) -> int | None:
