@@ -7,9 +7,9 @@ node) < SYS (across the CPU sockets' interconnect). GPU Direct RDMA needs PIX/PX
 
 - Matrix alone: a GPU whose nearest NIC is SYS while other GPUs of the board have one at PIX/PXB is a rail out of
   line (nic_affinity); one whose nearest NIC is SYS while the others reach one on their own socket (PHB/NODE) sits on
-  a socket without a NIC, its traffic crossing the sockets (nic_affinity); fewer NICs than GPUs at NODE is the
-  board's design, not a fault; a box where every GPU-NIC path is SYS is a fact of the topology, said once, never as
-  a per-GPU fault.
+  a socket without a NIC: the board's layout, said in a note; fewer NICs than GPUs at NODE is the board's design,
+  not a fault; a box where every GPU-NIC path is SYS is a fact of the topology, said once, never as a per-GPU
+  fault.
 - With NCCL's log: the NIC each GPU's network channels use (`via NET/IB/<n>` under the `[dev]` of the line, `GPU
   Direct RDMA ... for GPU x / HCA n`), joined to the matrix through NCCL's device list (`NET/IB : Using [n]mlx5_k`)
   and the matrix's NIC legend: a GPU that uses a NIC at SYS, or at NODE/PHB while one at PIX/PXB is its own, is
@@ -95,17 +95,13 @@ def judge_matrix_affinity(matrix: TopoMatrix, node: str, found: Evidence, source
                       "crosses QPI/UPI without GPU Direct RDMA" + source, _FIX, node)
     middle = sorted((g for g, (path, _) in nearest.items() if path in ("PHB", "NODE")), key=_gpu_key)
     if far and middle and not close:
-        # A socket without a NIC: its GPUs reach one only across the sockets, while the others have one on their own
-        # socket (issue 32: a GPU "whose traffic crosses sockets").
-        for gpu in far:
-            found.add("nic_affinity", Severity.warn,
-                      f"{gpu}'s nearest NIC is {_nics(matrix, nearest[gpu][1])} at SYS (across the CPU sockets), "
-                      f"while {', '.join(middle[:4])}{' ...' if len(middle) > 4 else ''} reach one on their own "
-                      f"socket ({'/'.join(sorted({nearest[g][0] for g in middle}))}): no NIC on {gpu}'s socket, so "
-                      "its inter-node traffic crosses QPI/UPI without GPU Direct RDMA" + source,
-                      "Put the ranks that carry the inter-node traffic on the GPUs of the NIC's socket, or add a NIC "
-                      "on this socket; NCCL's PXN (NCCL_PXN_DISABLE=0, the default since 2.12) routes through an "
-                      "NVLink peer near the NIC where the GPUs have NVLink.", node)
+        # A socket without a NIC: its GPUs reach one only across the sockets while the others have one on their own
+        # socket. The board's layout, not a misplaced rail (no nearer NIC to move to): said, not judged.
+        found.notes.append(f"{node}: {', '.join(far)} reach a NIC only across the CPU sockets (SYS), while "
+                           f"{', '.join(middle[:4])}{' ...' if len(middle) > 4 else ''} have one on their own socket "
+                           f"({'/'.join(sorted({nearest[g][0] for g in middle}))}): no NIC on that socket, so their "
+                           "inter-node traffic crosses QPI/UPI without GPU Direct RDMA; put the ranks that carry it "
+                           "on the NIC's socket, or rely on NCCL's PXN over NVLink where the GPUs have it.")
     if close and middle:
         # Fewer NICs than GPUs is the board's design: a GPU with no NIC near it has none to be moved to. Whether a
         # GPU uses a far NIC while a near one exists is judged with NCCL's log.
