@@ -5,7 +5,11 @@ errors preset), diagnose_logs <= 3x, peak RSS < 200 MB whatever the size. Each c
 process (as a user would run it), `--runs` times; medians and ratios are printed. Peak RSS comes from
 wait4() of that process. The page cache is warmed first so both sides read from memory.
 
-Usage: .venv/bin/python benchmarks/logs.py [--gib 1.0] [--ranks 8] [--runs 3]
+A second, dense input: a real traceback (a round-11 development excerpt) repeated to `--dense-mib` MiB, every line
+a match, as a log that prints the same failure at every step: diagnose_logs' speed and peak RSS on it read whole, and
+the same call with `--timeout 10`, which must answer by its deadline with the part read (its coverage partial).
+
+Usage: .venv/bin/python benchmarks/logs.py [--gib 1.0] [--ranks 8] [--runs 3] [--dense-mib 16]
 (ripgrep: `pip install -e ".[bench]"`, or Debian's `ripgrep`.)
 """
 
@@ -66,20 +70,20 @@ def generate(folder: Path, total_bytes: int, ranks: int) -> list[Path]:
     return files
 
 
-def measure(argv: list[str], cwd: Path) -> tuple[float, float, bytes]:
-    """(wall seconds, peak RSS MiB, last 100 lines of stdout) of one process."""
+def measure(argv: list[str], cwd: Path, keep: int = 100) -> tuple[float, float, bytes]:
+    """(wall seconds, peak RSS MiB, last `keep` lines of stdout) of one process."""
     started = time.perf_counter()
     process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert process.stdout is not None
     tail: list[bytes] = []
     for line in process.stdout:  # what `| tail -100` does
         tail.append(line)
-        if len(tail) > 200:
-            del tail[:100]
+        if len(tail) > 2 * keep:
+            del tail[:keep]
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.perf_counter() - started
-    return elapsed, usage.ru_maxrss / 1024, b"".join(tail[-100:])
+    return elapsed, usage.ru_maxrss / 1024, b"".join(tail[-keep:])
 
 
 def main() -> None:
@@ -87,6 +91,7 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dense-mib", type=int, default=16)
     args = parser.parse_args()
     rg = shutil.which("rg") or str(Path(sys.executable).parent / "rg")
     if not Path(rg).exists():
@@ -130,6 +135,26 @@ def main() -> None:
         print(f"grep_logs / ripgrep -n  = {median['grep_logs'] / median['ripgrep -n']:.2f}x (both number lines)")
         worst_rss = max(peak["grep_logs"], peak["diagnose_logs"])
         print(f"peak RSS of ours        = {worst_rss:.0f} MiB (target < 200) -> {'OK' if worst_rss < 200 else 'OVER'}")
+        dense(folder, triage, args.dense_mib)
+
+
+DENSE_SEED = REPO / "tests" / "data" / "logs" / "round11" / "dev" / "nccl_init_network__xh-liu-cc-fpse-6.log"
+
+
+def dense(folder: Path, triage: list[str], mib: int) -> None:
+    """diagnose_logs on one traceback repeated to `mib` MiB: read whole, then under a 10 s deadline."""
+    seed = DENSE_SEED.read_bytes()
+    path = folder / "dense.log"
+    path.write_bytes(seed * (mib * 2**20 // len(seed) + 1))
+    size = path.stat().st_size / 2**20
+    argv = [*triage, "diagnose-logs", "--json", "--root", str(folder), "--paths", "dense.log", "--timeout"]
+    wall, rss, _ = measure([*argv, "600"], folder)
+    print(f"\ndense log ({size:.0f} MiB, one traceback repeated): diagnose_logs {wall:.2f} s "
+          f"({size / wall:.1f} MiB/s), peak RSS {rss:.0f} MiB")
+    wall, rss, out = measure([*argv, "10"], folder, keep=100_000)  # the whole JSON: its coverage says what was read
+    cut = b"the call's time ran out" in out
+    print(f"the same with --timeout 10: answered in {wall:.2f} s, read {'in part' if cut else 'whole'}, peak RSS "
+          f"{rss:.0f} MiB -> {'OK' if wall <= 10 + 2 else 'LATE'} (the deadline, process start-up aside)")
 
 
 if __name__ == "__main__":

@@ -262,6 +262,7 @@ class TracebackReader:
         self._current: RaisedException | None = None  # the last final exception, for user-code frames and wraps
         self._user_code = False
         self._chain: RaisedException | None = None  # an exception whose traceback goes on below (chained)
+        self._chain_headed = False  # the chained traceback's header was read: a second header starts another failure
         self._worker_wrapper: RaisedException | None = None
         self._ignored = False
         self._header_type: str | None = None  # IPython's header names the exception before its frames
@@ -284,6 +285,12 @@ class TracebackReader:
         header = _HEADER.search(text)
         if header is not None:
             self._close_cut()
+            if self._chain is not None:
+                # The traceback the chain marker introduced was cut before its final line: this header is the next
+                # failure's, not chained to it (a log repeating a cut chain chained every copy to the one before).
+                if self._chain_headed:
+                    self._chain = None
+                self._chain_headed = self._chain is not None
             if header["original"] and self._current is not None and (
                     self._current.number >= number - 2 or _WORKER_WRAPPER.search(self._current.message)):
                 self._worker_wrapper = self._current
@@ -298,6 +305,7 @@ class TracebackReader:
             self._close_cut()
             if self._current is not None:
                 self._chain = self._current
+                self._chain_headed = False
             self._user_code = False
             return
         if _IGNORED.search(text) is not None:
@@ -869,11 +877,15 @@ def lend_cut_tracebacks(hits: list[tuple[Rule, _Hit]], cut: list[CutTraceback]) 
     """A traceback cut before its final line names no exception, but it is where the serious failure a rule found
     right above it (or on a line inside it, interleaved) surfaced: that hit takes the traceback's innermost user frame
     as its location (when it has none) and the launcher's rank prefix as its rank (when it has none)."""
+    # The serious hits by line, each cut traceback looking only at those near it: a log repeating a cut traceback has as
+    # many cut tracebacks as hits, and a scan of every hit for each was quadratic (16 MB took minutes).
+    serious = sorted((h.number, i) for i, (r, h) in enumerate(hits) if r.level != "info" and not r.evidence_only)
+    numbers = [number for number, _ in serious]
     for traceback in cut:
         if traceback.other_thread:
             continue
-        near = [(r, h) for r, h in hits if r.level != "info" and not r.evidence_only
-                and traceback.start - traceback.lead <= h.number <= traceback.end]
+        near = [hits[i] for _, i in serious[bisect.bisect_left(numbers, traceback.start - traceback.lead):
+                                            bisect.bisect_right(numbers, traceback.end)]]
         if not near:
             continue
         _, hit = min(near, key=lambda pair: abs(pair[1].number - traceback.start))

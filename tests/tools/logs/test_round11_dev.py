@@ -94,3 +94,15 @@ def test_a_bare_timestamp_is_a_prefix_not_the_error() -> None:
     [oom] = serious(diagnose("cuda_oom__k2-fsa-zipvoice-146.log"))
     assert str(oom.facts["error"]).startswith(
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.72 GiB.")
+
+
+def test_a_repeated_cut_chain_is_not_chained_to_the_copy_before(tmp_path: Path) -> None:
+    # The CC-FPSE excerpt ends inside the traceback its "During handling of the above exception" introduced: printed
+    # again and again, each copy's exception stands alone (chaining each to the one before grew the chain with every
+    # copy: quadratic, and past Python's recursion limit), and its count is the number of copies.
+    text = (ROUND11 / "nccl_init_network__xh-liu-cc-fpse-6.log").read_bytes()
+    (tmp_path / "rank0.log").write_bytes(text * 3000)
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["rank0.log"]), ToolContext(roots=(tmp_path,)))
+    [found] = serious(result)
+    assert found.category == "nccl_init_network" and found.count == 3000
+    assert "caused_by" not in found.facts
