@@ -37,7 +37,9 @@ more repositories and forum threads, collected in the fifth session of 2026-12-0
 tuning (round11/dev, 42; round11/heldout, 20, frozen); round 12 (tests/data/logs/round12): 91 excerpts from 82 more
 repositories (committed logs and notebooks, BERT-era NLP, speech, medical and remote-sensing code, the Paddle,
 MindSpore, OneFlow, Jittor and MegEngine ecosystems, cluster tooling), collected after round 11's tuning, all held
-out; the benign corpus (tests/data/logs/benign_corpus):
+out; round 13 (tests/data/logs/round13): 50 excerpts from 50 more repositories, collected after round 12 was
+scored and aimed at its weakest families, split by repository before tuning; the benign corpus
+(tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
 development sets are scored (the older sets and round 2's development part, each with its own figure);
@@ -95,6 +97,9 @@ ROUND10 = REPO / "tests" / "data" / "logs" / "round10"  # all held out: collecte
 # scored several times
 ROUND11 = REPO / "tests" / "data" / "logs" / "round11"
 ROUND12 = REPO / "tests" / "data" / "logs" / "round12"  # all held out: collected after round 11's tuning
+# split 60/40 by repository: collected after round 12 was scored, aimed at its weakest families (dataloader,
+# process_exit, compile, inference, unclassified_error)
+ROUND13 = REPO / "tests" / "data" / "logs" / "round13"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -163,6 +168,10 @@ def load_round9_dev() -> list[Case]:
 
 def load_round11_dev() -> list[Case]:
     return _labelled(ROUND11 / "dev" / "cases.jsonl")
+
+
+def load_round13_dev() -> list[Case]:
+    return _labelled(ROUND13 / "dev" / "cases.jsonl")
 
 
 def load_benign_corpus() -> list[Case]:
@@ -340,6 +349,7 @@ def main() -> None:
             ("development: round 8 (issue 31)", load_round8_dev()),
             ("development: round 9 (issue 31)", load_round9_dev()),
             ("development: round 11 (issue 31)", load_round11_dev()),
+            ("development: round 13 (issue 31)", load_round13_dev()),
             ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
@@ -353,6 +363,8 @@ def main() -> None:
         sets.append(("HELD OUT: round 11 (issue 31, split and frozen 2026-12-02, fifth session)",
                      load_heldout(ROUND11)))
         sets.append(("HELD OUT: round 12 (issue 31, fresh, frozen 2026-12-02, fifth session)", load_heldout(ROUND12)))
+        sets.append(("HELD OUT: round 13 (issue 31, split and frozen 2026-12-02, fifth session)",
+                     load_heldout(ROUND13)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
