@@ -50,6 +50,9 @@ SMI_MAX_SAMPLING_S: Final = 60.0
 SMI_MAX_FIELDS: Final = 40
 SMI_MAX_GPU_INDEX: Final = 1023
 SMI_MAX_CSV_BYTES: Final = 16 * 1024 * 1024
+# Rows a result carries (the last ones): a -l capture of a day holds 100k, and every returned string is redacted and
+# rendered; the per-GPU summary and the periodic search read them all.
+SMI_MAX_ROWS_RETURNED: Final = 512
 
 # Paths given to any tool.
 MAX_PATH_CHARS: Final = 4096

@@ -33,6 +33,7 @@ from tools.core.limits import (
     SMI_MAX_FIELDS,
     SMI_MAX_GPU_INDEX,
     SMI_MAX_INTERVAL_S,
+    SMI_MAX_ROWS_RETURNED,
     SMI_MAX_SAMPLES,
     SMI_MAX_SAMPLING_S,
     SMI_MIN_INTERVAL_S,
@@ -176,6 +177,9 @@ def _show(row: SmiRow, field: str) -> str:
 # ---------------------------------------------------------------- parsing (the one CSV parser)
 
 
+_CELLS_KEPT = 65_536  # distinct parsed cells one capture's parse keeps (memory bound)
+
+
 def _parse_value(raw: str, kind: FieldKind) -> tuple[Value, str | None]:
     text = raw.strip()
     missing = _MISSING.match(text)
@@ -228,6 +232,9 @@ def parse_smi_csv(
             "Pass `fields` in the order of the capture's --query-gpu list.",
         )
     rows: list[SmiRow] = []
+    kinds = [field_kind(name, query) for name in names]
+    # A capture repeats its cells (a GPU's name and uuid on every row, the same clocks): each distinct one parsed once.
+    parsed: dict[tuple[str, FieldKind], tuple[Value, str | None]] = {}
     for number, cells in enumerate(body, start=2 if has_header else 1):
         if len(cells) != len(names):
             raise UnreadableInput(
@@ -236,8 +243,13 @@ def parse_smi_csv(
             )
         values: dict[str, Value] = {}
         missing: dict[str, str] = {}
-        for name, cell in zip(names, cells, strict=True):
-            value, reason = _parse_value(cell, field_kind(name, query))
+        for name, kind, cell in zip(names, kinds, cells, strict=True):
+            found = parsed.get((cell, kind))
+            if found is None:
+                found = _parse_value(cell, kind)
+                if len(parsed) < _CELLS_KEPT:
+                    parsed[(cell, kind)] = found
+            value, reason = found
             values[name] = value
             if reason:
                 missing[name] = reason
@@ -386,8 +398,9 @@ def _gpu_values(rows: list[SmiRow]) -> list[GpuValues]:
     values: list[GpuValues] = []
     for order, (key, gpu_rows) in enumerate(by_gpu.items()):
         def med(*names: str, _rows: list[SmiRow] = gpu_rows) -> float | None:
-            numbers = [n for r in _rows for name in names
-                       if canonical(name, "gpu") and (n := _numeric(_lookup(r, name))) is not None]
+            # The rows of one GPU share their field names: each name's spelling is looked up once, not once a row.
+            spelled = [s for name in names if canonical(name, "gpu") and (s := _spelling(tuple(_rows[0].values), name))]
+            numbers = [n for r in _rows for name in spelled if (n := _numeric(r.values.get(name))) is not None]
             return statistics.median(numbers) if numbers else None
 
         reasons: list[str] | None = None
@@ -537,8 +550,9 @@ async def nvidia_smi_query(params: NvidiaSmiQueryInput, ctx: ToolContext) -> Nvi
         findings=findings,
         summary=_summaries(rows, fields, samples),
         periodic=periodic,
-        notes=notes,
-        rows=rows,
+        notes=notes + ([f"rows: the last {SMI_MAX_ROWS_RETURNED} of {len(rows)} are returned; the summary and the "
+                        "periodic search cover them all."] if len(rows) > SMI_MAX_ROWS_RETURNED else []),
+        rows=rows[-SMI_MAX_ROWS_RETURNED:],
     )
 
 

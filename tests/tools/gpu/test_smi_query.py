@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.helpers import DATA, H200, RTX2080S, base_env, h100, run_cli, with_fake_nvml, with_fake_smi, write_scenario
+from tools.core.context import ToolContext
 from tools.core.errors import BadInput, UnreadableInput
-from tools.gpu.smi_query import parse_smi_csv
+from tools.core.limits import SMI_MAX_ROWS_RETURNED
+from tools.gpu.smi_query import NvidiaSmiQueryInput, nvidia_smi_query, parse_smi_csv
 
 SMI = DATA / "nvidia_smi"
 
@@ -217,3 +220,14 @@ def test_a_capture_with_no_rows_is_refused(tmp_path: Path) -> None:
     (tmp_path / "header_only.csv").write_text("index, utilization.gpu [%]\n")
     done = run_cli(["nvidia-smi-query", "--csv-path", "header_only.csv", "--root", str(tmp_path)], base_env())
     assert done.returncode == 3 and "holds no rows of nvidia-smi output (only its header line)" in done.stderr
+
+
+def test_a_long_capture_returns_its_last_rows_and_summarises_them_all(tmp_path: Path) -> None:
+    # The recorded P100 capture's row repeated 20k times (a day of `-l` output): the result carries the last
+    # SMI_MAX_ROWS_RETURNED rows and says so; the per-GPU summary counts every row.
+    header, row = (DATA / "nvidia_smi" / "query_gpu_tesla_p100_header_nounits.csv").read_text().splitlines()[:2]
+    (tmp_path / "day.csv").write_text("\n".join([header] + [row] * 20_000) + "\n")
+    result = anyio.run(nvidia_smi_query, NvidiaSmiQueryInput(csv_path="day.csv"), ToolContext(roots=(tmp_path,)))
+    assert len(result.rows) == SMI_MAX_ROWS_RETURNED
+    assert any(f"the last {SMI_MAX_ROWS_RETURNED} of 20000 are returned" in note for note in result.notes)
+    assert result.coverage[0].detail.startswith("20000 row(s)")
