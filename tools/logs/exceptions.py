@@ -403,7 +403,9 @@ class TracebackReader:
             exc.spawned_index = self._spawned_index
         self._spawned_index = None
         if self._chain is not None and self._chain is not exc:
-            exc.causes = [self._chain, *self._chain.causes]
+            # The nearest causes are the ones that say why; a chain of hundreds (a retry loop re-raising) kept whole
+            # would grow each exception with every one before it.
+            exc.causes = [self._chain, *self._chain.causes][:_CAUSES_KEPT]
             self._done.remove(self._chain)
         if self._worker_wrapper is not None:
             exc.worker = True
@@ -837,16 +839,21 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
 
 
 _EXCEPTIONS_KEPT = 4096  # distinct printed exceptions whose classification one file's scan keeps
+_CAUSES_KEPT = 8  # chained causes an exception keeps, nearest first
 
 
-def _printed(exc: RaisedException) -> tuple[Any, ...]:
-    """What classify_exception reads of `exc`: everything it printed, not the line numbers it printed it at."""
+def _printed(exc: RaisedException, linked: bool = True) -> tuple[Any, ...]:
+    """What classify_exception reads of `exc`: everything it printed, not the line numbers it printed it at; of its
+    wrapped exception and causes (`linked`), their own text only, as it reads no further."""
     def frames(of: list[Frame]) -> tuple[tuple[str, int, str | None, str], ...]:
         return tuple((f.path, f.line, f.function, f.source) for f in of)
 
-    return (exc.type, exc.message, exc.text, tuple(exc.before), tuple(exc.after), frames(exc.frames),
-            frames(exc.user_frames), exc.handled, exc.worker, exc.bare, exc.innermost_first,
-            None if exc.wrapped is None else _printed(exc.wrapped), tuple(_printed(c) for c in exc.causes))
+    own = (exc.type, exc.message, exc.text, tuple(exc.before), tuple(exc.after), frames(exc.frames),
+           frames(exc.user_frames), exc.handled, exc.worker, exc.bare, exc.innermost_first)
+    if not linked:
+        return own
+    return (*own, None if exc.wrapped is None else _printed(exc.wrapped, linked=False),
+            tuple(_printed(c, linked=False) for c in exc.causes))
 
 
 _ABOVE_LINES = 3  # a failure's line at most this many lines above a traceback that no entry knows raised it

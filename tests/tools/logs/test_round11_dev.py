@@ -106,3 +106,15 @@ def test_a_repeated_cut_chain_is_not_chained_to_the_copy_before(tmp_path: Path) 
     [found] = serious(result)
     assert found.category == "nccl_init_network" and found.count == 3000
     assert "caused_by" not in found.facts
+
+
+def test_a_long_chain_of_causes_is_kept_to_its_nearest(tmp_path: Path) -> None:
+    # The CC-FPSE excerpt's first traceback, each copy chained to the one before by its own "During handling of the
+    # above exception" line, 2000 deep (a retry loop re-raising): read in bounded time and memory, one finding.
+    lines = (ROUND11 / "nccl_init_network__xh-liu-cc-fpse-6.log").read_text().splitlines()
+    chain_at = next(i for i, line in enumerate(lines) if line.startswith("During handling"))
+    first, marker = lines[3:chain_at - 1], lines[chain_at - 1:chain_at + 2]  # Traceback ... RuntimeError; the marker
+    (tmp_path / "rank0.log").write_text("\n".join((first + marker) * 2000 + first) + "\n")
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["rank0.log"]), ToolContext(roots=(tmp_path,)))
+    [found] = serious(result)
+    assert found.category == "nccl_init_network" and found.facts["exception"] == "RuntimeError"
