@@ -13,7 +13,7 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -382,25 +382,6 @@ def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
     return "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
 
 
-class _ClassifiedLines:
-    """classify() with the answers for the lines seen last kept: a log that repeats one failure (its traceback every
-    step, one warning per rank) has few distinct matched lines among very many."""
-
-    def __init__(self) -> None:
-        self._kept: dict[tuple[bytes, frozenset[int]], tuple[Rule, dict[str, FactValue]] | None] = {}
-
-    def classify(self, line: bytes, matched: frozenset[int]) -> tuple[Rule, dict[str, FactValue]] | None:
-        key = (line, matched)
-        if key in self._kept:
-            kept = self._kept[key]
-        else:
-            if len(self._kept) >= LOG_CLASSIFIED_LINES_KEPT:
-                self._kept.clear()
-            kept = self._kept[key] = classify(line, matched)
-        # Its facts are a copy: the caller takes facts out of them (the rank) and adds facts of lines around.
-        return None if kept is None else (kept[0], dict(kept[1]))
-
-
 @cache
 def _traceback_rule() -> int:
     """The index of the rule whose lines are read as tracebacks."""
@@ -421,7 +402,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
     traceback_rule = _traceback_rule()
     lines = LineReader()  # error lines and network failures (tools/logs/lines.py)
-    classified_lines = _ClassifiedLines()
+    # Each distinct matched line classified once: a log that repeats one failure (its traceback every step, one
+    # warning per rank) has few distinct matched lines among very many.
+    classify_once = lru_cache(maxsize=LOG_CLASSIFIED_LINES_KEPT)(classify)
     last_line = 0
     try:
         for match in scan_file(file, candidates, context=SITE_CONTEXT_LINES, deadline=deadline, stats=stats,
@@ -429,7 +412,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             last_line = match.number
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
-            classified = classified_lines.classify(match.text, match.patterns)
+            once = classify_once(match.text, match.patterns)
+            # A copy of its facts: the hit takes facts out of them (the rank) and adds those of the lines around it.
+            classified = None if once is None else (once[0], dict(once[1]))
             if lines.feed(match, classified):
                 continue
             if classified is None or classified[0].id == TRACEBACK_RULE:
