@@ -239,6 +239,11 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     if name == "signal" and signal_number(want) is not None:  # one signal: 9, "SIGKILL" and "Killed" alike
         return any(bool(signal_number(finding.facts[k]) == signal_number(want)) for k in ("signal", "signal_number")
                    if k in finding.facts)
+    if name in FREE_TEXT_FACTS and isinstance(want, str):
+        # The message under whichever name the finding gives it (a rule's `error`, the taxonomy's `message`, a
+        # compiler's `reason`): labellers and rules name the same text differently.
+        return any(isinstance(finding.facts.get(k), str) and _same_text(want, str(finding.facts[k]))
+                   for k in FREE_TEXT_FACTS)
     if name not in finding.facts:
         return False
     got = finding.facts[name]

@@ -82,6 +82,10 @@ _CXX_WHAT = re.compile(r"^\s*what\(\):\s+(?P<message>\S.*)")
 _CXX_LOCATION = re.compile(r"^\s*\[\d\d:\d\d:\d\d\] (?P<location>[^\s:]+:\d+): ")  # MXNet/dmlc's `[10:44:35] x.h:359: `
 _TRACEBACK_AS_MESSAGE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE}): Traceback \(most recent call last\)")
 _WORKER_WRAPPER = re.compile(r"\bCaught (?P<type>[\w.]+) in DataLoader worker process \d+")
+# The data loaders' own fetch of a sample (PyTorch's, Paddle's, MXNet Gluon's): a frame of it above the dataset's code
+# says the exception was raised reading a sample, in a worker or, with num_workers=0, in the main process.
+_SAMPLE_FETCH = re.compile(r"(?:^|[/\\])(?:torch[/\\]utils[/\\]data[/\\]_utils[/\\]fetch|"
+                           r"paddle[/\\]io[/\\]dataloader[/\\]fetcher|mxnet[/\\]gluon[/\\]data[/\\]dataloader)\.py$")
 # torch.multiprocessing.spawn's report of a child's traceback: its process index is the rank spawn gave it (issue 31).
 _SPAWNED = re.compile(r"\bProcess (?P<index>\d+) terminated with the following error")
 _STACK_DUMP = re.compile(r"most recent call (?:first|last)|^\s*(?:Thread|Current thread|Stack)\b")
@@ -217,6 +221,12 @@ class RaisedException:
     @property
     def is_warning(self) -> bool:
         return self.type.endswith("Warning")
+
+    @property
+    def fetching_sample(self) -> bool:
+        """Raised while a data loader fetched a sample: a worker's original exception, or, with num_workers=0, a
+        traceback in the main process that runs through the loader's fetch (its frames above the dataset's code)."""
+        return self.worker or any(_SAMPLE_FETCH.search(f.path) for f in self.frames)
 
     @property
     def dotted_type(self) -> str:
@@ -511,7 +521,7 @@ class Entry:
     def matches(self, exc: RaisedException) -> bool:
         if self.api_body or (self.type is None and exc.is_warning):
             return False
-        if self.worker and not exc.worker:
+        if self.worker and not exc.fetching_sample:
             return False
         if self.type is not None and self.type.search(exc.dotted_type) is None:
             return False
