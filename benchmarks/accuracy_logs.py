@@ -38,7 +38,10 @@ tuning (round11/dev, 42; round11/heldout, 20, frozen); round 12 (tests/data/logs
 repositories (committed logs and notebooks, BERT-era NLP, speech, medical and remote-sensing code, the Paddle,
 MindSpore, OneFlow, Jittor and MegEngine ecosystems, cluster tooling), collected after round 11's tuning, all held
 out; round 13 (tests/data/logs/round13): 50 excerpts from 50 more repositories, collected after round 12 was
-scored and aimed at its weakest families, split by repository before tuning; the benign corpus
+scored and aimed at its weakest families, split by repository before tuning; round 14 (tests/data/logs/round14): 100
+excerpts from 95 more repositories, collected in the sixth session of 2026-12-02 after every earlier held-out round had
+been scored at least twice, split by repository on 2026-12-03 before anyone read an excerpt (round14/dev, 55;
+round14/heldout, 45, frozen); the benign corpus
 (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
@@ -100,6 +103,8 @@ ROUND12 = REPO / "tests" / "data" / "logs" / "round12"  # all held out: collecte
 # split 60/40 by repository: collected after round 12 was scored, aimed at its weakest families (dataloader,
 # process_exit, compile, inference, unclassified_error)
 ROUND13 = REPO / "tests" / "data" / "logs" / "round13"
+# split 60/40 by repository on 2026-12-03: collected after every earlier held-out round had been scored twice
+ROUND14 = REPO / "tests" / "data" / "logs" / "round14"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -172,6 +177,10 @@ def load_round11_dev() -> list[Case]:
 
 def load_round13_dev() -> list[Case]:
     return _labelled(ROUND13 / "dev" / "cases.jsonl")
+
+
+def load_round14_dev() -> list[Case]:
+    return _labelled(ROUND14 / "dev" / "cases.jsonl")
 
 
 def load_benign_corpus() -> list[Case]:
@@ -355,6 +364,7 @@ def main() -> None:
             ("development: round 9 (issue 31)", load_round9_dev()),
             ("development: round 11 (issue 31)", load_round11_dev()),
             ("development: round 13 (issue 31)", load_round13_dev()),
+            ("development: round 14 (issue 31)", load_round14_dev()),
             ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
@@ -370,6 +380,7 @@ def main() -> None:
         sets.append(("HELD OUT: round 12 (issue 31, fresh, frozen 2026-12-02, fifth session)", load_heldout(ROUND12)))
         sets.append(("HELD OUT: round 13 (issue 31, split and frozen 2026-12-02, fifth session)",
                      load_heldout(ROUND13)))
+        sets.append(("HELD OUT: round 14 (issue 31, split and frozen 2026-12-03)", load_heldout(ROUND14)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
