@@ -237,7 +237,32 @@ def _same_text(want: str, got: str) -> bool:
     return short in long and len(short) * 2 >= len(long)
 
 
+_SIZE = re.compile(r"^\s*(?P<number>[\d.]+)\s*(?P<unit>[KMGTP]?)i?B\s*$", re.IGNORECASE)
+_WORKER = re.compile(r"^\s*worker\s+(?P<worker>\d+)\s*$", re.IGNORECASE)
+
+
+def _size_bytes(text: str) -> float | None:
+    """A size as a label writes it ("2.37 GiB", "8236 kB") in bytes; the contract gives sizes in bytes."""
+    found = _SIZE.match(text)
+    if found is None:
+        return None
+    try:
+        number = float(found["number"])
+    except ValueError:
+        return None
+    # Binary multiples, as GPU memory is printed and as the rules convert it ("kB" included).
+    return number * 1024 ** "_KMGTP".index(found["unit"].upper() or "_")
+
+
 def _found(name: str, want: Any, finding: LogFinding) -> bool:
+    # Labels write the same value in other forms: a rank as text ("1"), a DataLoader worker as a rank ("worker 7"), a
+    # size with its unit ("2.37 GiB"); the contract gives a rank in `ranks`, a worker as `worker`, sizes in bytes.
+    if name == "rank" and isinstance(want, str) and want.strip().isdigit():
+        want = int(want)
+    if name == "rank" and isinstance(want, str) and _WORKER.match(want):
+        return finding.facts.get("worker") == int(_WORKER.match(want)["worker"])  # type: ignore[index]
+    if isinstance(want, str) and _size_bytes(want) is not None and isinstance(finding.facts.get(name), int | float):
+        return _same(_size_bytes(want), finding.facts[name])
     # The JSON contract gives a finding's ranks in `ranks`, not among its facts.
     if name == "rank" and isinstance(want, int) and want in finding.ranks:
         return True

@@ -61,7 +61,9 @@ _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failur
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
 _ERROR_RECORD = re.compile(r"(?:^|[\s\[|])(?:ERROR|CRITICAL|FATAL|E\d{4} \d\d:)\b")
 _NOT_RAISED = re.compile(r"(?:\b(?:raise|except|class|import|from|isinstance|catch|handle[sd]?)|[(,=])\s*$")
-_HEADER = re.compile(r"(?P<original>Original )?Traceback \(most recent call last\)")
+# TorchScript prints its own ("Traceback of TorchScript (most recent call last):"), frames in Python's form.
+_HEADER = re.compile(r"(?P<original>Original )?Traceback (?:of TorchScript(?:, original code)? )?"
+                     r"\(most recent call last\)")
 _CHAIN = re.compile(r"The above exception was the direct cause of the following exception|"
                     r"During handling of the above exception, another exception occurred")
 _IGNORED = re.compile(r"Exception ignored in\b")
@@ -604,7 +606,9 @@ def _traceback_facts(exc: RaisedException) -> dict[str, str]:
     site: dict[str, str] = {"exception": exc.type} if exc.type else {}
     if exc.message:
         site["message"] = first_sentence(exc.message)
-    frame = _user_frame(exc)
+    # Every frame a library's (a paste that kept only the library's part): where it was raised is still the place to
+    # look, after whatever the rule's own line and the lines around it said.
+    frame = _user_frame(exc) or _raised_in(exc)
     if frame is not None:
         site["location"] = f"{frame.path}:{frame.line}"
         if frame.function:

@@ -225,3 +225,12 @@ def test_a_multi_rank_job_log_with_everything_summarised_in_one_call() -> None:
     severities = [f.severity for f in result.findings]
     assert severities == sorted(severities, key=["crit", "warn", "info"].index)
     assert len(result.conclusion) <= 3
+
+
+def test_every_rule_names_a_branch_the_sop_has() -> None:
+    # A rule naming a branch the SOP lacks made diagnose_logs raise KeyError building its next steps.
+    from tools.logs.diagnose import load_rules
+
+    branches = {p.stem for p in (REPO / "sop" / "branches").glob("*.toml")}
+    rules, _ = load_rules()
+    assert rules and {r.sop_branch for r in rules} - branches == set()
