@@ -251,7 +251,7 @@ def _size_bytes(text: str) -> float | None:
     except ValueError:
         return None
     # Binary multiples, as GPU memory is printed and as the rules convert it ("kB" included).
-    return number * 1024 ** "_KMGTP".index(found["unit"].upper() or "_")
+    return number * 1024.0 ** "_KMGTP".index(str(found["unit"]).upper() or "_")
 
 
 def _found(name: str, want: Any, finding: LogFinding) -> bool:
@@ -259,8 +259,9 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     # size with its unit ("2.37 GiB"); the contract gives a rank in `ranks`, a worker as `worker`, sizes in bytes.
     if name == "rank" and isinstance(want, str) and want.strip().isdigit():
         want = int(want)
-    if name == "rank" and isinstance(want, str) and _WORKER.match(want):
-        return finding.facts.get("worker") == int(_WORKER.match(want)["worker"])  # type: ignore[index]
+    worker = _WORKER.match(want) if name == "rank" and isinstance(want, str) else None
+    if worker is not None:
+        return finding.facts.get("worker") == int(worker["worker"])
     if isinstance(want, str) and _size_bytes(want) is not None and isinstance(finding.facts.get(name), int | float):
         return _same(_size_bytes(want), finding.facts[name])
     # The JSON contract gives a finding's ranks in `ranks`, not among its facts.
