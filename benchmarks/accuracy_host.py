@@ -47,6 +47,8 @@ ROUND6 = HOST / "round6"  # split 60/40 by repository: collected after round 5 w
 ROUND7 = HOST / "round7"  # all held out: collected after round 6's tuning (fourth session of 2026-12-02)
 ROUND8 = HOST / "round8"  # all held out: collected after round 7 was scored (fifth session of 2026-12-02)
 ROUND9 = HOST / "round9"  # all held out: collected after round 8 was scored (fifth session)
+# split 60/40 by repository on 2026-12-03: collected after round 9 was scored (sixth session of 2026-12-02)
+ROUND10 = HOST / "round10"
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -81,7 +83,7 @@ def _labels(manifest: Path) -> list[dict[str, Any]]:
 
 def load_heldout(round_folder: Path = ROUND4) -> list[dict[str, Any]]:
     """A round's held-out labels, refused when they changed after the split."""
-    split = json.loads((round_folder / "split_2026-12-02.json").read_text())
+    split = json.loads(next(round_folder.glob("split_*.json")).read_text())
     labels = round_folder / split["heldout_labels"]
     if hashlib.sha256(labels.read_bytes()).hexdigest() != split["heldout_labels_sha256"]:
         sys.exit(f"{labels} changed after it was frozen on {split['date']}: held-out labels are never edited; "
@@ -185,6 +187,8 @@ def main() -> None:
                 _labels(ROUND4 / "dev" / "cases.jsonl"), args.misses)
     score_round("round 6, development (tests/data/host/round6/dev)", ROUND6 / "dev",
                 _labels(ROUND6 / "dev" / "cases.jsonl"), args.misses)
+    score_round("round 10, development (tests/data/host/round10/dev)", ROUND10 / "dev",
+                _labels(ROUND10 / "dev" / "cases.jsonl"), args.misses)
     if args.held_out:
         score_round("round 4, held out (tests/data/host/round4/heldout)", ROUND4 / "heldout", load_heldout(), False)
         score_round("round 5, held out (tests/data/host/round5/heldout, fresh)", ROUND5 / "heldout",
@@ -197,6 +201,8 @@ def main() -> None:
                     load_heldout(ROUND8), False)
         score_round("round 9, held out (tests/data/host/round9/heldout, fresh)", ROUND9 / "heldout",
                     load_heldout(ROUND9), False)
+        score_round("round 10, held out (tests/data/host/round10/heldout, split and frozen 2026-12-03)",
+                    ROUND10 / "heldout", load_heldout(ROUND10), False)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ ROUND6 = REPO / "tests" / "data" / "interconnect" / "round6"  # split 60/40 by r
 ROUND7 = REPO / "tests" / "data" / "interconnect" / "round7"  # all held out: collected after round 6's tuning
 ROUND8 = REPO / "tests" / "data" / "interconnect" / "round8"  # all held out: collected after round 7 was scored
 ROUND9 = REPO / "tests" / "data" / "interconnect" / "round9"  # all held out: collected after round 8 was scored
+# split 60/40 by repository on 2026-12-03: collected after round 9 was scored
+ROUND10 = REPO / "tests" / "data" / "interconnect" / "round10"
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the issue's words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -204,6 +206,7 @@ def main() -> None:
     score("wild", DEFAULT, load_labels(DEFAULT), args.misses)
     score("round 4, development", ROUND4 / "dev", load_labels(ROUND4 / "dev"), args.misses)
     score("round 6, development", ROUND6 / "dev", load_labels(ROUND6 / "dev"), args.misses)
+    score("round 10, development", ROUND10 / "dev", load_labels(ROUND10 / "dev"), args.misses)
     score("affinity and P2P (development, labelled by their rules' author)", AFFINITY, load_labels(AFFINITY),
           args.misses)
     if args.held_out:
@@ -217,6 +220,8 @@ def main() -> None:
               load_heldout(ROUND8), misses=False)
         score("round 9, held out (fresh, frozen 2026-12-02, fifth session)", ROUND9 / "heldout",
               load_heldout(ROUND9), misses=False)
+        score("round 10, held out (split and frozen 2026-12-03)", ROUND10 / "heldout", load_heldout(ROUND10),
+              misses=False)
 
 
 if __name__ == "__main__":

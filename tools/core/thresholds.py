@@ -213,6 +213,11 @@ GPU_BELOW_NODE_MIN_GPUS = 3
 # high on any oversubscribed but healthy host, so it alone never makes cpu_bound (it makes the answer unknown).
 KSWAPD_BUSY_PCT = 10.0
 SWAP_FULL_PCT = 90.0
+# Nearly nothing left (MEM_NEARLY_NONE_PCT or less available) with a large share of swap in use (SWAP_PUSHED_PCT):
+# the kernel already pushed pages out to make room and has no cache left to drop, so what runs next swaps (issue 32,
+# round 10: a 7 GiB node at 2.8 % available with half its swap used, searches taking seconds).
+MEM_NEARLY_NONE_PCT = 5.0
+SWAP_PUSHED_PCT = 25.0
 RECLAIM_SYSTEM_PCT = 50.0
 MAJOR_FAULTS_S = 100.0
 DIRECT_SCANS_S = 1000.0

@@ -27,6 +27,7 @@ from tools.core.thresholds import (
     MAIN_LOOP_REST_IDLE_PCT,
     MAJOR_FAULTS_S,
     MEM_AVAILABLE_PCT,
+    MEM_NEARLY_NONE_PCT,
     MEM_RUNNING_OUT_RATIO,
     NUMA_MISS_SHARE,
     PSI_CPU_SOME_PCT,
@@ -36,6 +37,7 @@ from tools.core.thresholds import (
     PSI_MEMORY_SOME_PCT,
     RECLAIM_SYSTEM_PCT,
     SWAP_FULL_PCT,
+    SWAP_PUSHED_PCT,
 )
 from tools.host.host_formats import HostCapture, MemorySnapshot, ProcessSample
 
@@ -123,6 +125,8 @@ def _memory(judgement: CaptureJudgement, captures: list[HostCapture], swapping: 
         signs.append(f"{kswapd[0].command} at {kswapd[0].cpu_pct:g} % of a core (reclaiming)")
     if (memory.swap_used_pct or 0) >= SWAP_FULL_PCT:
         signs.append(f"swap {memory.swap_used_pct:g} % used")
+    elif available <= MEM_NEARLY_NONE_PCT and (memory.swap_used_pct or 0) >= SWAP_PUSHED_PCT:
+        signs.append(f"swap {memory.swap_used_pct:g} % used (pages already pushed out, no cache left to drop)")
     system = _median([v for c in captures for v in c.system_pct])
     if system is not None and system >= RECLAIM_SYSTEM_PCT:
         signs.append(f"system CPU {system:g} % (the kernel reclaiming)")

@@ -97,6 +97,13 @@ def judge_tests(files: Sequence[InputFile], expected_arg: float | None, found: E
                       f"{run.file}: every process printed its own header and Rank 0 ({len(hosts) or '?'} host(s)): "
                       "each tested its own GPUs alone, nothing crossed the network",
                       "Rebuild nccl-tests with MPI=1 (make MPI=1 MPI_HOME=...) and rerun under mpirun/srun.", where)
+        elif run.one_rank:
+            # Not a fault (a one-GPU smoke test is a fair thing to run) and not a healthy fabric either: unknown.
+            found.add("single_process_test", Severity.unknown,
+                      f"{run.file}: a one-rank test (busbw 0 at every size while algbw is not, or a single rank "
+                      "listed): nothing crossed any link, so its bandwidth says nothing about the interconnect",
+                      "Rerun with every GPU of the node (-g N, or one rank per GPU under mpirun/srun) and across "
+                      "nodes to measure the fabric.", where)
         if (run.wrong or 0) > 0 or run.failed:
             found.add("wrong_results", Severity.crit, f"{run.file}: {run.wrong or run.out_of_bounds} wrong "
                       "element(s) (Out of bounds values FAILED)" if run.failed else
@@ -138,7 +145,7 @@ def _peers(runs: list[NcclTestRun], rows: list[Bandwidth], found: Evidence) -> N
     that is in every slow run and in no healthy one."""
     groups: dict[tuple[str | None, int], list[int]] = defaultdict(list)
     for index, run in enumerate(runs):
-        if run.peak and not run.single_process_runs:
+        if run.peak and not run.single_process_runs and not run.one_rank:
             groups[(run.collective, len(run.ranks))].append(index)
     for (collective, _), members in groups.items():
         if len(members) < 2:

@@ -313,6 +313,8 @@ def read_ib_ports(text: str, kind: CaptureKind) -> list[IbPort]:
                 _ibv_rate(ports[-1])
             elif ports and (state := re.match(r"^state:\s*(PORT_\w+)", stripped)) is not None:
                 ports[-1].state = _IBV_STATE.get(state.group(1), state.group(1))
+            elif ports and (state := re.match(r"^state:\s*([A-Za-z]+)\s*\(\d\)", stripped)) is not None:
+                _set(ports[-1], "state", state.group(1))  # OFED 1.x's `state: active (4)`
             elif ports and (phys := re.match(r"^phys_state:\s*(\w+)", stripped)) is not None:
                 ports[-1].physical = {"LINK_UP": "LinkUp"}.get(phys.group(1), phys.group(1).title())
             elif ports and (layer := re.match(r"^link_layer:\s*(\w+)", stripped)) is not None:

@@ -54,6 +54,7 @@ class NcclTestRun:
     headers: int = 0  # '# nThread' header lines: more than one in a file means one per process
     gpus_per_process: int | None = None
     rows: list[tuple[int, float]] = field(default_factory=list)  # (size bytes, best busbw of the row)
+    peak_algbw: float | None = None  # the best algbw of any row: data moved, whatever busbw says
     wrong: int | None = None  # wrong elements summed over #wrong columns (None: not checked, or pre-2.13 error)
     max_error: float | None = None  # pre-2.13 `error` column: the largest absolute delta
     out_of_bounds: int | None = None
@@ -70,6 +71,13 @@ class NcclTestRun:
         return sorted({r.host for r in self.ranks})
 
     separate_processes: bool = False  # set by the reader when the file holds one such run per process
+
+    @property
+    def one_rank(self) -> bool:
+        """A communicator of one rank: busbw is algbw x 2(n-1)/n, 0.00 at every size for n = 1 while data moved
+        (algbw above 0), or the test listed a single rank."""
+        zero_busbw = bool(self.rows) and all(busbw == 0 for _, busbw in self.rows) and (self.peak_algbw or 0) > 0
+        return zero_busbw or (len(self.ranks) == 1 and self.headers <= 1)
 
     @property
     def single_process_runs(self) -> bool:
@@ -172,6 +180,8 @@ def _row(run: NcclTestRun, columns: list[str], tokens: list[str]) -> None:
         number = _float(value)
         if column == "busbw" and number is not None:
             best = number if best is None else max(best, number)
+        elif column == "algbw" and number is not None:
+            run.peak_algbw = number if run.peak_algbw is None else max(run.peak_algbw, number)
         elif column == "#wrong" and number is not None:
             run.wrong = int((run.wrong or 0) + number)
         elif column == "error" and number is not None:

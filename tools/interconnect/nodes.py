@@ -54,7 +54,7 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
     elif kind == "nvlink_errors":
         _nvlink_errors(text, node, found)
     elif kind in ("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev"):
-        _ib(read_ib_ports(text, kind), node, kind, found)
+        _ib(read_ib_ports(text, kind), node, kind, found, _NAMED_DEVICE.findall(text))
     elif kind == "ethtool":
         _eth(read_ethtool(text), node, found)
     elif kind in ("lspci", "smi_q"):
@@ -240,7 +240,13 @@ def _nvlink_errors(text: str, node: str, found: Evidence) -> None:
                       "replace, drain the node.", node)
 
 
-def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence) -> None:
+# The NICs a capture names (ibstat's `CA 'mlx5_0'`, ibv_devinfo's `hca_id: mlx5_0`), whether or not their ports
+# are in the excerpt.
+_NAMED_DEVICE = re.compile(r"^\s*(?:CA '([^']+)'|hca_id:\s*(\S+))", re.MULTILINE)
+
+
+def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence,
+        named: list[tuple[str, str]] | None = None) -> None:
     if not ports:
         found.notes.append(f"{node}: the {kind} capture lists no port (no IB device on that node).")
         return
@@ -253,8 +259,13 @@ def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence) -> N
     top = max((p.rate_gbps or 0 for p in ports if p.up), default=0)
     rails = {key for key, members in groups.items()
              if key[1] == "InfiniBand" or any(p.up and (p.rate_gbps or 0) >= top for p in members)}
-    if not any(p.up for p in ports):  # nothing is up: the InfiniBand ports are rails, an Ethernet one may be any
-        rails = {key for key in groups if key[1] in ("InfiniBand", None)}
+    shown = {p.device for p in ports}
+    every_nic_shown = all((ca or hca) in shown for ca, hca in named or [])
+    if not any(p.up for p in ports):
+        # Nothing is up: the InfiniBand ports are rails; when the capture shows every NIC it names with its ports,
+        # so is any other (a RoCE NIC whose every port is Down / Disabled leaves the node no RDMA port at all:
+        # issue 32's round 10); a NIC whose ports the excerpt cut may be the rail that is up.
+        rails = set(groups) if every_nic_shown else {key for key in groups if key[1] in ("InfiniBand", None)}
     # The second port of a card whose other port is up is an unused port (dual-port HCAs), not a lost rail.
     up_devices = {p.device for p in ports if p.up}
     for port in ports:
