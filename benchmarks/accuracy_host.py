@@ -16,7 +16,8 @@ captures read (not `not_understood`), and the since-boot captures answered unkno
 for `heldout/`, after checking its frozen labels' SHA-256 against split_2026-12-02.json; its misses are never printed
 (a held-out miss read is a held-out case tuned on).
 
-Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--held-out] [--extra DIR ...] [--smi-extra DIR ...]
+Usage: .venv/bin/python benchmarks/accuracy_host.py [--misses] [--held-out] [--round N] [--extra DIR ...]
+       [--smi-extra DIR ...]
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import hashlib
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,8 @@ ROUND8 = HOST / "round8"  # all held out: collected after round 7 was scored (fi
 ROUND9 = HOST / "round9"  # all held out: collected after round 8 was scored (fifth session)
 # split 60/40 by repository on 2026-12-03: collected after round 9 was scored (sixth session of 2026-12-02)
 ROUND10 = HOST / "round10"
+# split 60/40 by repository on 2026-12-03 (seventh session): collected after round 10 was scored and tuned on
+ROUND11 = HOST / "round11"
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -148,6 +153,8 @@ def main() -> None:
                         "figure only, never its misses)")
     parser.add_argument("--extra", nargs="*", type=Path, default=[])
     parser.add_argument("--smi-extra", nargs="*", type=Path, default=[])
+    parser.add_argument("--round", type=int, help="score only this round (its development and, with --held-out, "
+                        "its held-out part), after the first set")
     args = parser.parse_args()
     cases: list[tuple[Path, dict[str, Any]]] = []
     for label in (json.loads(line) for line in (HOST / "cases.jsonl").read_text().splitlines() if line.strip()):
@@ -183,27 +190,26 @@ def main() -> None:
     if args.misses:
         print("\n".join(misses))
     print()
-    score_round("round 4, development (tests/data/host/round4/dev)", ROUND4 / "dev",
-                _labels(ROUND4 / "dev" / "cases.jsonl"), args.misses)
-    score_round("round 6, development (tests/data/host/round6/dev)", ROUND6 / "dev",
-                _labels(ROUND6 / "dev" / "cases.jsonl"), args.misses)
-    score_round("round 10, development (tests/data/host/round10/dev)", ROUND10 / "dev",
-                _labels(ROUND10 / "dev" / "cases.jsonl"), args.misses)
-    if args.held_out:
-        score_round("round 4, held out (tests/data/host/round4/heldout)", ROUND4 / "heldout", load_heldout(), False)
-        score_round("round 5, held out (tests/data/host/round5/heldout, fresh)", ROUND5 / "heldout",
-                    load_heldout(ROUND5), False)
-        score_round("round 6, held out (tests/data/host/round6/heldout, split and frozen 2026-12-02)",
-                    ROUND6 / "heldout", load_heldout(ROUND6), False)
-        score_round("round 7, held out (tests/data/host/round7/heldout, fresh)", ROUND7 / "heldout",
-                    load_heldout(ROUND7), False)
-        score_round("round 8, held out (tests/data/host/round8/heldout, fresh)", ROUND8 / "heldout",
-                    load_heldout(ROUND8), False)
-        score_round("round 9, held out (tests/data/host/round9/heldout, fresh)", ROUND9 / "heldout",
-                    load_heldout(ROUND9), False)
-        score_round("round 10, held out (tests/data/host/round10/heldout, split and frozen 2026-12-03)",
-                    ROUND10 / "heldout", load_heldout(ROUND10), False)
+    for title, folder, labels, held_out in _rounds(args.held_out):
+        if args.round is None or title.startswith(f"round {args.round},"):
+            score_round(title, folder, labels(), args.misses and not held_out)
 
+
+def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]]:
+    """Every round's title, folder, labels (read only when scored) and whether it is held out."""
+    rounds: list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]] = [
+        (f"round {n}, development (tests/data/host/round{n}/dev)", folder / "dev",
+         partial(_labels, folder / "dev" / "cases.jsonl"), False)
+        for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (11, ROUND11))]
+    if held_out:
+        rounds += [(f"round {n}, held out (tests/data/host/round{n}/heldout{note})", folder / "heldout",
+                    partial(load_heldout, folder), True)
+                   for n, folder, note in ((4, ROUND4, ""), (5, ROUND5, ", fresh"),
+                                           (6, ROUND6, ", split and frozen 2026-12-02"), (7, ROUND7, ", fresh"),
+                                           (8, ROUND8, ", fresh"), (9, ROUND9, ", fresh"),
+                                           (10, ROUND10, ", split and frozen 2026-12-03"),
+                                           (11, ROUND11, ", split and frozen 2026-12-03, seventh session"))]
+    return rounds
 
 if __name__ == "__main__":
     main()

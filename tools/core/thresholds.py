@@ -215,12 +215,16 @@ KSWAPD_BUSY_PCT = 10.0
 SWAP_FULL_PCT = 90.0
 # Nearly nothing left (MEM_NEARLY_NONE_PCT or less available) with a large share of swap in use (SWAP_PUSHED_PCT):
 # the kernel already pushed pages out to make room and has no cache left to drop, so what runs next swaps (issue 32,
-# round 10: a 7 GiB node at 2.8 % available with half its swap used, searches taking seconds).
+# round 10: a 7 GiB node at 2.8 % available with half its swap used, searches taking seconds). With no swap at all the
+# same few per cent means the next allocation meets the OOM killer (round 11: a 2 GiB server at 4.2 % available).
 MEM_NEARLY_NONE_PCT = 5.0
 SWAP_PUSHED_PCT = 25.0
 RECLAIM_SYSTEM_PCT = 50.0
 MAJOR_FAULTS_S = 100.0
 DIRECT_SCANS_S = 1000.0
+# An iostat report whose totals over its rates span this long averages since boot (no one samples hourly with
+# iostat; a report pasted into round 10 spans 9.7 days).
+IOSTAT_SINCE_BOOT_SPAN_S = 3600.0
 # A capture of several memory readings (free -s, a logged `free -m`, top -b frames, a top -p log of one process)
 # shows reclaim at work where the page cache at the lowest reading is at most MEM_RUNNING_OUT_RATIO of its largest
 # before it (the kernel evicts cache as memory runs out), and memory still running out where available memory has

@@ -127,6 +127,8 @@ def _memory(judgement: CaptureJudgement, captures: list[HostCapture], swapping: 
         signs.append(f"swap {memory.swap_used_pct:g} % used")
     elif available <= MEM_NEARLY_NONE_PCT and (memory.swap_used_pct or 0) >= SWAP_PUSHED_PCT:
         signs.append(f"swap {memory.swap_used_pct:g} % used (pages already pushed out, no cache left to drop)")
+    elif available <= MEM_NEARLY_NONE_PCT and memory.swap_total_kb == 0:
+        signs.append("no swap to push pages out to and no cache left to drop (the OOM killer is next)")
     system = _median([v for c in captures for v in c.system_pct])
     if system is not None and system >= RECLAIM_SYSTEM_PCT:
         signs.append(f"system CPU {system:g} % (the kernel reclaiming)")

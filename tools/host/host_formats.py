@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools.core.thresholds import IOSTAT_SINCE_BOOT_SPAN_S
+
 __all__ = ["DiskSample", "GpuSeries", "HostCapture", "MemorySnapshot", "NumaNode", "Pressure", "ProcessSample",
            "clock_span", "has_clock", "is_iostat", "is_mpstat", "is_pidstat", "is_smi_monitor", "is_time_zone",
            "is_vmstat", "is_vmstat_counters", "read_iostat", "read_mpstat", "read_smi_monitor", "read_vmstat",
@@ -249,6 +251,18 @@ def is_vmstat(text: str) -> bool:
     return re.search(r"^[ \t]*r[ \t]+b[ \t]+swpd[ \t]+free", text, re.M) is not None
 
 
+def _totals_span_since_boot(disks: dict[str, dict[str, float | None]]) -> bool:
+    """iostat's default report prints each device's total beside its rate (Blk_read and Blk_read/s, kB_wrtn and
+    kB_wrtn/s): the total over the rate is the span the report averages. A span of hours is the averages since boot,
+    whatever the paste kept of the banner (an interval report's total is its rate times the interval)."""
+    for cells in disks.values():
+        for column, total in cells.items():
+            rate = cells.get(f"{column}/s")
+            if not column.endswith("/s") and total is not None and rate and total / rate >= IOSTAT_SINCE_BOOT_SPAN_S:
+                return True
+    return False
+
+
 def read_iostat(text: str) -> HostCapture:
     stripped = text.lstrip()
     if stripped.startswith("{"):
@@ -261,22 +275,36 @@ def read_iostat(text: str) -> HostCapture:
     capture = HostCapture("iostat")
     # Per report: each device's cells (merged across -h's parts), the CPU shares, the columns seen so far.
     reports: list[tuple[dict[str, dict[str, float | None]], list[float], set[str]]] = []
+    # Per report: whether a banner came before it since the last report. A banner starts a new iostat run, and a
+    # run's first report is the averages since boot: `iostat -x sdb` in a shell loop prints only such reports.
+    after_banner: list[bool] = []  # or, after the loop, whether the report is since boot for any reason
+    banner = False
     header: list[str] | None = None
     device_last = False
     cpu_header: list[str] | None = None
+
+    def new_report() -> None:
+        nonlocal banner
+        reports.append(({}, [], set()))
+        after_banner.append(banner)
+        banner = False
+
     for line in text.splitlines():
         tokens = line.split()
         if not tokens:
             header = None
             continue
+        if SYSSTAT_BANNER.match(line):
+            banner = True
+            continue
         if tokens[0] == "avg-cpu:":
             cpu_header = [t.lstrip("%") for t in tokens[1:]]
-            reports.append(({}, [], set()))
+            new_report()
             continue
         if cpu_header is not None and all(_iostat_number(t) is not None for t in tokens):
             values = dict(zip(cpu_header, (_iostat_number(t) or 0.0 for t in tokens), strict=False))
             if not reports:
-                reports.append(({}, [], set()))
+                new_report()
             reports[-1][1].extend([values.get("iowait", 0.0), values.get("user", 0.0), values.get("system", 0.0),
                                    values.get("idle", 0.0), values.get("steal", 0.0)])
             cpu_header = None
@@ -286,7 +314,7 @@ def read_iostat(text: str) -> HostCapture:
             header = [t.lstrip("%") for t in (tokens[:-1] if device_last else tokens[1:])]
             # A header whose columns this report has not had yet is the next part of it (-h); else a new report.
             if not reports or (reports[-1][0] and set(header) & reports[-1][2]):
-                reports.append(({}, [], set()))
+                new_report()
             reports[-1][2].update(header)
             continue
         if header is not None and len(tokens) >= 2:
@@ -296,11 +324,17 @@ def read_iostat(text: str) -> HostCapture:
     # -y omits the report since boot: then the first report is an interval too. The capture says so only where it
     # keeps the command line it was run with ("$ iostat -xy 1 1").
     skipped = _IOSTAT_Y.search(text[:65536]) is not None
-    kept = reports[1:] if len(reports) > 1 and not skipped else reports
+    after_banner = [after or _totals_span_since_boot(disks) for after, (disks, _, _) in zip(after_banner, reports,
+                                                                                           strict=True)]
+    chosen = range(1, len(reports)) if len(reports) > 1 and not skipped else range(len(reports))
+    kept = [reports[i] for i in chosen if skipped or not after_banner[i]]
     # One report is the averages since boot only when the capture starts where iostat does (its banner): a pasted
-    # block without it may be any interval.
+    # block without it may be any interval. Reports that each follow a banner are all since boot.
+    every_run_since_boot = not kept and (len(reports) > 1 or any(after_banner))
+    capture.since_boot = not skipped and ((len(reports) == 1 and SYSSTAT_BANNER.search(text) is not None)
+                                          or every_run_since_boot)
+    kept = kept or reports
     capture.reports = len(kept)
-    capture.since_boot = len(reports) == 1 and not skipped and SYSSTAT_BANNER.search(text) is not None
     for disks, cpu, _ in kept:
         capture.disks.extend(_disk(name, cells) for name, cells in disks.items())
         if len(cpu) == 5:

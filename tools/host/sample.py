@@ -695,10 +695,12 @@ def _judge(disks: list[Disk], cpu: Cpu, processes: list[HostProcess], memory_ava
             fix=IO_FIX))
     workers = [p for p in processes if p.role == "dataloader_worker"]
     busy_workers = [p for p in workers if p.cpu_pct >= WORKER_SATURATED_PCT]
-    if (cpu.idle_pct is not None and cpu.idle_pct <= CPU_IDLE_PCT) or (workers and len(busy_workers) == len(workers)):
+    # Time in iowait is idle time with a disk request outstanding: a CPU at 0 % idle and 60 % iowait computes 40 %.
+    unused = None if cpu.idle_pct is None else cpu.idle_pct + (cpu.iowait_pct or 0.0)
+    if (unused is not None and unused <= CPU_IDLE_PCT) or (workers and len(busy_workers) == len(workers)):
         said = (f"every DataLoader worker ({len(workers)}) runs at >= {WORKER_SATURATED_PCT:g} % of a core "
                 f"({', '.join(f'{p.pid}: {p.cpu_pct:.0f} %' for p in busy_workers[:4])})" if busy_workers and
-                len(busy_workers) == len(workers) else f"the CPUs are {100 - (cpu.idle_pct or 0):.0f} % busy")
+                len(busy_workers) == len(workers) else f"the CPUs are {100 - (unused or 0):.0f} % busy")
         findings.append(HostFinding(kind="cpu_bound", severity=Severity.crit if busy_workers else Severity.warn,
                                     evidence=said, fix=CPU_FIX))
     if swapping and (memory_available is None or memory_available <= MEM_AVAILABLE_PCT):

@@ -120,6 +120,7 @@ def _cpu(capture: HostCapture, frame: str) -> None:
         capture.cores = round(capacity / 100) or None
         _summary(capture, shares)
         return
+    per_core: dict[str, dict[str, float]] = {}  # each CPU's last line, for a host figure when no summary line
     for match in _NG_CPU_LINE.finditer(frame):
         label, rest = match.group(2), match.group(3)
         numbers = re.findall(r"\d+(?:[.,]\d+)?", rest)
@@ -143,10 +144,12 @@ def _cpu(capture: HostCapture, frame: str) -> None:
         else:
             capture.core_idle.setdefault(label, []).append(values["idle"])
             capture.core_iowait.setdefault(label, []).append(values.get("iowait", 0.0))
-    if not capture.idle_pct and capture.core_idle:
-        # Only per-CPU lines: the average of the CPUs shown stands for the host's (a screen may not show all).
-        idle = [v[-1] for v in capture.core_idle.values()]
-        capture.idle_pct.append(round(sum(idle) / len(idle), 1))
+            per_core[label] = values
+    if not capture.idle_pct and per_core:
+        # Only per-CPU lines: the average of the CPUs shown stands for the host's (a screen may not show all), every
+        # share of it, so that CPUs idle in iowait read as waiting on I/O, not as busy.
+        keys = {key for values in per_core.values() for key in values}
+        _summary(capture, {key: sum(v.get(key, 0.0) for v in per_core.values()) / len(per_core) for key in keys})
 
 
 def _summary(capture: HostCapture, values: dict[str, float]) -> None:
