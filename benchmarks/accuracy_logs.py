@@ -41,7 +41,9 @@ out; round 13 (tests/data/logs/round13): 50 excerpts from 50 more repositories, 
 scored and aimed at its weakest families, split by repository before tuning; round 14 (tests/data/logs/round14): 100
 excerpts from 95 more repositories, collected in the sixth session of 2026-12-02 after every earlier held-out round had
 been scored at least twice, split by repository on 2026-12-03 before anyone read an excerpt (round14/dev, 55;
-round14/heldout, 45, frozen); the benign corpus
+round14/heldout, 45, frozen); round 15 (tests/data/logs/round15): 14 excerpts from 13 more repositories,
+collected after round 14's development part was tuned on, all held out (a fresh check of that tuning); the benign
+corpus
 (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
@@ -105,6 +107,7 @@ ROUND12 = REPO / "tests" / "data" / "logs" / "round12"  # all held out: collecte
 ROUND13 = REPO / "tests" / "data" / "logs" / "round13"
 # split 60/40 by repository on 2026-12-03: collected after every earlier held-out round had been scored twice
 ROUND14 = REPO / "tests" / "data" / "logs" / "round14"
+ROUND15 = REPO / "tests" / "data" / "logs" / "round15"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -407,6 +410,7 @@ def main() -> None:
         sets.append(("HELD OUT: round 13 (issue 31, split and frozen 2026-12-02, fifth session)",
                      load_heldout(ROUND13)))
         sets.append(("HELD OUT: round 14 (issue 31, split and frozen 2026-12-03)", load_heldout(ROUND14)))
+        sets.append(("HELD OUT: round 15 (issue 31, fresh, frozen 2026-12-03, seventh session)", load_heldout(ROUND15)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:

@@ -231,6 +231,14 @@ class RaisedException:
         return self.worker or any(_SAMPLE_FETCH.search(f.path) for f in self.frames)
 
     @property
+    def matched_message(self) -> str:
+        """The message the taxonomy reads: a message that ends in a colon introduces the value printed below it
+        (torch.distributions' "found invalid values:" and the tensor of nan under it), so those lines are its end."""
+        if not self.message.rstrip().endswith(":") or not self.after:
+            return self.message
+        return " ".join([self.message, *(line.strip() for line in _message_lines(self.after))])
+
+    @property
     def dotted_type(self) -> str:
         """The type with C++'s `::` read as Python's `.` (`c10::OutOfMemoryError`), for the taxonomy's patterns."""
         return self.type.replace("::", ".")
@@ -527,7 +535,7 @@ class Entry:
             return False
         if self.type is not None and self.type.search(exc.dotted_type) is None:
             return False
-        if self.message is not None and self.message.search(exc.message) is None:
+        if self.message is not None and self.message.search(exc.matched_message) is None:
             return False
         if self.frame is not None:
             raised_in = _raised_in(exc)

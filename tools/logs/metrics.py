@@ -42,7 +42,8 @@ LOOK_AHEAD = 3
 
 _NONFINITE = r"[-+]?(?:nan|infinity|inf)\b"
 _PAIR = re.compile(
-    r"(?P<key>[A-Za-z_][\w.\-]*?(?:[ _\-](?:loss|norm|scale))?)['\"]?"
+    # A key starts a word: `1.0e-4 loss nan` is the loss, not a field `e-4 loss` read out of the number before it.
+    r"(?<![\w.\-])(?P<key>[A-Za-z_][\w.\-]*?(?:[ _\-](?:loss|norm|scale))?)['\"]?"
     r"(?P<sep>\s*[:=|]\s*|\s+is\s+|\s+)(?:tensor\(|[-+]?\d[\d.eE+\-]*\s*\(\s*)?(?P<value>" + _NONFINITE + ")",
     re.IGNORECASE,
 )
