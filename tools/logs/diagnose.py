@@ -340,6 +340,25 @@ def classify(line: bytes, matched: frozenset[int] | None = None) -> tuple[Rule, 
     return None
 
 
+def _parent(hits: list[tuple[Rule, _Hit]], rule: Rule, number: int) -> _Hit | None:
+    """The message just above line `number` that `rule`, a continuation rule, goes on (within its `within` lines)."""
+    parent = next((h for r, h in reversed(hits[-4:]) if r.id in rule.continues), None)
+    return parent if parent is not None and number - parent.through <= rule.within else None
+
+
+def _classify_after(line: bytes, matched: frozenset[int] | None, rule: Rule, hits: list[tuple[Rule, _Hit]],
+                    number: int) -> tuple[Rule, dict[str, FactValue]] | None:
+    """The first rule after `rule` that matches `line` and is not itself a continuation without its message."""
+    rules, _ = load_rules()
+    start = rules.index(rule) + 1
+    for index in sorted(i for i in (matched or range(len(rules))) if i >= start):
+        other = rules[index]
+        if other.match.search(line.rstrip(b"\r\n")) is not None and (
+                not other.continues or _parent(hits, other, number) is not None):
+            return other, extract_facts(other, line.rstrip(b"\r\n"))
+    return None
+
+
 @dataclass
 class _Hit:
     file: InputFile
@@ -413,6 +432,10 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
             once = classify_once(match.text, match.patterns)
+            if once is not None and once[0].continues and _parent(hits, once[0], match.number) is None:
+                # A continuation line with no message above it may be another rule's own line (kubectl's
+                # `Exit Code:    137` is not a graph-break table row): a later rule that takes it is preferred.
+                once = _classify_after(match.text, match.patterns, once[0], hits, match.number) or once
             # A copy of its facts: the hit takes facts out of them (the rank) and adds those of the lines around it.
             classified = None if once is None else (once[0], dict(once[1]))
             if lines.feed(match, classified):
@@ -437,8 +460,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 # A line that goes on a message above it (the function and reason under a recompile limit):
                 # its facts join that hit. TensorFlow prints its allocator stats above the OOM: a line with no
                 # message above waits for one below. Alone it is nothing.
-                parent = next((h for r, h in reversed(hits[-4:]) if r.id in rule.continues), None)
-                if parent is not None and match.number - parent.through <= rule.within:
+                parent = _parent(hits, rule, match.number)
+                if parent is not None:
                     for name, value in facts.items():
                         parent.facts.setdefault(name, value)
                     parent.through = match.number
