@@ -55,3 +55,51 @@ def test_a_kubectl_block_is_the_containers_exit_not_a_compile_table(tmp_path: Pa
     oom = [f for f in result.findings if f.rule == "k8s_oom_killed"]
     assert oom and oom[0].facts["exitcode"] == 137 and oom[0].severity == "crit"
     assert "compile" not in [f.category for f in result.findings]
+
+
+@pytest.mark.parametrize(("text", "rule", "facts"), [
+    # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp: the NCCL unique id fetched from rank 0 through the store.
+    ("RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store "
+     "by key '0', but store->get('0') got error: Connection reset by peer\n", "process_group_setup",
+     {"category": "nccl_init_network", "error": "Connection reset by peer", "root_rank": 0}),
+    # torch/distributed/distributed_c10d.py's store-based barrier: two of four ranks joined.
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: "
+     "store_based_barrier_key:1 (world_size=4, worker_count=2, timeout=0:30:00)\n", "process_group_setup",
+     {"category": "nccl_init_network", "world_size": 4, "joined": 2}),
+    # ProcessGroupGloo.cpp's monitored barrier names the rank that did not arrive.
+    ("[E ProcessGroupGloo.cpp:138] Rank 1 successfully reached monitoredBarrier, but received errors while waiting "
+     "for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n", "monitored_barrier",
+     {"category": "nccl_timeout", "faulty_rank": 0}),
+    # A training loop's own OOM handling (sd_dreambooth_extension's words).
+    ("OOM Detected, reducing batch/grad size to 12/1.\n", "oom_handled", {"category": "cuda_oom"}),
+    # torch/cuda/__init__.py's warning when CUDA cannot start.
+    ("/usr/lib/python3/site-packages/torch/cuda/__init__.py:138: UserWarning: CUDA initialization: CUDA unknown "
+     "error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES "
+     "after program start. Setting the available devices to be zero.\n", "cuda_init_warning",
+     {"category": "cuda_error", "error": "CUDA unknown error"}),
+    # Go's runtime and Rust's std, glog's fatal record, argparse, a full disk, a FATAL record.
+    ("panic: runtime error: invalid memory address or nil pointer dereference\n[signal SIGSEGV: segmentation "
+     "violation code=0x1 addr=0x0 pc=0x4a1b2c]\n", "runtime_panic",
+     {"category": "unclassified_error", "error": "runtime error: invalid memory address or nil pointer dereference"}),
+    ("thread 'main' panicked at 'called `Result::unwrap()` on an `Err` value: NotFound', router/src/main.rs:310:10\n",
+     "runtime_panic", {"category": "unclassified_error", "location": "router/src/main.rs:310"}),
+    ("F0101 10:00:00.000000  1234 main.cc:100] Check failed: x == y (3 vs. 4)\n", "glog_fatal",
+     {"category": "unclassified_error", "location": "main.cc:100", "error": "Check failed: x == y (3 vs. 4)"}),
+    ("usage: train.py [-h] [--local_rank LOCAL_RANK]\ntrain.py: error: unrecognized arguments: --local-rank=0\n",
+     "command_line_refused", {"category": "unclassified_error", "error": "unrecognized arguments: --local-rank=0"}),
+    ("2024-05-01 10:00:00 ERROR [trainer] Failed to save checkpoint to /ckpt/step_1000: [Errno 28] No space left on "
+     "device\n", "disk_full", {"category": "unclassified_error", "path": "/ckpt/step_1000"}),
+    ("FATAL: Could not open file /data/train.bin\n", "fatal_record",
+     {"category": "unclassified_error", "error": "Could not open file /data/train.bin"}),
+])
+def test_what_a_line_says_is_a_finding_with_its_facts(tmp_path: Path, text: str, rule: str,
+                                                      facts: dict[str, Any]) -> None:
+    result = diagnose(tmp_path, text)
+    found = [f for f in result.findings if f.rule == rule]
+    assert found, [(f.category, f.rule) for f in result.findings]
+    assert {k: (found[0].category if k == "category" else found[0].facts.get(k)) for k in facts} == facts
+
+
+def test_the_jvm_running_out_of_heap_is_not_a_gpu_oom(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, 'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space\n')
+    assert [f.category for f in result.findings] == ["unclassified_error"]
