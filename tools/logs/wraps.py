@@ -45,6 +45,17 @@ _RULE = re.compile(r"^\s*([^\w\s])\1{9,}\s*$")  # a rule of one repeated mark (I
 _PADDED = re.compile(r"\s{3,}$")
 
 
+_SENTENCE_END = re.compile(r"[.!?]$")
+
+
+def _sentence_ends(piece: str, after: str) -> bool:
+    """A line that ends a sentence before one that starts another (`... might be incorrect.` then `For debugging
+    ...`): no sign of a cut, so it does not count towards deciding that a file is wrapped (once it is, a cut may fall
+    after a full stop too). PyTorch's CUDA error note is 119 characters: with one other line of that length a log
+    looked cut at 119 columns (issue 31)."""
+    return _SENTENCE_END.search(piece.rstrip()) is not None and after.lstrip()[:1].isupper()
+
+
 def hard_wrap_width(head: bytes) -> int | None:
     """The width every long line of the file was cut at, when its first bytes (`head`) show one; None for a log
     whose lines have the lengths they were printed with."""
@@ -57,7 +68,8 @@ def hard_wrap_width(head: bytes) -> int | None:
            if len(line) in (width, width - 1) and not _RULE.match(line) and not _PADDED.search(line)]
     if len(cut) < _MIN_CUT_LINES or len(cut) < _CUT_SHARE * len(long):
         return None
-    continued = sum(1 for i in cut if lines[i + 1].strip() and _shape(lines[i + 1]) != _shape(lines[i]))
+    continued = sum(1 for i in cut if lines[i + 1].strip() and _shape(lines[i + 1]) != _shape(lines[i])
+                    and not _sentence_ends(lines[i], lines[i + 1]))
     # Records of one kind that happen to be the longest lines (a notebook's autosave line between errors) start
     # alike; the pieces of a wrap start wherever the cut fell.
     alike = Counter(_shape(lines[i]) for i in cut).most_common(1)[0][1]

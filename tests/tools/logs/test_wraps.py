@@ -46,6 +46,9 @@ def test_a_wrapped_log_reads_as_printed(tmp_path: Path, name: str, width: int) -
     WILD / "nccl_init_network__nccl-398.log",  # NCCL ring lines of one length
     WILD / "process_exit__accelerate-1519.log",  # torchrun's failure summary, per rank
     DATA / "memory" / "summary__pytorch-35901.txt",  # torch.cuda.memory_summary(): a table, every row one width
+    # An ERROR record and PyTorch's 119-character CUDA note ("... so the stacktrace below might be incorrect."),
+    # each a whole sentence before one that starts another: two lines of one length by chance.
+    WILD / "cuda_error__mineru-378.log",
 ])
 def test_records_of_one_kind_are_not_a_wrap(path: Path) -> None:
     assert hard_wrap_width(path.read_bytes()[:8192]) is None
