@@ -80,6 +80,8 @@ LOG_CLOCK_EVERY_MATCHES: Final = 256
 # Distinct (line, rules) pairs whose classification is kept while one file is scanned: a log that repeats the same
 # failure (a traceback every step, a warning per rank) classifies each distinct line once.
 LOG_CLASSIFIED_LINES_KEPT: Final = 4096
+# diagnose_logs: lines of one finding read for where it was raised, until one names a location.
+LOG_SITE_LINES: Final = 8
 # Distinct line texts a scan keeps one copy of (the matched lines and their context): the same log keeps each line
 # of a repeated traceback once.
 LOG_SAME_LINES_KEPT: Final = 4096

@@ -29,6 +29,7 @@ from tools.core.limits import (
     LOG_PARALLEL_BYTES,
     LOG_READ_SHARE,
     LOG_SCAN_PROCESSES,
+    LOG_SITE_LINES,
 )
 from tools.core.models import Coverage, CoverageStatus, InputModel, NextStep, PathArg, Severity, Table, ToolResult
 from tools.core.ranks import compact_ranges, rank_of_line
@@ -415,7 +416,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     # (last line, facts) of the entry of torchrun's failure summary being read: its host and rank lines come
     # before its exitcode line.
     summary: tuple[int, dict[str, FactValue]] = (0, {})
-    sited: set[str] = set()  # findings (rule and group_by facts) whose first line in this file was sited
+    # Findings (rule and group_by facts) sited in this file: lines sited so far, and whether one gave a location.
+    sited: dict[str, tuple[int, bool]] = {}
     waiting: list[tuple[int, Rule, dict[str, FactValue]]] = []  # continuation lines seen before their message
     continued: set[int] = set()  # lines a rule read as the continuation of a message: that rule's, not error lines
     tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
@@ -491,9 +493,12 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                     for name, value in part_facts.items():
                         hit.facts.setdefault(name, value)
             key = _group_key(rule, facts)
-            if rule.level != "info" and not rule.evidence_only and key not in sited:
-                sited.add(key)  # only a finding's first line is shown with its facts: site that one
+            tried, located = sited.get(key, (0, False))
+            if rule.level != "info" and not rule.evidence_only and not located and tried < LOG_SITE_LINES:
+                # A finding's first line is shown with its facts: site that one, and where it names no location, the
+                # next lines of the same finding (Caffe prints its CHECK bare, then with glog's file:line prefix).
                 hit.site = site_facts(match.text, [t for _, t in match.before], [t for _, t in match.after])
+                sited[key] = (tried + 1, "location" in hit.site)
             hits.append((rule, hit))
     except TriageError as exc:
         if "ran out of time" not in exc.message:

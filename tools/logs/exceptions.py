@@ -125,6 +125,17 @@ ERROR_TEXT_CHARS = 300
 _GAP = 8  # frames further apart than this are two tracebacks
 _CONTINUES = 6  # an exception line up to this many lines under the last frame ends that traceback
 _FRAMES_AFTER = 16  # frames starting up to this many lines under a bare exception may be its own (ComfyUI)
+# better_exceptions' and loguru's (diagnose=True) tracebacks print each frame's variables under its source line
+# (`│    └ Conv2d(12, 24, ...)`, a tensor over several lines): a frame and the next (or the exception) are this many
+# lines apart at most when the lines just above the next are such annotations.
+_ANNOTATED_GAP = 60
+_ANNOTATION = re.compile(r"^\s*(?:[│└├┌]|$)")
+
+
+def _annotated(before: list[bytes]) -> bool:
+    """The lines just above are a frame's variable annotations (better_exceptions, loguru), not the log going on."""
+    last = [_text(b) for b in before[-4:]]
+    return any(t.strip() for t in last) and all(_ANNOTATION.match(t) for t in last)
 _MESSAGE_LINES = 3  # a debugger's or C++ what() message goes on over at most this many lines below its first
 _OOM_LINES_BELOW = 2  # a TensorFlow OOM names the node and its device (GPU:0) on the lines under it
 _ARROW_LINES = 12  # IPython prints up to this many source lines of context under a frame before its `--> N` arrow
@@ -388,7 +399,8 @@ class TracebackReader:
         if self._user_code and self._current is not None and number - self._current.number <= 40:
             self._current.user_frames.append(frame)
             return
-        if self._frames and (number - self._frames_at[1] > _GAP
+        gap = number - self._frames_at[1]
+        if self._frames and ((gap > _GAP and not (gap <= _ANNOTATED_GAP and _annotated(before)))
                              or (before and _THREAD_DUMP.search(_text(before[-1])) is not None)):
             self._close_cut()  # a gap, or the next thread of a faulthandler dump: another stack
         if not self._frames:
@@ -407,7 +419,8 @@ class TracebackReader:
                 and _RAISED_WRAPPER.search(current.message)):
             current.wrapped = RaisedException(kind, message, number, raw, before, after, start=number)
             return
-        framed = bool(self._frames) and number - self._frames_at[1] <= _CONTINUES
+        gap = number - self._frames_at[1]
+        framed = bool(self._frames) and (gap <= _CONTINUES or (gap <= _ANNOTATED_GAP and _annotated(before)))
         headed = self._header is not None and number - self._header <= 2 and not self._frames
         if not framed and not headed and not message and _ERROR_RECORD.search(_text(raw)) is None:
             return  # a bare type without a message ('type: XidCriticalError' in kubectl's output) is no exception

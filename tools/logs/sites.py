@@ -66,6 +66,8 @@ _PYTHON_FRAMES = [re.compile(p) for p in (
 _TF_DEFINED = re.compile(rf"\(defined at (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\)")
 _LUA_FRAME = re.compile(rf"(?P<path>{_PATH}\.lua):(?P<line>\d+): in function '(?P<function>[\w.:]+)'")
 _RAISED_FROM = _ON_LINE[0]
+# Paddle's enforce: the error's summary, then its source on a line of its own: `  (at /paddle/x/cuda_allocator.cc:69)`.
+_PADDLE_AT = re.compile(rf"^\s*\[?\s*\(at (?P<path>{_PATH}{_SOURCE}):(?P<line>\d+)\)")
 _TF_NODE = re.compile(r"\[\[\{\{node (?P<function>[\w/.\-]+)\}\}\]\]")  # TensorFlow: [[{{node CollectiveReduceV2_2}}]]
 
 
@@ -155,6 +157,9 @@ def site_facts(line: bytes, before: list[bytes], after: list[bytes]) -> dict[str
         text = _text(raw)
         frame_below = _LUA_FRAME.search(text) or _TF_NODE.search(text)
         raised = _RAISED_FROM.search(text)
+        paddle = _PADDLE_AT.search(text)
+        if paddle is not None:
+            location = location or f"{paddle['path']}:{paddle['line']}"
         if frame_below is not None and function is None:
             function = frame_below["function"]
         if raised is not None:

@@ -3,8 +3,14 @@ cases_*.jsonl name the source of each)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
 import pytest
 
+from tests.helpers import DATA
+from tools.core.context import ToolContext
+from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
 from tools.logs.sites import defined_at, site_facts
 
 
@@ -79,3 +85,25 @@ def test_tensorflow_names_where_the_failing_op_was_defined() -> None:
     below = [b"         [[node cnn_aggregation/Conv3D (defined at /DAM/utils/layers.py:257)  = Conv3D[T=DT_FLOAT]"]
     assert defined_at(below) == "/DAM/utils/layers.py:257"
     assert defined_at([b"         [[{{node loss/Mean/_273}} = _Recv[client_terminated=false]"]) is None
+
+
+def _diagnosed(path: Path) -> list[dict[str, object]]:
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]),
+                       ToolContext(roots=(path.parent.resolve(),)))
+    return [dict(f.facts) for f in result.findings]
+
+
+@pytest.mark.parametrize(("path", "location"), [
+    # Caffe prints its failed CHECK bare first, then again under glog's prefix with the file:line: a finding's later
+    # line gives the location its first did not.
+    (DATA / "logs" / "wild" / "cuda_error__maskyolo-caffe-55.log", "math_functions.hpp:179"),
+    # Paddle's enforce prints the source under the summary, on a line of its own: `(at .../cuda_allocator.cc:69)`.
+    (DATA / "logs" / "round5" / "dev" / "cuda_oom__paddlepaddle-paddleocr-1505.log",
+     "/paddle/paddle/fluid/memory/allocation/cuda_allocator.cc:69"),
+    # loguru's traceback (diagnose=True) prints every frame's variables under its source line: the frames and the
+    # exception nine lines below the last are one traceback.
+    (DATA / "logs" / "round11" / "dev" / "cuda_error__irisrainbowneko-genshin_auto_fish-63.log",
+     "D:\\JIQIxuexi\\Anacon\\envs\\ysfish\\lib\\site-packages\\torch\\nn\\modules\\conv.py:420"),
+])
+def test_the_location_is_found_where_the_log_prints_it(path: Path, location: str) -> None:
+    assert _diagnosed(path)[0]["location"] == location
