@@ -84,10 +84,14 @@ _CXX_WHAT = re.compile(r"^\s*what\(\):\s+(?P<message>\S.*)")
 _CXX_LOCATION = re.compile(r"^\s*\[\d\d:\d\d:\d\d\] (?P<location>[^\s:]+:\d+): ")  # MXNet/dmlc's `[10:44:35] x.h:359: `
 _TRACEBACK_AS_MESSAGE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE}): Traceback \(most recent call last\)")
 _WORKER_WRAPPER = re.compile(r"\bCaught (?P<type>[\w.]+) in DataLoader worker process \d+")
-# The data loaders' own fetch of a sample (PyTorch's, Paddle's, MXNet Gluon's): a frame of it above the dataset's code
-# says the exception was raised reading a sample, in a worker or, with num_workers=0, in the main process.
+# The data loaders' own fetch of a sample (PyTorch's, Paddle's, MXNet Gluon's; the pipelines that run the decoding and
+# transforms themselves: FFCV's epoch iterator, webdataset, DALI's pipeline, Grain): a frame of it above the
+# dataset's code says the exception was raised reading a sample, in a worker or, with num_workers=0, in the main
+# process (FFCV's numba-compiled transforms fail inside numba, under its iterator: issue 31, round 13).
 _SAMPLE_FETCH = re.compile(r"(?:^|[/\\])(?:torch[/\\]utils[/\\]data[/\\]_utils[/\\]fetch|"
-                           r"paddle[/\\]io[/\\]dataloader[/\\]fetcher|mxnet[/\\]gluon[/\\]data[/\\]dataloader)\.py$")
+                           r"paddle[/\\]io[/\\]dataloader[/\\]fetcher|mxnet[/\\]gluon[/\\]data[/\\]dataloader|"
+                           r"ffcv[/\\]loader[/\\]epoch_iterator|webdataset[/\\]\w+|nvidia[/\\]dali[/\\]pipeline|"
+                           r"grain[/\\]_src[/\\]python[/\\]\w+)\.py$")
 # torch.multiprocessing.spawn's report of a child's traceback: its process index is the rank spawn gave it (issue 31).
 _SPAWNED = re.compile(r"\bProcess (?P<index>\d+) terminated with the following error")
 _STACK_DUMP = re.compile(r"most recent call (?:first|last)|^\s*(?:Thread|Current thread|Stack)\b")

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.helpers import DATA
 from tools.core.context import ToolContext
 from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, diagnose_logs
 
@@ -103,3 +104,18 @@ def test_what_a_line_says_is_a_finding_with_its_facts(tmp_path: Path, text: str,
 def test_the_jvm_running_out_of_heap_is_not_a_gpu_oom(tmp_path: Path) -> None:
     result = diagnose(tmp_path, 'Exception in thread "main" java.lang.OutOfMemoryError: Java heap space\n')
     assert [f.category for f in result.findings] == ["unclassified_error"]
+
+
+@pytest.mark.parametrize(("path", "category", "facts"), [
+    # FFCV's transforms run compiled by numba under its epoch iterator: numba's TypingError is the pipeline's.
+    (DATA / "logs" / "round13" / "dev" / "dataloader__libffcv-ffcv-372.log", "dataloader",
+     {"exception": "numba.core.errors.TypingError"}),
+    # Kokoro-FastAPI's server logs its missing model at ERROR level; the traceback under it is cut.
+    (DATA / "logs" / "round14" / "dev" / "inference__remsky-Kokoro-FastAPI-64.log", "inference",
+     {"error": "ONNX model not found at /app/Kokoro-82M/kokoro-v0_19.onnx"}),
+])
+def test_real_excerpts_by_meaning(path: Path, category: str, facts: dict[str, Any]) -> None:
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]),
+                       ToolContext(roots=(path.parent.resolve(),)))
+    assert result.findings[0].category == category
+    assert {k: result.findings[0].facts.get(k) for k in facts} == facts
