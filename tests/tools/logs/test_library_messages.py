@@ -119,3 +119,20 @@ def test_real_excerpts_by_meaning(path: Path, category: str, facts: dict[str, An
                        ToolContext(roots=(path.parent.resolve(),)))
     assert result.findings[0].category == category
     assert {k: result.findings[0].facts.get(k) for k in facts} == facts
+
+
+@pytest.mark.parametrize(("text", "facts"), [
+    # Building native code: the linker's own words (Triton's launcher build without libcuda), pip's wheel build.
+    ("/usr/bin/ld: cannot find -lcuda: No such file or directory\ncollect2: error: ld returned 1 exit status\n",
+     {"error": "ld: cannot find -lcuda:"}),
+    ("  Building wheel for flash-attn (setup.py) ... error\n  ERROR: Failed building wheel for flash-attn\n",
+     {"package": "flash-attn"}),
+    # An extension built against another torch: its .so's C++ symbols are not in this libtorch.
+    (TRACEBACK + "ImportError: /usr/lib/python3/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: "
+     "undefined symbol: _ZN3c104cuda9SetDeviceEi\n", {"exception": "ImportError"}),
+])
+def test_a_native_build_or_binary_that_does_not_fit_is_compile(tmp_path: Path, text: str,
+                                                              facts: dict[str, Any]) -> None:
+    result = diagnose(tmp_path, text)
+    assert (result.findings[0].category, result.findings[0].severity) == ("compile", "crit")
+    assert {k: result.findings[0].facts.get(k) for k in facts} == facts
