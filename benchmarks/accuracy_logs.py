@@ -42,8 +42,9 @@ scored and aimed at its weakest families, split by repository before tuning; rou
 excerpts from 95 more repositories, collected in the sixth session of 2026-12-02 after every earlier held-out round had
 been scored at least twice, split by repository on 2026-12-03 before anyone read an excerpt (round14/dev, 55;
 round14/heldout, 45, frozen); round 15 (tests/data/logs/round15): 14 excerpts from 13 more repositories,
-collected after round 14's development part was tuned on, all held out (a fresh check of that tuning); the benign
-corpus
+collected after round 14's development part was tuned on, all held out (a fresh check of that tuning); round 16
+(tests/data/logs/round16): 46 excerpts from 45 more repositories, collected in the seventh session (2026-12-03) while
+that session tuned on the development sets, all held out (a fresh check of it); the benign corpus
 (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
@@ -108,6 +109,7 @@ ROUND13 = REPO / "tests" / "data" / "logs" / "round13"
 # split 60/40 by repository on 2026-12-03: collected after every earlier held-out round had been scored twice
 ROUND14 = REPO / "tests" / "data" / "logs" / "round14"
 ROUND15 = REPO / "tests" / "data" / "logs" / "round15"
+ROUND16 = REPO / "tests" / "data" / "logs" / "round16"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -411,6 +413,7 @@ def main() -> None:
                      load_heldout(ROUND13)))
         sets.append(("HELD OUT: round 14 (issue 31, split and frozen 2026-12-03)", load_heldout(ROUND14)))
         sets.append(("HELD OUT: round 15 (issue 31, fresh, frozen 2026-12-03, seventh session)", load_heldout(ROUND15)))
+        sets.append(("HELD OUT: round 16 (issue 31, fresh, frozen 2026-12-03, seventh session)", load_heldout(ROUND16)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:

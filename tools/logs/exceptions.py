@@ -242,8 +242,10 @@ class RaisedException:
     @property
     def fetching_sample(self) -> bool:
         """Raised while a data loader fetched a sample: a worker's original exception, or, with num_workers=0, a
-        traceback in the main process that runs through the loader's fetch (its frames above the dataset's code)."""
-        return self.worker or any(_SAMPLE_FETCH.search(f.path) for f in self.frames)
+        traceback in the main process that runs through the loader's fetch (its frames above the dataset's code), or
+        one through a user dataset's `__getitem__` (a paste that kept only the frames of the user's code)."""
+        return self.worker or any(_SAMPLE_FETCH.search(f.path) or (
+            f.function == "__getitem__" and _LIBRARY.search(f.path.replace("\\", "/")) is None) for f in self.frames)
 
     @property
     def matched_message(self) -> str:

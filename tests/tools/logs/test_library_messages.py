@@ -136,3 +136,12 @@ def test_a_native_build_or_binary_that_does_not_fit_is_compile(tmp_path: Path, t
     result = diagnose(tmp_path, text)
     assert (result.findings[0].category, result.findings[0].severity) == ("compile", "crit")
     assert {k: result.findings[0].facts.get(k) for k in facts} == facts
+
+
+def test_an_exception_raised_in_a_datasets_getitem_is_a_sample_that_could_not_be_read(tmp_path: Path) -> None:
+    # A paste that kept only the user's frames: the dataset's __getitem__ could not open a sample's file.
+    result = diagnose(tmp_path, 'Traceback (most recent call last):\n  File "train.py", line 40, in <module>\n'
+                      '    for images, labels in loader:\n  File "/home/<user>/proj/data/coco.py", line 77, in '
+                      '__getitem__\n    image = cv2.imdecode(open(path, "rb").read())\nFileNotFoundError: [Errno 2] No '
+                      'such file or directory: \'/data/coco/train2017/000000391895.jpg\'\n')
+    assert [(f.category, f.facts.get("exception")) for f in result.findings] == [("dataloader", "FileNotFoundError")]
