@@ -145,3 +145,17 @@ def test_an_exception_raised_in_a_datasets_getitem_is_a_sample_that_could_not_be
                       '__getitem__\n    image = cv2.imdecode(open(path, "rb").read())\nFileNotFoundError: [Errno 2] No '
                       'such file or directory: \'/data/coco/train2017/000000391895.jpg\'\n')
     assert [(f.category, f.facts.get("exception")) for f in result.findings] == [("dataloader", "FileNotFoundError")]
+
+
+@pytest.mark.parametrize("text", [
+    # vLLM's V1 engine, its model checks and its parallel-configuration checks; transformers too old for a model.
+    TRACEBACK + "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n",
+    TRACEBACK + "ValueError: Total number of attention heads (14) must be divisible by tensor parallel size (4).\n",
+    TRACEBACK + "ValueError: The checkpoint you are trying to load has model type `qwen3` but Transformers does not "
+    "recognize this architecture.\n",
+    # llama.cpp's loader.
+    "llama_model_load: error loading model: error loading model architecture: unknown model architecture: 'qwen3'\n",
+])
+def test_a_serving_engine_that_cannot_start_is_inference(tmp_path: Path, text: str) -> None:
+    result = diagnose(tmp_path, text)
+    assert (result.findings[0].category, result.findings[0].severity) == ("inference", "crit")
