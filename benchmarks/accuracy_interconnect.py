@@ -24,7 +24,7 @@ Affinity (issue 32, tests/data/interconnect/affinity): a handful of real excerpt
 was split (nic_affinity, cpu_affinity, topo -p2p refusals, NCCL_P2P_DISABLE), labelled by the one who wrote their
 rules: scored beside the development sets, a development figure only.
 
-Usage: .venv/bin/python benchmarks/accuracy_interconnect.py [--cases DIR] [--held-out] [--misses]
+Usage: .venv/bin/python benchmarks/accuracy_interconnect.py [--cases DIR] [--held-out] [--misses] [--round N]
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import hashlib
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,8 @@ ROUND8 = REPO / "tests" / "data" / "interconnect" / "round8"  # all held out: co
 ROUND9 = REPO / "tests" / "data" / "interconnect" / "round9"  # all held out: collected after round 8 was scored
 # split 60/40 by repository on 2026-12-03: collected after round 9 was scored
 ROUND10 = REPO / "tests" / "data" / "interconnect" / "round10"
+# all held out: collected in the seventh session (2026-12-03) while it tuned on the development sets
+ROUND12 = REPO / "tests" / "data" / "interconnect" / "round12"
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the issue's words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -199,30 +203,29 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, default=None, help="score only this folder of cases*.jsonl")
     parser.add_argument("--held-out", action="store_true", help="also score round 4's held-out set (a figure only)")
     parser.add_argument("--misses", action="store_true", help="list the misses of the development sets")
+    parser.add_argument("--round", type=int, help="score only this round (development and, with --held-out, held out)")
     args = parser.parse_args()
     if args.cases is not None:
         score(str(args.cases), args.cases, load_labels(args.cases), args.misses)
         return
-    score("wild", DEFAULT, load_labels(DEFAULT), args.misses)
-    score("round 4, development", ROUND4 / "dev", load_labels(ROUND4 / "dev"), args.misses)
-    score("round 6, development", ROUND6 / "dev", load_labels(ROUND6 / "dev"), args.misses)
-    score("round 10, development", ROUND10 / "dev", load_labels(ROUND10 / "dev"), args.misses)
-    score("affinity and P2P (development, labelled by their rules' author)", AFFINITY, load_labels(AFFINITY),
-          args.misses)
+    sets: list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]] = [
+        ("wild", DEFAULT, partial(load_labels, DEFAULT), False),
+        *((f"round {n}, development", folder / "dev", partial(load_labels, folder / "dev"), False)
+          for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10))),
+        ("affinity and P2P (development, labelled by their rules' author)", AFFINITY, partial(load_labels, AFFINITY),
+         False)]
     if args.held_out:
-        score("round 4, held out (frozen 2026-12-02)", ROUND4 / "heldout", load_heldout(ROUND4), misses=False)
-        score("round 5, held out (fresh, frozen 2026-12-02)", ROUND5 / "heldout", load_heldout(ROUND5), misses=False)
-        score("round 6, held out (split and frozen 2026-12-02, third session)", ROUND6 / "heldout",
-              load_heldout(ROUND6), misses=False)
-        score("round 7, held out (fresh, frozen 2026-12-02, fourth session)", ROUND7 / "heldout",
-              load_heldout(ROUND7), misses=False)
-        score("round 8, held out (fresh, frozen 2026-12-02, fifth session)", ROUND8 / "heldout",
-              load_heldout(ROUND8), misses=False)
-        score("round 9, held out (fresh, frozen 2026-12-02, fifth session)", ROUND9 / "heldout",
-              load_heldout(ROUND9), misses=False)
-        score("round 10, held out (split and frozen 2026-12-03)", ROUND10 / "heldout", load_heldout(ROUND10),
-              misses=False)
-
+        sets += [(f"round {n}, held out ({note})", folder / "heldout", partial(load_heldout, folder), True)
+                 for n, folder, note in ((4, ROUND4, "frozen 2026-12-02"), (5, ROUND5, "fresh, frozen 2026-12-02"),
+                                         (6, ROUND6, "split and frozen 2026-12-02, third session"),
+                                         (7, ROUND7, "fresh, frozen 2026-12-02, fourth session"),
+                                         (8, ROUND8, "fresh, frozen 2026-12-02, fifth session"),
+                                         (9, ROUND9, "fresh, frozen 2026-12-02, fifth session"),
+                                         (10, ROUND10, "split and frozen 2026-12-03"),
+                                         (12, ROUND12, "fresh, frozen 2026-12-03, seventh session"))]
+    for title, folder, labels, held_out in sets:
+        if args.round is None or title.startswith(f"round {args.round},"):
+            score(title, folder, labels(), misses=args.misses and not held_out)
 
 if __name__ == "__main__":
     main()
