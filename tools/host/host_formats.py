@@ -277,7 +277,7 @@ def read_iostat(text: str) -> HostCapture:
     reports: list[tuple[dict[str, dict[str, float | None]], list[float], set[str]]] = []
     # Per report: whether a banner came before it since the last report. A banner starts a new iostat run, and a
     # run's first report is the averages since boot: `iostat -x sdb` in a shell loop prints only such reports.
-    after_banner: list[bool] = []  # or, after the loop, whether the report is since boot for any reason
+    after_banner: list[bool] = []
     banner = False
     header: list[str] | None = None
     device_last = False
@@ -324,13 +324,14 @@ def read_iostat(text: str) -> HostCapture:
     # -y omits the report since boot: then the first report is an interval too. The capture says so only where it
     # keeps the command line it was run with ("$ iostat -xy 1 1").
     skipped = _IOSTAT_Y.search(text[:65536]) is not None
-    after_banner = [after or _totals_span_since_boot(disks) for after, (disks, _, _) in zip(after_banner, reports,
-                                                                                           strict=True)]
+    # A report is since boot after a banner, or when its totals span hours.
+    boot_report = [after or _totals_span_since_boot(disks) for after, (disks, _, _) in zip(after_banner, reports,
+                                                                                          strict=True)]
     chosen = range(1, len(reports)) if len(reports) > 1 and not skipped else range(len(reports))
-    kept = [reports[i] for i in chosen if skipped or not after_banner[i]]
+    kept = [reports[i] for i in chosen if skipped or not boot_report[i]]
     # One report is the averages since boot only when the capture starts where iostat does (its banner): a pasted
     # block without it may be any interval. Reports that each follow a banner are all since boot.
-    every_run_since_boot = not kept and (len(reports) > 1 or any(after_banner))
+    every_run_since_boot = not kept and (len(reports) > 1 or any(boot_report))
     capture.since_boot = not skipped and ((len(reports) == 1 and SYSSTAT_BANNER.search(text) is not None)
                                           or every_run_since_boot)
     kept = kept or reports
