@@ -54,6 +54,7 @@ ROUND9 = HOST / "round9"  # all held out: collected after round 8 was scored (fi
 ROUND10 = HOST / "round10"
 # split 60/40 by repository on 2026-12-03 (seventh session): collected after round 10 was scored and tuned on
 ROUND11 = HOST / "round11"
+ROUND12 = HOST / "round12"  # all held out: collected in the seventh session while it tuned on round 11's dev part
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -208,7 +209,8 @@ def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str,
                                            (6, ROUND6, ", split and frozen 2026-12-02"), (7, ROUND7, ", fresh"),
                                            (8, ROUND8, ", fresh"), (9, ROUND9, ", fresh"),
                                            (10, ROUND10, ", split and frozen 2026-12-03"),
-                                           (11, ROUND11, ", split and frozen 2026-12-03, seventh session"))]
+                                           (11, ROUND11, ", split and frozen 2026-12-03, seventh session"),
+                                           (12, ROUND12, ", fresh, frozen 2026-12-03, seventh session"))]
     return rounds
 
 if __name__ == "__main__":
