@@ -351,12 +351,12 @@ def _classify_after(line: bytes, matched: frozenset[int] | None, rule: Rule, hit
                     number: int) -> tuple[Rule, dict[str, FactValue]] | None:
     """The first rule after `rule` that matches `line` and is not itself a continuation without its message."""
     rules, _ = load_rules()
-    start = rules.index(rule) + 1
-    for index in sorted(i for i in (matched or range(len(rules))) if i >= start):
-        other = rules[index]
-        if other.match.search(line.rstrip(b"\r\n")) is not None and (
-                not other.continues or _parent(hits, other, number) is not None):
-            return other, extract_facts(other, line.rstrip(b"\r\n"))
+    left = frozenset(i for i in (matched or range(len(rules))) if i > rules.index(rule))
+    while left:
+        found = classify(line, left)
+        if found is None or not found[0].continues or _parent(hits, found[0], number) is not None:
+            return found
+        left -= {rules.index(found[0])}
     return None
 
 

@@ -32,7 +32,7 @@ import bisect
 import re
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -247,10 +247,11 @@ class RaisedException:
         return self.worker or any(_SAMPLE_FETCH.search(f.path) or (
             f.function == "__getitem__" and _LIBRARY.search(f.path.replace("\\", "/")) is None) for f in self.frames)
 
-    @property
+    @cached_property
     def matched_message(self) -> str:
         """The message the taxonomy reads: a message that ends in a colon introduces the value printed below it
-        (torch.distributions' "found invalid values:" and the tensor of nan under it), so those lines are its end."""
+        (torch.distributions' "found invalid values:" and the tensor of nan under it), so those lines are its end.
+        Read once: every taxonomy entry matches against it (classification happens after the log was read)."""
         if not self.message.rstrip().endswith(":") or not self.after:
             return self.message
         return " ".join([self.message, *(line.strip() for line in _message_lines(self.after))])
