@@ -14,7 +14,8 @@ Scored per excerpt, each excerpt alone as diagnose_logs(paths=[file]) would see 
   a `location` "path:line" whose path may be a suffix of the other; an `error` text that holds, or is held by,
   the other at no less than half its length; a fact of the process, pid, exitcode, signal or host, also in
   the excerpt's process_exit finding, where the contract reports how a process ended; a `signal` compared as
-  the signal it names, whichever way it is written: 9, "SIGKILL" and "Killed" are one signal);
+  the signal it names, whichever way it is written: 9, "SIGKILL" and "Killed" are one signal; an `exception`
+  named with its module or without it, `DGLError` and `dgl._ffi.base.DGLError`, is one exception);
 - extra: warn/crit categories reported that are neither the label nor in `also`.
 Targets (issue 16): recall >= 0.97, facts >= 0.95, benign 100 % quiet, extra <= 0.1 per excerpt.
 
@@ -289,6 +290,9 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     got = finding.facts[name]
     if name == "location" and isinstance(want, str) and isinstance(got, str):
         return _same_location(want, got)
+    if name == "exception" and isinstance(want, str) and isinstance(got, str) and ("." in want) != ("." in got):
+        # One exception, named with or without its module (`DGLError`, `dgl._ffi.base.DGLError`).
+        return _same(want.rsplit(".", 1)[-1], got.rsplit(".", 1)[-1])
     if name in FREE_TEXT_FACTS and isinstance(want, str) and isinstance(got, str):
         return _same_text(want, got)
     return _same(want, got)

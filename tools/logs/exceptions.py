@@ -112,6 +112,8 @@ _BUG_REPORT = re.compile(r"(?i)\b(?:open|file|report|submit|raise) (?:an? |this 
 _LIBRARY = re.compile(r"(?:site-packages|dist-packages|[/\\]lib[/\\]python\d[\d.]*[/\\]|^<frozen |^<string>|"
                       r"[/\\]torch[/\\](?:nn|autograd|utils|_dynamo|_inductor|distributed|cuda)[/\\]|"
                       r"^\.\./aten/|^/opt/pytorch/)")
+# A console script pip generated for a package's entry point: `<env>/bin/name` with no .py, Windows' `Scripts\name`.
+_CONSOLE_SCRIPT = re.compile(r"[/\\](?:bin|Scripts)[/\\][\w.-]+(?<!\.py)$")
 # Python's own modules: under lib/pythonX.Y/ (or Windows' Lib/) but not in site-packages, frozen, or printed by its
 # bare name (`File "subprocess.py"`, an embedded Python's).
 _STDLIB = re.compile(r"(?:^|/)(?:lib/python\d[\d.]*|Lib)/(?!site-packages/|dist-packages/)[^/]+(?:/[^/]+)?$|^<frozen |"
@@ -120,9 +122,12 @@ _STDLIB = re.compile(r"(?:^|/)(?:lib/python\d[\d.]*|Lib)/(?!site-packages/|dist-
 # Facts every exception may carry, from its message.
 COMMON_FACTS = [re.compile(p) for p in (
     r'INTERNAL ASSERT FAILED at "(?P<loc_file>[^"]{1,300})":(?P<loc_line>\d+)',
+    # dmlc's native check (DGL, MXNet, TVM, XGBoost): `[02:00:36] /src/rpc/rpc.cc:484: Check failed: ...`.
+    r"^\[\d\d:\d\d:\d\d\] (?P<loc_file>[^\s:]{1,300}):(?P<loc_line>\d+): ",
     r"^\[?[Rr]ank[ :]?(?P<rank>\d+)\]?:",
     r"\bexit(?:ed with)? (?:status|code)[ :=]+(?P<exitcode>-?\d+)\b",  # a child the failing program ran
 )]
+_NATIVE_SITES = 2  # COMMON_FACTS' first patterns: a native source line (loc_file, loc_line) the message names
 # A failure's words kept as its `error` fact (an exception's whole message up to this long; a line's after its
 # prefixes, diagnose.py); the line itself is in the finding's occurrence.
 ERROR_TEXT_CHARS = 300
@@ -476,6 +481,15 @@ class TracebackReader:
             current.frames = frames[::-1] if current.innermost_first else frames
             current.bare = False
             return
+        wrapper = self._worker_wrapper
+        if wrapper is not None and self._header is not None and (
+                not wrapper.frames or any(_LIBRARY.search(f.path.replace("\\", "/")) is None for f in frames)):
+            # A worker's "Original Traceback" cut before its final line: the wrapper names the type, and these frames
+            # are where the worker raised it (the dataset's __getitem__), nearer the fault than the main process's.
+            wrapper.frames = frames
+            wrapper.bare = False
+            self._worker_wrapper = None
+            return
         raised = _RAISE.search(frames[-1].source)
         kind = raised["type"] if raised is not None else self._header_type
         if kind is not None:
@@ -566,8 +580,10 @@ class Entry:
 def _innermost_last(frames: list[Frame]) -> list[Frame]:
     """`frames` in Python's order, the innermost last. A `<module>` frame is always a traceback's outermost: frames
     that end with one (and do not start with one) were pasted innermost first (a debugger's order, a paste that put the
-    failing call first), issue 31 round 9."""
-    if len(frames) > 1 and frames[-1].function == "<module>" and frames[0].function != "<module>":
+    failing call first), issue 31 round 9. Except in an import: an imported module's `<module>` frame is the innermost,
+    entered from the import machinery (`<frozen importlib._bootstrap>`) or from another module's `<module>`."""
+    if len(frames) > 1 and frames[-1].function == "<module>" and frames[0].function != "<module>" and not (
+            frames[-2].function == "<module>" or "importlib" in frames[-2].path):
         return frames[::-1]
     return frames
 
@@ -615,9 +631,11 @@ def _decider_order(exc: RaisedException) -> list[RaisedException]:
 
 
 def _user_frame(exc: RaisedException) -> Frame | None:
-    """The innermost user frame (Dynamo's "from user code:" first), else None."""
+    """The innermost user frame (Dynamo's "from user code:" first), else None. A console script's shim
+    (`<env>/bin/dpgen`, `sys.exit(main())`) is pip's wrapper around the package's entry point, not the user's code."""
     for frames in (exc.user_frames, _innermost_last(exc.frames)):
-        user = [f for f in frames if _LIBRARY.search(f.path.replace("\\", "/")) is None]
+        user = [f for f in frames if _LIBRARY.search(f.path.replace("\\", "/")) is None
+                and _CONSOLE_SCRIPT.search(f.path.replace("\\", "/")) is None]
         if user:
             return user[-1]
     return None
@@ -637,11 +655,24 @@ def _traceback_facts(exc: RaisedException) -> dict[str, str]:
     # Every frame a library's (a paste that kept only the library's part): where it was raised is still the place to
     # look, after whatever the rule's own line and the lines around it said.
     frame = _user_frame(exc) or _raised_in(exc)
-    if frame is not None:
+    native = _native_site(exc.message)
+    if native is not None:
+        site["location"] = native
+    elif frame is not None:
         site["location"] = f"{frame.path}:{frame.line}"
-        if frame.function:
-            site["function"] = frame.function
+    if frame is not None and frame.function:
+        site["function"] = frame.function
     return site
+
+
+def _native_site(message: str) -> str | None:
+    """The C++ source line an exception's message names as where its check failed (torch's INTERNAL ASSERT, dmlc's
+    `[time] x.cc:484: Check failed`): nearer the fault than any Python frame."""
+    for pattern in COMMON_FACTS[:_NATIVE_SITES]:
+        found = pattern.search(message)
+        if found is not None:
+            return f"{found['loc_file']}:{found['loc_line']}"
+    return None
 
 
 def _user_location_over_library_frame(site: dict[str, str], exc: RaisedException) -> None:
@@ -748,7 +779,11 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
         site["function"] = exc.user_frames[-1].function
     if exc.frames and not site.get("function") and exc.frames[-1].function:
         site["function"] = exc.frames[-1].function
-    location = (f"{loc_file}:{loc_line}" if loc_file and loc_line else None) or defined_at(exc.after) or _location(exc)
+    # Every frame a library's (a paste that kept only the library's part, TorchScript's traceback of a compiled
+    # extension): where it was raised is still the place to look, as in a rule's traceback facts.
+    raised_in = _raised_in(exc)
+    location = ((f"{loc_file}:{loc_line}" if loc_file and loc_line else None) or defined_at(exc.after)
+                or _location(exc) or (f"{raised_in.path}:{raised_in.line}" if raised_in is not None else None))
     if location is not None:
         facts["location"] = location
     for name, value in site.items():

@@ -31,8 +31,9 @@ def serious(result: DiagnoseLogsResult) -> list[LogFinding]:
     # Unknown exceptions are findings of their own: type, message (its first sentence), innermost user frame.
     ("unclassified_error__rfdiffusion-384.log", "unclassified_error", "warn",
      {"exception": "RuntimeError", "message": "mat1 and mat2 shapes cannot be multiplied (192721x92 and 103x64)"}),
-    # A DataLoader worker's wrapper: the worker's original exception decides (KeyError: unclassified).
-    ("unclassified_error__a-pytorch-tutorial-to-transformers-1.log", "unclassified_error", "warn",
+    # A DataLoader worker's wrapper: the worker's original exception is told (a KeyError in the dataset's code is a
+    # failure of the input pipeline: dataloader, relabelled 2026-12-03 as round 14's labeller read the same case).
+    ("unclassified_error__a-pytorch-tutorial-to-transformers-1.log", "dataloader", "crit",
      {"exception": "KeyError", "message": "0", "location": "/content/drive/My Drive/PyTorch--master/datasets.py:67",
       "dataloader_worker": "yes"}),
     # DDP's reducer, as a bare final line and after its frames: collective_mismatch (decided in issue 31).

@@ -65,7 +65,10 @@ def test_unreadable_sample_in_the_main_process_is_dataloader(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("fails", ["key_error"])
-def test_a_bug_in_getitem_stays_unclassified(tmp_path: Path, fails: str) -> None:
+def test_a_bug_in_getitem_is_the_input_pipeline_with_its_exception(tmp_path: Path, fails: str) -> None:
+    # Issue 31 (2026-12-03): a KeyError in the dataset's __getitem__ is what the job died of while loading a sample:
+    # dataloader, with the exception and the dataset's line that name the bug.
     found = _findings(_run_training(tmp_path, fails))
-    assert [(c, s) for c, s, _ in found] == [("unclassified_error", "warn")], found
+    assert [(c, s) for c, s, _ in found] == [("dataloader", "crit")], found
     assert found[0][2]["exception"] == "KeyError"
+    assert str(found[0][2]["location"]).endswith("train.py:14")
