@@ -82,8 +82,6 @@ LOG_CLOCK_EVERY_MATCHES: Final = 256
 LOG_CLASSIFIED_LINES_KEPT: Final = 4096
 # diagnose_logs: lines of one finding read for where it was raised, until one names a location.
 LOG_SITE_LINES: Final = 8
-# Progress lines (a step that changed) one file's scan keeps to tell a failure the step it happened at: the last ones.
-LOG_PROGRESS_KEPT: Final = 4096
 # Distinct line texts a scan keeps one copy of (the matched lines and their context): the same log keeps each line
 # of a repeated traceback once.
 LOG_SAME_LINES_KEPT: Final = 4096

@@ -53,7 +53,6 @@ from tools.logs.learned import predict_file
 from tools.logs.lines import LineReader, error_line_message, network_before_timeout, with_line_rules
 from tools.logs.metrics import metric_facts, metric_level, overflow_level
 from tools.logs.prefixes import anchor_after_prefix, prefix_facts, without_prefixes
-from tools.logs.progress import PROGRESS_RULE, ProgressReader
 from tools.logs.reader import (
     LOG_FORMATS,
     LineMatcher,
@@ -337,7 +336,7 @@ def classify(line: bytes, matched: frozenset[int] | None = None) -> tuple[Rule, 
     line = line.rstrip(b"\r\n")  # RE2 with never_nl: a pattern's `$` cannot match before a kept newline
     for index in candidates:
         rule = rules[index]
-        if rule.id != PROGRESS_RULE and rule.match.search(line) is not None:  # progress: read apart, by the scan
+        if rule.match.search(line) is not None:
             return rule, extract_facts(rule, line)
     return None
 
@@ -406,11 +405,7 @@ def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
 @cache
 def _traceback_rule() -> int:
     """The index of the rule whose lines are read as tracebacks."""
-    return _index_of_rule(TRACEBACK_RULE)
-
-
-def _index_of_rule(rule_id: str) -> int:
-    return next(i for i, r in enumerate(load_rules()[0]) if r.id == rule_id)
+    return next(i for i, r in enumerate(load_rules()[0]) if r.id == TRACEBACK_RULE)
 
 
 def _scan_one(file: InputFile, deadline: float) -> _FileHits:
@@ -427,8 +422,6 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     continued: set[int] = set()  # lines a rule read as the continuation of a message: that rule's, not error lines
     tracebacks = TracebackReader()  # the final exceptions, for the exception taxonomy (tools/logs/exceptions.py)
     traceback_rule = _traceback_rule()
-    progress_rule = _index_of_rule(PROGRESS_RULE)
-    progress = ProgressReader()  # the steps the training printed, for the failures below them (tools/logs/progress.py)
     lines = LineReader()  # error lines and network failures (tools/logs/lines.py)
     # Each distinct matched line classified once: a log that repeats one failure (its traceback every step, one
     # warning per rank) has few distinct matched lines among very many.
@@ -440,8 +433,6 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             last_line = match.number
             if traceback_rule in match.patterns:
                 tracebacks.feed(match.number, match.text, [t for _, t in match.before], [t for _, t in match.after])
-            if progress_rule in match.patterns:
-                progress.feed(match.number, match.text)
             once = classify_once(match.text, match.patterns)
             if once is not None and once[0].continues and _parent(hits, once[0], match.number) is None:
                 # A continuation line with no message above it may be another rule's own line (kubectl's
@@ -522,24 +513,9 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     lend_cut_tracebacks(hits, tracebacks.cut_tracebacks())  # where a failure above a cut traceback surfaced
     cuda_exception_facts(hits)
     _own_rank(file, hits)
-    _step_reached(hits, progress)
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)
-
-
-def _step_reached(hits: list[tuple[Rule, _Hit]], progress: ProgressReader) -> None:
-    """A failure that names no step of its own: the last step the training printed above it (`step`, and
-    `step_line` where that was read), with the loss that line printed."""
-    for rule, hit in hits:
-        if rule.level == "info" or rule.evidence_only or "step" in hit.facts:
-            continue
-        reached = progress.before(hit.number)
-        if reached is None:
-            continue
-        hit.facts["step"], hit.facts["step_line"] = reached.step, reached.line
-        if reached.loss is not None:
-            hit.facts.setdefault("loss", reached.loss)
 
 
 def _own_rank(file: InputFile, hits: list[tuple[Rule, _Hit]]) -> None:

@@ -1,8 +1,7 @@
-"""Facts added from round 14's and round 13's development parts (issue 31), each on the real excerpt it was written
-for (source URLs in each folder's cases.jsonl): the step the training had reached above a failure that names none,
-an exception raised in a DataLoader worker's dataset code as dataloader, the location where every frame is a
-library's, a console script's shim not taken for the user's code, a native check's file:line from dmlc's message, and
-an import chain's frames read in Python's order."""
+"""Facts added from round 14's, 13's and 5's development parts (issue 31), each on the real excerpt it was written
+for (source URLs in each folder's cases.jsonl): an exception raised in a DataLoader worker's dataset code as
+dataloader, the location where every frame is a library's, a console script's shim not taken for the user's code, a
+native check's file:line from dmlc's message, and an import chain's frames read in Python's order."""
 
 from __future__ import annotations
 
@@ -14,15 +13,11 @@ import pytest
 
 from tools.core.context import ToolContext
 from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
-from tools.logs.progress import ProgressReader
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
 
 
 @pytest.mark.parametrize(("name", "category", "facts"), [
-    # https://github.com/threestudio-project/threestudio/issues/369: tqdm's `4540/? [07:57` glued to the segfault.
-    ("round13/dev/process_exit__threestudio-project-threestudio-369.log", "process_exit",
-     {"step": 4540, "step_line": 1}),
     # https://github.com/bioinsilico/rcsb-embedding-search/issues/3: KeyError in a worker's dataset code.
     ("round14/dev/dataloader__bioinsilico-rcsb-embedding-search-3.log", "dataloader",
      {"exception": "KeyError", "location": "index.pyx:134"}),
@@ -51,14 +46,3 @@ def test_fact_mechanism(name: str, category: str, facts: dict[str, Any]) -> None
     for name_, value in facts.items():
         assert found[0].facts.get(name_) == value, (name_, found[0].facts)
 
-
-def test_progress_needs_more_than_a_counter() -> None:
-    progress = ProgressReader()
-    progress.feed(1, b"save_step: 500")  # a config line: a step counter and nothing that shows progress
-    progress.feed(2, b"iteration 271 | lm loss: 5.312 | lr: 1e-4")
-    progress.feed(3, b"iteration 272 | lm loss: 5.298 | lr: 1e-4")
-    assert progress.before(1) is None
-    reached = progress.before(10)
-    assert reached is not None and (reached.step, reached.line, reached.loss) == (272, 3, 5.298)
-    earlier = progress.before(2)
-    assert earlier is not None and earlier.step == 271
