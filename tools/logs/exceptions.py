@@ -120,14 +120,16 @@ _STDLIB = re.compile(r"(?:^|/)(?:lib/python\d[\d.]*|Lib)/(?!site-packages/|dist-
                      r"^(?:subprocess|threading|runpy|functools|contextlib|selectors|socket|ssl|queue|pickle|shutil|os|"
                      r"importlib|asyncio|concurrent|multiprocessing)\b[\w/.]*\.py$")
 # Facts every exception may carry, from its message.
-COMMON_FACTS = [re.compile(p) for p in (
+# The native source line a message names as where its check failed (loc_file, loc_line): torch's INTERNAL ASSERT,
+# dmlc's check (DGL, MXNet, TVM, XGBoost: `[02:00:36] /src/rpc/rpc.cc:484: Check failed: ...`).
+NATIVE_SITES = [re.compile(p) for p in (
     r'INTERNAL ASSERT FAILED at "(?P<loc_file>[^"]{1,300})":(?P<loc_line>\d+)',
-    # dmlc's native check (DGL, MXNet, TVM, XGBoost): `[02:00:36] /src/rpc/rpc.cc:484: Check failed: ...`.
     r"^\[\d\d:\d\d:\d\d\] (?P<loc_file>[^\s:]{1,300}):(?P<loc_line>\d+): ",
+)]
+COMMON_FACTS = [*NATIVE_SITES, *(re.compile(p) for p in (
     r"^\[?[Rr]ank[ :]?(?P<rank>\d+)\]?:",
     r"\bexit(?:ed with)? (?:status|code)[ :=]+(?P<exitcode>-?\d+)\b",  # a child the failing program ran
-)]
-_NATIVE_SITES = 2  # COMMON_FACTS' first patterns: a native source line (loc_file, loc_line) the message names
+))]
 # A failure's words kept as its `error` fact (an exception's whole message up to this long; a line's after its
 # prefixes, diagnose.py); the line itself is in the finding's occurrence.
 ERROR_TEXT_CHARS = 300
@@ -668,7 +670,7 @@ def _traceback_facts(exc: RaisedException) -> dict[str, str]:
 def _native_site(message: str) -> str | None:
     """The C++ source line an exception's message names as where its check failed (torch's INTERNAL ASSERT, dmlc's
     `[time] x.cc:484: Check failed`): nearer the fault than any Python frame."""
-    for pattern in COMMON_FACTS[:_NATIVE_SITES]:
+    for pattern in NATIVE_SITES:
         found = pattern.search(message)
         if found is not None:
             return f"{found['loc_file']}:{found['loc_line']}"
@@ -781,9 +783,10 @@ def _facts(entry: Entry, exc: RaisedException, decider: RaisedException) -> dict
         site["function"] = exc.frames[-1].function
     # Every frame a library's (a paste that kept only the library's part, TorchScript's traceback of a compiled
     # extension): where it was raised is still the place to look, as in a rule's traceback facts.
-    raised_in = _raised_in(exc)
     location = ((f"{loc_file}:{loc_line}" if loc_file and loc_line else None) or defined_at(exc.after)
-                or _location(exc) or (f"{raised_in.path}:{raised_in.line}" if raised_in is not None else None))
+                or _location(exc))
+    if location is None and (raised_in := _raised_in(exc)) is not None:
+        location = f"{raised_in.path}:{raised_in.line}"
     if location is not None:
         facts["location"] = location
     for name, value in site.items():
