@@ -82,6 +82,9 @@ LOG_CLOCK_EVERY_MATCHES: Final = 256
 LOG_CLASSIFIED_LINES_KEPT: Final = 4096
 # diagnose_logs: lines of one finding read for where it was raised, until one names a location.
 LOG_SITE_LINES: Final = 8
+# diagnose_logs: lines above a failure that names no step read back for the last step the training printed (a
+# traceback of a hundred frames and the warnings above it fit).
+PROGRESS_LOOKBACK_LINES: Final = 300
 # Distinct line texts a scan keeps one copy of (the matched lines and their context): the same log keeps each line
 # of a repeated traceback once.
 LOG_SAME_LINES_KEPT: Final = 4096

@@ -53,6 +53,7 @@ from tools.logs.learned import predict_file
 from tools.logs.lines import LineReader, error_line_message, network_before_timeout, with_line_rules
 from tools.logs.metrics import metric_facts, metric_level, overflow_level
 from tools.logs.prefixes import anchor_after_prefix, prefix_facts, without_prefixes
+from tools.logs.progress import steps_before
 from tools.logs.reader import (
     LOG_FORMATS,
     LineMatcher,
@@ -513,9 +514,26 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     lend_cut_tracebacks(hits, tracebacks.cut_tracebacks())  # where a failure above a cut traceback surfaced
     cuda_exception_facts(hits)
     _own_rank(file, hits)
+    _step_reached(file, hits, deadline, stats.wrap_width)
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)
+
+
+def _step_reached(file: InputFile, hits: list[tuple[Rule, _Hit]], deadline: float, wrap_width: int | None) -> None:
+    """Each failure that names no step of its own: the last step the training printed above its first line (`step`,
+    and `step_line` where that was read), with the loss that line printed (tools/logs/progress.py)."""
+    first: dict[str, _Hit] = {}
+    for rule, hit in hits:
+        if rule.level != "info" and not rule.evidence_only and "step" not in hit.facts:
+            first.setdefault(_group_key(rule, hit.facts), hit)
+    reached = steps_before(file, (hit.number for hit in first.values()), deadline, wrap_width)
+    for hit in first.values():
+        progress = reached.get(hit.number)
+        if progress is not None:
+            hit.facts["step"], hit.facts["step_line"] = progress.step, progress.line
+            if progress.loss is not None:
+                hit.facts.setdefault("loss", progress.loss)
 
 
 def _own_rank(file: InputFile, hits: list[tuple[Rule, _Hit]]) -> None:

@@ -556,6 +556,7 @@ class Entry:
     type: re.Pattern[str] | None
     message: re.Pattern[str] | None
     frame: re.Pattern[str] | None
+    through: re.Pattern[str] | None  # searched in every frame's path: the call went through that machinery
     facts: tuple[re.Pattern[str], ...]
     sets: dict[str, str]  # facts the entry states by what it is (backend = "TensorRT")
     worker: bool  # matches only an exception raised in a DataLoader worker
@@ -572,6 +573,8 @@ class Entry:
         if self.type is not None and self.type.search(exc.dotted_type) is None:
             return False
         if self.message is not None and self.message.search(exc.matched_message) is None:
+            return False
+        if self.through is not None and not any(self.through.search(f.path) for f in exc.frames):
             return False
         if self.frame is not None:
             raised_in = _raised_in(exc)
@@ -602,7 +605,7 @@ def _entry(raw: dict[str, Any], id: str) -> Entry:
         return re.compile(raw[key]) if key in raw else None
 
     return Entry(id=id, category=raw["category"], severity=raw["severity"], type=pattern("type"),
-                 message=pattern("message"), frame=pattern("frame"),
+                 message=pattern("message"), frame=pattern("frame"), through=pattern("through"),
                  facts=tuple(re.compile(f) for f in raw.get("facts", [])), sets=dict(raw.get("sets", {})),
                  worker=bool(raw.get("worker", False)), api_body=bool(raw.get("api_body", False)),
                  cause=raw["cause"], fix=raw["fix"],
