@@ -111,7 +111,10 @@ def facts_right(label: dict[str, Any], result: CheckInterconnectResult) -> list[
             checked.append(("nccl_version", any((t.nccl_version or "") == facts["nccl_version"].split("+")[0]
                                                 for t in rows)))
         if isinstance(facts.get("net"), str):
-            checked.append(("net", any((t.network or "").startswith(facts["net"].split()[0]) for t in rows)))
+            # The label's first word names the network as NCCL prints it (`NET/IB : Using ...`, `NET/Socket`); ours is
+            # the network's own name (`Using network IB`): the same network with or without `NET/`.
+            net = facts["net"].split()[0].removeprefix("NET/").rstrip(":")
+            checked.append(("net", any((t.network or "").startswith(net) for t in rows)))
         for key in ("nranks", "nnodes"):
             if isinstance(facts.get(key), int):
                 checked.append((key, any(getattr(t, key) == facts[key] for t in rows)))

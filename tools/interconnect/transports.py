@@ -179,10 +179,25 @@ def _transport_row(node: str, group: list[NcclProcess], nodes: int) -> Transport
     return Transport(node=node, ranks=_ranks(group), nccl_version=first.version,
                      nranks=max(said) if said else max(seen, default=None),
                      nnodes=max([p.nnodes for p in group if p.nnodes] + [nodes]),
-                     network=next((p.network for p in group if p.network), None),
+                     network=_network(group, channels),
                      interfaces="; ".join(interfaces) or "-",
                      transports=", ".join(f"{t} x{n}" for t, n in channels.most_common(6)) or "-",
                      warnings=sum(sum(p.warnings.values()) for p in group), file=first.file)
+
+
+def _network(group: list[NcclProcess], channels: Counter[str]) -> str | None:
+    """The network NCCL chose: as it said it (`Using network IB`), else as its lines show it: the transport of its
+    network channels (`via NET/IB/0`), the IB devices it opened (`NET/IB : Using [0]mlx5_0:1/RoCE`: IB comes before
+    sockets in NCCL's order, and it lists them only once they opened), or sockets when it said IB is absent or off."""
+    said = next((p.network for p in group if p.network), None)
+    if said is not None:
+        return said
+    net = [t.split("/")[1] for t, _ in channels.most_common() if t.startswith("NET/") and t.count("/") >= 1]
+    if net:
+        return net[0]
+    if any(p.no_ib_device or p.ib_disabled for p in group):
+        return "Socket" if any(p.socket_interfaces for p in group) else None
+    return "IB" if any(p.ib_devices for p in group) else None
 
 
 def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bool, found: Evidence,
