@@ -50,3 +50,15 @@ def test_a_one_rank_test_is_unknown_not_a_bandwidth() -> None:
     result = check(DEV, nccl_tests=["nccl_tests__sparticlesteve-podman-nccl-testing-1.txt"])
     assert [(f.kind, f.severity.value) for f in result.findings] == [("single_process_test", "unknown")]
     assert result.severity.value == "unknown" and "one-rank test" in result.findings[0].evidence
+
+
+def test_the_network_is_read_from_the_lines_when_no_using_network_line_was_kept() -> None:
+    # https://github.com/catid/dgx_station_benchmarks: `NET/IB : Using [0]mlx5_0:1/RoCE` and no `Using network`;
+    # sparticlesteve/pytorch-nccl-test: the old NCCL's channels `via NET/Socket/0` on each node.
+    roce = check(DEV, nccl_logs=["nccl_log__catid-dgx_station_benchmarks-1.txt"])
+    assert [t.network for t in roce.transports] == ["IB"]
+    sockets = check(DEV, nccl_logs=["nccl_log__sparticlesteve-pytorch-nccl-test-1.txt"])
+    assert [t.network for t in sockets.transports] == ["Socket", "Socket"]
+    # One V100 node's channels all P2P/IPC, no NET line at all: nothing says which network NCCL would have used.
+    single = check(DEV, nccl_logs=["nccl_log__bigscience-workshop-bigscience-n1-32gb.txt"])
+    assert [t.network for t in single.transports] == [None]
