@@ -55,6 +55,7 @@ ROUND10 = HOST / "round10"
 # split 60/40 by repository on 2026-12-03 (seventh session): collected after round 10 was scored and tuned on
 ROUND11 = HOST / "round11"
 ROUND12 = HOST / "round12"  # all held out: collected in the seventh session while it tuned on round 11's dev part
+ROUND13 = HOST / "round13"  # split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an output
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -201,7 +202,7 @@ def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str,
     rounds: list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]] = [
         (f"round {n}, development (tests/data/host/round{n}/dev)", folder / "dev",
          partial(_labels, folder / "dev" / "cases.jsonl"), False)
-        for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (11, ROUND11))]
+        for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (11, ROUND11), (13, ROUND13))]
     if held_out:
         rounds += [(f"round {n}, held out (tests/data/host/round{n}/heldout{note})", folder / "heldout",
                     partial(load_heldout, folder), True)
@@ -210,7 +211,8 @@ def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str,
                                            (8, ROUND8, ", fresh"), (9, ROUND9, ", fresh"),
                                            (10, ROUND10, ", split and frozen 2026-12-03"),
                                            (11, ROUND11, ", split and frozen 2026-12-03, seventh session"),
-                                           (12, ROUND12, ", fresh, frozen 2026-12-03, seventh session"))]
+                                           (12, ROUND12, ", fresh, frozen 2026-12-03, seventh session"),
+                                           (13, ROUND13, ", split and frozen 2026-12-03, ninth session"))]
     return rounds
 
 if __name__ == "__main__":
