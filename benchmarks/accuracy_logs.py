@@ -253,6 +253,7 @@ def _same_text(want: str, got: str) -> bool:
 
 _SIZE = re.compile(r"^\s*(?P<number>[\d.]+)\s*(?P<unit>[KMGTP]?)i?B\s*$", re.IGNORECASE)
 _WORKER = re.compile(r"^\s*worker\s+(?P<worker>\d+)\s*$", re.IGNORECASE)
+_GPU_DEVICE = re.compile(r"^\s*(?:/?device:)?(?:GPU|cuda)[\s:]*(?P<gpu>\d+)\s*$", re.IGNORECASE)
 
 
 def _size_bytes(text: str) -> float | None:
@@ -270,7 +271,8 @@ def _size_bytes(text: str) -> float | None:
 
 def _found(name: str, want: Any, finding: LogFinding) -> bool:
     # Labels write the same value in other forms: a rank as text ("1"), a DataLoader worker as a rank ("worker 7"), a
-    # size with its unit ("2.37 GiB"); the contract gives a rank in `ranks`, a worker as `worker`, sizes in bytes.
+    # size with its unit ("2.37 GiB"), an exit code as `exit_code`, a GPU as a device ("GPU 0", "GPU:0"); the contract
+    # gives a rank in `ranks`, a worker as `worker`, sizes in bytes, `exitcode`, the GPU's index as `gpu`.
     if name == "rank" and isinstance(want, str) and want.strip().isdigit():
         want = int(want)
     worker = _WORKER.match(want) if name == "rank" and isinstance(want, str) else None
@@ -283,6 +285,11 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
         return True
     if name == "rank" and isinstance(want, list) and want and set(want) <= set(finding.ranks):  # several ranks
         return True
+    if name == "exit_code" and "exit_code" not in finding.facts:  # the contract's name for it is `exitcode`
+        name = "exitcode"
+    device = _GPU_DEVICE.match(want) if name == "device" and isinstance(want, str) else None
+    if device is not None and "device" not in finding.facts:  # "GPU 0", "GPU:0", "cuda:0": the finding's `gpu`
+        return finding.facts.get("gpu") == int(device["gpu"])
     if name == "nccl_error" and isinstance(want, str):  # one NCCL result, as its name or ncclGetErrorString's text
         want = nccl_result_name(want)
     if name == "signal" and signal_number(want) is not None:  # one signal: 9, "SIGKILL" and "Killed" alike
@@ -298,6 +305,9 @@ def _found(name: str, want: Any, finding: LogFinding) -> bool:
     got = finding.facts[name]
     if name == "location" and isinstance(want, str) and isinstance(got, str):
         return _same_location(want, got)
+    if name == "field" and isinstance(want, str) and isinstance(got, str):
+        # The contract's `field` lists every non-finite field of the line (`loss, ave loss`); a label names one.
+        return _same(want, got) or any(_same(want.replace("_", " "), one.replace("_", " ")) for one in got.split(","))
     if name == "exception" and isinstance(want, str) and isinstance(got, str) and ("." in want) != ("." in got):
         # One exception, named with or without its module (`DGLError`, `dgl._ffi.base.DGLError`).
         return _same(want.rsplit(".", 1)[-1], got.rsplit(".", 1)[-1])

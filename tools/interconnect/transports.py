@@ -242,6 +242,10 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
     plain = {t: n for t, n in channels.items() if re.match(r"(?:NET|COLLNET)/IB", t) and not t.endswith("/GDRDMA")}
     ib_gdr_any = any(t.endswith("/GDRDMA") for t in channels)
     ib_plain = sum(n - (sends[t] if ib_gdr_any else 0) for t, n in plain.items())
+    # AWS's EFA plugin marks its RDMA channels the same way (`via NET/AWS Libfabric/0/GDRDMA` on p4d and later): a
+    # receive channel without it is staged through host memory (issue 32).
+    ib_plain += sum(n - sends[t] for t, n in channels.items()
+                    if t.startswith("NET/AWS Libfabric") and not t.endswith("/GDRDMA"))
     ib_gdr = sum(n for t, n in channels.items() if t.endswith("/GDRDMA"))
     # NCCL says GPU Direct RDMA is off for an HCA as it opens it, whether or not any traffic will cross it: on a job
     # known to stay within one node nothing does.
@@ -265,7 +269,9 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
                   "nodes can reach it only on the same link, and connects hang or fail",
                   "Set NCCL_SOCKET_IFNAME to an interface with a routable address (ip -br addr), on every node.",
                   node, ranks)
-    if virtual:
+    # NCCL listing a tunnel or VPN among its socket interfaces on a job it says is one node (`nNodes 1`): nothing
+    # crosses the network, so the interface carries nothing (as for loopback, _loopback).
+    if virtual and not said_single:
         found.add("wrong_interface", Severity.crit if socket_channels else Severity.warn,
                   f"NCCL uses {', '.join(virtual)} (a container, tunnel or VPN interface) for its sockets"
                   + (f"; NCCL_SOCKET_IFNAME={group[0].socket_ifname}" if group[0].socket_ifname else ""),

@@ -12,7 +12,7 @@ import re
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -403,6 +403,14 @@ def _group_key(rule: Rule, facts: dict[str, FactValue]) -> str:
     return "|".join([rule.id, *(str(facts.get(name)) for name in rule.group_by)])
 
 
+MISMATCH_RULE = "nccl_collective_check"
+
+
+@cache
+def _rule_named(rule_id: str) -> Rule:
+    return next(r for r in load_rules()[0] if r.id == rule_id)
+
+
 @cache
 def _traceback_rule() -> int:
     """The index of the rule whose lines are read as tracebacks."""
@@ -501,6 +509,8 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
                 hit.site = site_facts(match.text, [t for _, t in match.before], [t for _, t in match.after])
                 sited[key] = (tried + 1, "location" in hit.site)
             hits.append((rule, hit))
+            if rule.id == HOROVOD_STALL_RULE and "pending_ops" in hit.facts:  # the ranks wait in different collectives
+                hits.append((_rule_named(MISMATCH_RULE), replace(hit, facts=dict(hit.facts))))
     except TriageError as exc:
         if "ran out of time" not in exc.message:
             status = f"unreadable: {exc.message}"
@@ -782,6 +792,29 @@ def _cuda_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> N
     cuda_facts(rule.id, rule.category, facts, match.text, match.before, match.after)  # the CUDA error's own text
 
 
+HOROVOD_STALL_RULE = "horovod_stall"
+# The stall inspector's list under its warning: `0: [HorovodBroadcast_x_0, ...]`, one line per stalled rank, after
+# mpirun's `[1,0]<stderr>:` where there is one.
+_STALLED_RANK = re.compile(rb"(?:^|[\s:>])(?P<rank>\d+): \[(?P<ops>[^\]]*)")
+_HOROVOD_OP = re.compile(rb"Horovod(Allreduce|Broadcast|Allgather|Alltoall|ReduceScatter|Reducescatter|Barrier|Join)")
+
+
+def _stall_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
+    """Horovod's stall warning: the collectives each stalled rank waits in (`pending_ops`) when they differ: rank 0 in
+    broadcasts while rank 1 is in allreduces is the ranks disagreeing on which collective runs, not only a late rank."""
+    if rule.id != HOROVOD_STALL_RULE:
+        return
+    pending: dict[int, tuple[str, ...]] = {}
+    for _, text in match.after:
+        row = _STALLED_RANK.search(text)
+        if row is not None:
+            pending[int(row["rank"])] = tuple(sorted({op.decode() for op in _HOROVOD_OP.findall(row["ops"])}))
+    if pending:
+        facts["stalled_ranks"] = ",".join(str(r) for r in sorted(pending))
+    if len({ops for ops in pending.values() if ops}) > 1:
+        facts["pending_ops"] = "; ".join(f"rank {r}: {'/'.join(ops)}" for r, ops in sorted(pending.items()) if ops)
+
+
 def _oom_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
                  ) -> tuple[dict[str, FactValue], Level]:
     return _oom_facts(facts), level
@@ -810,7 +843,7 @@ def _xid_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: in
 # A category's own reader (issue 31's mechanisms), by category, so that the scan loop and _finding name none:
 # what it reads from a matched line into the hit's facts, then how it turns a group's facts into the finding's.
 _LINE_READERS: dict[str, Callable[[Rule, dict[str, FactValue], MatchedLine], None]] = {
-    "nan_inf": _metric_line, "cuda_error": _cuda_line, "cuda_oom": _cuda_line,
+    "nan_inf": _metric_line, "cuda_error": _cuda_line, "cuda_oom": _cuda_line, "nccl_timeout": _stall_line,
 }
 _FINDING_READERS: dict[str, Callable[[Rule, dict[str, FactValue], Level, int], tuple[dict[str, FactValue], Level]]] = {
     "cuda_oom": _oom_finding, "nan_inf": _metric_finding, "process_exit": _exit_finding, "gpu_hardware": _xid_finding,

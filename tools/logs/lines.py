@@ -296,7 +296,7 @@ class LineReader:
             for name, value in raw_facts.items():
                 key, converted = _convert(name, str(value), frozenset({"requested"}))
                 facts.setdefault(key, converted)
-            if found is not None:
+            if found is not None and "error" not in facts:  # an entry's own `error` group names the words
                 facts["error"] = _clause(line.message, found.start())
             facts["message"] = first_sentence(line.message)
             if raised_type is not None and raised_type[1]:  # `ModelNotDeployedError: model=... does not support ...`

@@ -62,3 +62,20 @@ def test_the_network_is_read_from_the_lines_when_no_using_network_line_was_kept(
     # One V100 node's channels all P2P/IPC, no NET line at all: nothing says which network NCCL would have used.
     single = check(DEV, nccl_logs=["nccl_log__bigscience-workshop-bigscience-n1-32gb.txt"])
     assert [t.network for t in single.transports] == [None]
+
+
+def test_a_vpn_interface_listed_on_a_one_node_job_is_no_wrong_interface() -> None:
+    # https://github.com/eunomia-bpf/nccl-eBPF: NCCL lists tailscale0 among its socket interfaces but says
+    # `nRanks 1 nNodes 1` and bootstraps on enp129s0: nothing crosses the network.
+    result = check(DEV, nccl_logs=["nccl_log__eunomia-bpf-nccl-eBPF-1.txt"])
+    assert not [f for f in result.findings if f.kind == "wrong_interface"]
+
+
+def test_efa_receive_channels_without_gdrdma_are_no_gdr() -> None:
+    # tests/data/interconnect/wild (aws/aws-ofi-nccl#64): NCCL 2.7.8 on p4d over EFA, its receive channels
+    # `via NET/AWS Libfabric/0` without /GDRDMA; the healthy p4d log of NVIDIA/nccl#527 shows them with it.
+    wild = DATA / "interconnect" / "wild"
+    staged = check(wild, nccl_logs=["efa-nogdr-p4-2.7.8__aws-ofi-nccl-64.log"])
+    assert "no_gdr" in {f.kind for f in staged.findings}
+    healthy = check(wild, nccl_logs=["healthy-efa-gdr-p4d-2.9__nccl-527.log"])
+    assert "no_gdr" not in {f.kind for f in healthy.findings}

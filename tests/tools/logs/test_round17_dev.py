@@ -1,0 +1,63 @@
+"""Mechanisms written from round 17's development part (issue 31), each on the real excerpt it was written for (source
+URLs in tests/data/logs/round17/dev/cases.jsonl): the CUDA runtime's own error strings inside a library's check, a
+framework's statement that a NaN occurred, Horovod's stall inspector as a hang (and as a mismatch when the ranks wait
+in different collectives), XLA refusing a graph, a rank that cannot resolve its rendezvous host, and a negative exit
+code as the signal it is. The held-out part is never read here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tools.core.context import ToolContext
+from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
+
+
+def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    path = DATA / name
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]), ToolContext(roots=(path.parent.resolve(),)))
+    return {f.category: (f.rule, dict(f.facts)) for f in result.findings if f.severity != "info"}
+
+
+@pytest.mark.parametrize(("name", "category", "rule", "facts"), [
+    # tiny-cuda-nn's `cudaEventRecord(m_event, m_stream) failed with error an illegal memory access was encountered`.
+    ("round17/dev/cuda_error__nerfstudio-project-nerfstudio-1.log", "cuda_error", "cuda_error_string",
+     {"function": "cudaEventRecord",
+      "location": "/home/<user>/nerf/ngp_pl/tiny-cuda-nn/include/tiny-cuda-nn/multi_stream.h:83"}),
+    # InternEvo's `Nan grad norm occurs, please check it`, quoted in the reporter's prose.
+    ("round17/dev/nan_inf__InternLM-InternEvo-1.log", "nan_inf", "nan_statement",
+     {"error": "Nan grad norm occurs", "field": "grad norm"}),
+    # Horovod's stall inspector under mpirun's interleaved `[1,0]<stderr>:` writes: one rank stalled, a hang.
+    ("round17/dev/nccl_timeout__polyaxon-polyaxon-657.log", "nccl_timeout", "horovod_stall",
+     {"timeout_s": 60, "stalled_ranks": "0"}),
+    # TensorFlow's XLA bridge: `Detected unsupported operations when trying to compile graph ... on XLA_CPU_JIT`.
+    ("round17/dev/compile__NVlabs-gnn-decoder-1.log", "compile", "xla_compile_failed",
+     {"device": "XLA_CPU_JIT", "op": "RaggedRange", "backend": "XLA"}),
+    # torchelastic's `Detailed message: host not found: Name or service not known` for the rendezvous host.
+    ("round17/dev/nccl_init_network__pytorch-elastic-31.log", "nccl_init_network",
+     "exception_distributed_name_resolution", {"error": "host not found: Name or service not known"}),
+    # DIGITS' `ERROR: error code -9`: a negative code is the signal the process died on.
+    ("round17/dev/process_exit__NVIDIA-DIGITS-1.log", "process_exit", "exit_code",
+     {"exitcode": -9, "signal": "SIGKILL"}),
+])
+def test_round17_mechanism(name: str, category: str, rule: str, facts: dict[str, Any]) -> None:
+    found = _serious(name)
+    assert category in found, found
+    assert found[category][0] == rule
+    for key, value in facts.items():
+        assert found[category][1].get(key) == value, (key, found[category][1])
+
+
+def test_stalled_ranks_in_different_collectives_are_also_a_mismatch() -> None:
+    # https://github.com/google/automl/issues/563 (round 2, development): rank 0 waits in broadcasts, rank 1 in
+    # allreduces: the stall and the ranks disagreeing on which collective runs, two findings.
+    found = _serious("round2/dev/nccl_timeout__google-automl-1.log")
+    assert found["nccl_timeout"][0] == "horovod_stall"
+    assert found["collective_mismatch"][1]["pending_ops"] == "rank 0: Broadcast; rank 1: Allreduce"
+    # One rank listed (polyaxon, above): no mismatch is claimed.
+    assert "collective_mismatch" not in _serious("round17/dev/nccl_timeout__polyaxon-polyaxon-657.log")
