@@ -1,7 +1,7 @@
 """Train the learned fallback of diagnose_logs (issue 31, "learning where rules stop"): sop/log_model.json.
 
 Data: the DEVELOPMENT sets only (tests/data/logs/wild, public, round2/dev, round5/dev, round8/dev, round9/dev,
-round11/dev, round13/dev, round14/dev and the benign corpus of healthy committed logs), never a
+round11/dev, round13/dev, round14/dev, round17/dev and the benign corpus of healthy committed logs), never a
 `heldout/` folder nor the all-held-out rounds (3, 4, 6, 7, 10, 12).
 Each excerpt is read as diagnose_logs reads it (tools/logs/learned.py: its error lines' normalised tokens); its
 class is its labelled category (benign and unclassified_error included).
@@ -51,6 +51,7 @@ from accuracy_logs import (  # noqa: E402
     load_round11_dev,
     load_round13_dev,
     load_round14_dev,
+    load_round17_dev,
 )
 
 from tools.core.context import ToolContext  # noqa: E402
@@ -112,7 +113,8 @@ def examples(rules_too: bool = True) -> list[Example]:
     """The development excerpts, read as the model reads them; with what the rules alone report (where the model would
     be consulted, which the thresholds depend on, and the printed rules + model figures)."""
     cases = (load_cases() + load_round2_dev() + load_round5_dev() + load_round8_dev() + load_round9_dev()
-             + load_round11_dev() + load_round13_dev() + load_round14_dev() + load_benign_corpus())
+             + load_round11_dev() + load_round13_dev() + load_round14_dev() + load_round17_dev()
+             + load_benign_corpus())
     learned.OVERRIDE = False  # the rules alone
     rules = anyio.run(_rules, cases) if rules_too else [(frozenset[str](), frozenset[str](), False)] * len(cases)
     part = int(learned.settings()["part_kib"]) * 1024
@@ -223,7 +225,7 @@ def train(data: list[Example], verbose: bool = False) -> str:
     model_alone = dict(got)
     body = {"about": "diagnose_logs' learned fallback (issue 31): trained by benchmarks/train_log_model.py on the "
                      "development sets only (tests/data/logs/wild, public, round2/dev, round5/dev, round8/dev, "
-                     "round9/dev, round11/dev, round13/dev, round14/dev, benign_corpus); read by tools/logs/learned.py",
+                     "round9/dev, round11/dev, round13/dev, round14/dev, round17/dev, benign_corpus); read by tools/logs/learned.py",
             "thresholds": threshold, "cross_validation": {"folds": FOLDS, "grouped_by": "repository", **model_alone},
             "model": nb.to_json()}
     return json.dumps(body, sort_keys=True, ensure_ascii=True) + "\n"
