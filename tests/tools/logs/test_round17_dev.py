@@ -1,8 +1,9 @@
 """Mechanisms written from round 17's development part (issue 31), each on the real excerpt it was written for (source
 URLs in tests/data/logs/round17/dev/cases.jsonl): the CUDA runtime's own error strings inside a library's check, a
 framework's statement that a NaN occurred, Horovod's stall inspector as a hang (and as a mismatch when the ranks wait
-in different collectives), XLA refusing a graph, a rank that cannot resolve its rendezvous host, and a negative exit
-code as the signal it is. The held-out part is never read here."""
+in different collectives), XLA refusing a graph, a rank that cannot resolve its rendezvous host, an exception whose
+message starts on the line below it, the store barrier still waiting for a rank, and a negative exit code as the
+signal it is. The held-out part is never read here."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
     # torchelastic's `Detailed message: host not found: Name or service not known` for the rendezvous host.
     ("round17/dev/nccl_init_network__pytorch-elastic-31.log", "nccl_init_network",
      "exception_distributed_name_resolution", {"error": "host not found: Name or service not known"}),
+    # torch.jit's tracer: `RuntimeError: ` and its message on the line below.
+    ("round17/dev/compile__xinntao-EDVR-1.log", "compile", "exception_compile_message",
+     {"exception": "RuntimeError", "message": "could not export python function call _DCNv2."}),
+    # init_process_group's store barrier still waiting for a rank: worker_count 1 of world_size 2.
+    ("round17/dev/nccl_init_network__uzh-rpg-RVT-18.log", "nccl_init_network", "store_barrier_waiting",
+     {"joined": 1, "world_size": 2}),
     # DIGITS' `ERROR: error code -9`: a negative code is the signal the process died on.
     ("round17/dev/process_exit__NVIDIA-DIGITS-1.log", "process_exit", "exit_code",
      {"exitcode": -9, "signal": "SIGKILL"}),
