@@ -225,7 +225,8 @@ def train(data: list[Example], verbose: bool = False) -> str:
     model_alone = dict(got)
     body = {"about": "diagnose_logs' learned fallback (issue 31): trained by benchmarks/train_log_model.py on the "
                      "development sets only (tests/data/logs/wild, public, round2/dev, round5/dev, round8/dev, "
-                     "round9/dev, round11/dev, round13/dev, round14/dev, round17/dev, benign_corpus); read by tools/logs/learned.py",
+                     "round9/dev, round11/dev, round13/dev, round14/dev, round17/dev, benign_corpus); read by "
+                     "tools/logs/learned.py",
             "thresholds": threshold, "cross_validation": {"folds": FOLDS, "grouped_by": "repository", **model_alone},
             "model": nb.to_json()}
     return json.dumps(body, sort_keys=True, ensure_ascii=True) + "\n"

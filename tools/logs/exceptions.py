@@ -99,6 +99,7 @@ _STACK_DUMP = re.compile(r"most recent call (?:first|last)|^\s*(?:Thread|Current
 # the process was when the signal came (`Fatal Python error: Segmentation fault` above the dump).
 _THREAD_DUMP = re.compile(r"^\s*(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
 _MESSAGE_LINE = re.compile(r"[A-Za-z]{3}")
+_RULE_LINE = re.compile(r"[=\-*#~_+]{3,}")  # a banner's rule (`=====`), not a message
 # A log record at warning level around the exception line (glog W1024, Python logging WARNING): handled.
 _WARNING_RECORD = re.compile(r"(?:^|[\s\[|])(?:W\d{4} \d\d:|WARNING\b|WARN\b|\[W\b|\bwarn(?:ing)?\]?:)")
 _RETRY = re.compile(r"(?i)\bretry(?:ing)?\b|\bwill retry\b|\bretried\b|\battempt \d+\s*(?:/|of)")
@@ -428,6 +429,8 @@ class TracebackReader:
     def _exception(self, number: int, raw: bytes, parsed: tuple[str, str], before: list[bytes],
                    after: list[bytes]) -> None:
         kind, message = parsed
+        if message and _RULE_LINE.fullmatch(message.strip()):
+            message = ""  # a rule under the type (torchrun's `ChildFailedError:` and its `=====` banner): no words
         current = self._current
         if (current is not None and current.wrapped is None and number - current.number <= 2
                 and _RAISED_WRAPPER.search(current.message)):
@@ -436,7 +439,8 @@ class TracebackReader:
         gap = number - self._frames_at[1]
         framed = bool(self._frames) and (gap <= _CONTINUES or (gap <= _ANNOTATED_GAP and _annotated(before)))
         headed = self._header is not None and number - self._header <= 2 and not self._frames
-        if not message and _text(raw).rstrip("\r\n").endswith(": ") and _message_lines(after):
+        if (not message and _text(raw).rstrip("\r\n").endswith(": ") and _message_lines(after)
+                and not _RULE_LINE.fullmatch(_message_lines(after)[0].strip())):
             # `RuntimeError: ` and the message on the lines below it, as TorchScript and torch.jit's tracer print
             # theirs (`could not export python function call _DCNv2. ...`; issue 31, round 17).
             message = _message_lines(after)[0].strip()  # its first line: the tracer's call stack follows it
@@ -880,8 +884,11 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
         start = min([exc.start, *(c.start for c in exc.causes)])
         near = sorted(by_line[bisect.bisect_left(lines, min(start, exc.number)):
                               bisect.bisect_right(lines, exc.number + 3)])  # in the hits' own order
+        # A warning printed just above a failure is not its exception (a FutureWarning, then torchrun's
+        # ChildFailedError; issue 31, round 17): only the line it is on.
         owners = [h for r, h in (hits[i] for i in near)
-                  if h.number == exc.number or (r.level != "info" and start <= h.number <= exc.number + 3)]
+                  if h.number == exc.number or (not exc.is_warning and r.level != "info"
+                                                and start <= h.number <= exc.number + 3)]
         if owners:
             for hit in owners:  # the rule's; what the traceback says fills in what its lines did not
                 if hit.rank is None and exc.spawned_index is not None:

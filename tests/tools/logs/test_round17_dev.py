@@ -48,6 +48,12 @@ def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
     # init_process_group's store barrier still waiting for a rank: worker_count 1 of world_size 2.
     ("round17/dev/nccl_init_network__uzh-rpg-RVT-18.log", "nccl_init_network", "store_barrier_waiting",
      {"joined": 1, "world_size": 2}),
+    # CTranslate2's `CUDA failed with error out of memory` in faster-whisper's error line.
+    ("round17/dev/cuda_oom__McCloudS-subgen-1.log", "cuda_oom", "device_alloc_failed_any",
+     {"error": "CUDA failed with error out of memory"}),
+    # Slurm's time limit on a line tqdm's bars ran into: the words are Slurm's, not the bars'.
+    ("round17/dev/process_exit__owencqueen-PolymerGNN-1.log", "process_exit", "slurm_time_limit",
+     {"error": "JOB 42196 ON <host> CANCELLED AT 2022-04-14T16:17:16 DUE TO TIME LIMIT"}),
     # DIGITS' `ERROR: error code -9`: a negative code is the signal the process died on.
     ("round17/dev/process_exit__NVIDIA-DIGITS-1.log", "process_exit", "exit_code",
      {"exitcode": -9, "signal": "SIGKILL"}),
@@ -68,3 +74,11 @@ def test_stalled_ranks_in_different_collectives_are_also_a_mismatch() -> None:
     assert found["collective_mismatch"][1]["pending_ops"] == "rank 0: Broadcast; rank 1: Allreduce"
     # One rank listed (polyaxon, above): no mismatch is claimed.
     assert "collective_mismatch" not in _serious("round17/dev/nccl_timeout__polyaxon-polyaxon-657.log")
+
+
+def test_a_warning_above_torchruns_failure_is_not_its_exception() -> None:
+    # FasterDecoding/Medusa: a transformers FutureWarning, then torchrun's ChildFailedError and its `=====` banner.
+    rule, facts = _serious("round17/dev/process_exit__FasterDecoding-Medusa-1.log")["process_exit"]
+    assert rule == "child_failed" and facts["exitcode"] == -9
+    assert facts["exception"] == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+    assert "message" not in facts and "Warning" not in str(facts["error"])
