@@ -60,6 +60,8 @@ ROUND9 = REPO / "tests" / "data" / "interconnect" / "round9"  # all held out: co
 ROUND10 = REPO / "tests" / "data" / "interconnect" / "round10"
 # all held out: collected in the seventh session (2026-12-03) while it tuned on the development sets
 ROUND12 = REPO / "tests" / "data" / "interconnect" / "round12"
+# split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an output
+ROUND13 = REPO / "tests" / "data" / "interconnect" / "round13"
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the issue's words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -214,7 +216,7 @@ def main() -> None:
     sets: list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]] = [
         ("wild", DEFAULT, partial(load_labels, DEFAULT), False),
         *((f"round {n}, development", folder / "dev", partial(load_labels, folder / "dev"), False)
-          for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10))),
+          for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (13, ROUND13))),
         ("affinity and P2P (development, labelled by their rules' author)", AFFINITY, partial(load_labels, AFFINITY),
          False)]
     if args.held_out:
@@ -225,7 +227,8 @@ def main() -> None:
                                          (8, ROUND8, "fresh, frozen 2026-12-02, fifth session"),
                                          (9, ROUND9, "fresh, frozen 2026-12-02, fifth session"),
                                          (10, ROUND10, "split and frozen 2026-12-03"),
-                                         (12, ROUND12, "fresh, frozen 2026-12-03, seventh session"))]
+                                         (12, ROUND12, "fresh, frozen 2026-12-03, seventh session"),
+                                         (13, ROUND13, "split and frozen 2026-12-03, ninth session"))]
     for title, folder, labels, held_out in sets:
         if args.round is None or title.startswith(f"round {args.round},"):
             score(title, folder, labels(), misses=args.misses and not held_out)
