@@ -65,6 +65,7 @@ from tools.logs.reader import (
     log_coverage,
     map_files,
     scan_file,
+    without_colours,
 )
 from tools.logs.sites import SITE_CONTEXT_LINES, site_facts
 
@@ -780,7 +781,8 @@ def _printed_error(line: bytes, level: Level) -> str | None:
     the line after its prefixes. A warning's line (a graph break, a recompile) is a report, not an error text."""
     message = error_line_message(line)
     if message is None and level == "crit":
-        message = without_prefixes(line[:ERROR_TEXT_CHARS * 2].decode("utf-8", "replace").strip()).strip()
+        message = without_prefixes(without_colours(line[:ERROR_TEXT_CHARS * 2].decode("utf-8", "replace")).strip()
+                                   ).strip()
     return message[:ERROR_TEXT_CHARS] if message else None
 
 

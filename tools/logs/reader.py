@@ -44,7 +44,8 @@ from tools.core.workers import usable_cores
 from tools.logs.wraps import hard_wrap_width, rejoin_wrapped
 
 __all__ = ["CUT_BY_DEADLINE", "LOG_FORMATS", "LineMatcher", "MatchedLine", "ScanStats", "compile_pattern",
-           "cut_by_deadline", "display_line", "expand_log_inputs", "log_coverage", "map_files", "scan_file"]
+           "cut_by_deadline", "display_line", "expand_log_inputs", "log_coverage", "map_files", "scan_file",
+           "without_colours"]
 
 # What the log readers read, for a coverage row of an input they could not.
 LOG_FORMATS = ("text log (UTF-8; invalid bytes replaced)", "gzip-compressed text log")
@@ -265,9 +266,22 @@ def compile_pattern(pattern: str, engine: str = "auto") -> LineMatcher:
                        "RE2 syntax: no backreferences or look-around; escape ( ) [ ] . * + ? |") from exc
 
 
+# A terminal's colour codes (SGR: `ESC[36m` ... `ESC[0m`, loguru's and rich's output), and the same codes a paste lost
+# its ESC from (`[36m05-07 13:05:33[0m`, GitHub strips it): at least two on the line, so a lone `[5m` stays text.
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+_BARE_SGR = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")
+
+
+def without_colours(text: str) -> str:
+    """`text` without a terminal's colour codes."""
+    text = _SGR.sub("", text)
+    return _BARE_SGR.sub("", text) if len(_BARE_SGR.findall(text)) >= 2 else text
+
+
 def display_line(raw: bytes, limit: int = LOG_MAX_LINE_CHARS) -> str:
-    """A log line as text: decoded leniently, control characters shown as '?', cut with a marker."""
-    text = raw.rstrip(b"\r\n").decode("utf-8", "replace")
+    """A log line as text: decoded leniently, colour codes dropped, control characters shown as '?', cut with a
+    marker."""
+    text = without_colours(raw.rstrip(b"\r\n").decode("utf-8", "replace"))
     text = "".join(ch if ch >= " " or ch == "\t" else "?" for ch in text)
     if len(text) > limit:
         return f"{text[:limit]}…[+{len(text) - limit} chars]"

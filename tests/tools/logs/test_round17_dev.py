@@ -15,6 +15,7 @@ import pytest
 
 from tools.core.context import ToolContext
 from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
+from tools.logs.reader import display_line
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
 
@@ -82,3 +83,12 @@ def test_a_warning_above_torchruns_failure_is_not_its_exception() -> None:
     assert rule == "child_failed" and facts["exitcode"] == -9
     assert facts["exception"] == "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
     assert "message" not in facts and "Warning" not in str(facts["error"])
+
+
+def test_colour_codes_are_not_shown_in_a_findings_text() -> None:
+    # facebookresearch/audiocraft: flashy's coloured summary line, pasted with its ESC characters lost (`[36m`).
+    rule, facts = _serious("round17/dev/nan_inf__facebookresearch-audiocraft-1.log")["nan_inf"]
+    assert rule == "nan_grad_norm"
+    assert str(facts["error"]).startswith("[05-07 13:05:33][flashy.solver][INFO] - Train Summary")
+    assert display_line(b"\x1b[31mERROR\x1b[0m cuda failed") == "ERROR cuda failed"
+    assert display_line(b"eta [5m] left") == "eta [5m] left"  # one code-like text alone is text
