@@ -223,3 +223,11 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "bin.txt").write_bytes(b"\x00\x01\x02" * 100)
     with pytest.raises(UnreadableInput):
         sample(tmp_path, "bin.txt")
+
+
+def test_one_core_pinned_while_the_rest_have_headroom_is_a_main_loop() -> None:
+    # solana-labs/solana (tests/data/host/round13/dev): mpstat -P ALL's Average block, CPU 0 at 99.67 % usr while
+    # the others run at about 31 % and are 63 % idle: one hot thread limits the validator.
+    round13 = Path(__file__).resolve().parents[2] / "data" / "host" / "round13" / "dev"
+    result = sample(round13, "mpstat__solana-labs-solana-1.txt")
+    assert result.verdict == "main_loop_cpu_bound" and "CPU 0 100.0 % busy" in result.findings[0].evidence
