@@ -121,6 +121,9 @@ class Rule:
     cause: str
     fix: str
     sop_branch: str
+    # A finding only where nothing else serious came from the same file (TorchScript's source pointer, printed under
+    # a compile error and under a runtime one alike: the runtime error's own finding says what failed).
+    alone: bool = False
 
 
 def _compile(pattern: str) -> Any:
@@ -173,7 +176,7 @@ def load_rules() -> tuple[tuple[Rule, ...], LineMatcher]:
              within=int(r.get("within", CONTINUATION_LINES)),
              latest=bool(r.get("latest", r["severity"] == "info")), sets=dict(r.get("sets", {})),
              peak=r.get("peak"),
-             cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"])
+             cause=r["cause"], fix=r["fix"], sop_branch=r["sop_branch"], alone=bool(r.get("alone", False)))
         for r in listed
     )
     # A rule's `candidate` (a cheaper superset of its `match`) finds its lines; `match` then decides (classify).
@@ -522,6 +525,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     raised = tracebacks.exceptions()
     hits = lines.with_error_lines(file, exception_hits(file, lines.with_network(file, hits), raised), raised,
                                   frozenset(continued))
+    hits = _without_lone_rules(hits)
     lend_cut_tracebacks(hits, tracebacks.cut_tracebacks())  # where a failure above a cut traceback surfaced
     cuda_exception_facts(hits)
     _own_rank(file, hits)
@@ -529,6 +533,16 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
     total = FileTotal(file=file.name, rank=file.rank, matches=len(hits), lines=stats.lines, bytes=stats.bytes,
                       status=status)
     return _FileHits(hits, total)
+
+
+def _without_lone_rules(hits: list[tuple[Rule, _Hit]]) -> list[tuple[Rule, _Hit]]:
+    """`hits` without those of `alone` rules where another serious finding (an unclassified error aside) came from the
+    file."""
+    if not any(rule.alone for rule, _ in hits):
+        return hits
+    others = any(rule.level != "info" and not rule.alone and not rule.evidence_only
+                 and rule.category != "unclassified_error" for rule, _ in hits)
+    return [(rule, hit) for rule, hit in hits if not (rule.alone and others)]
 
 
 def _step_reached(file: InputFile, hits: list[tuple[Rule, _Hit]], deadline: float, wrap_width: int | None) -> None:
@@ -817,6 +831,28 @@ def _stall_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> 
         facts["pending_ops"] = "; ".join(f"rank {r}: {'/'.join(ops)}" for r, ops in sorted(pending.items()) if ops)
 
 
+TORCHSCRIPT_POINTER_RULE = "torchscript_source_pointer"
+# TorchScript's source reference above its pointer: `File "CosPlace\model\layers.py", line 8` (no `, in f`).
+_TORCHSCRIPT_FILE = re.compile(rb'^\s*File "(?P<path>[^"]{1,400})", line (?P<line>\d+)\s*$')
+
+
+def _torchscript_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
+    """TorchScript's pointer: the file and line it points into (`location`) and the message printed above them."""
+    if rule.id != TORCHSCRIPT_POINTER_RULE:
+        return
+    before = [text for _, text in match.before]
+    found = next(((i, ref) for i in range(len(before) - 1, -1, -1)
+                  if (ref := _TORCHSCRIPT_FILE.match(before[i])) is not None), None)
+    if found is None:
+        return
+    at, reference = found
+    facts["location"] = f"{reference['path'].decode('utf-8', 'replace')}:{int(reference['line'])}"
+    message = [text.decode("utf-8", "replace").strip() for text in before[:at]]
+    start = next((i for i in range(len(message) - 1, -1, -1) if not message[i]), -1) + 1  # from the blank line
+    if start < len(message):
+        facts["error"] = message[start][:ERROR_TEXT_CHARS]
+
+
 def _oom_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
                  ) -> tuple[dict[str, FactValue], Level]:
     return _oom_facts(facts), level
@@ -846,6 +882,7 @@ def _xid_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: in
 # what it reads from a matched line into the hit's facts, then how it turns a group's facts into the finding's.
 _LINE_READERS: dict[str, Callable[[Rule, dict[str, FactValue], MatchedLine], None]] = {
     "nan_inf": _metric_line, "cuda_error": _cuda_line, "cuda_oom": _cuda_line, "nccl_timeout": _stall_line,
+    "compile": _torchscript_line,
 }
 _FINDING_READERS: dict[str, Callable[[Rule, dict[str, FactValue], Level, int], tuple[dict[str, FactValue], Level]]] = {
     "cuda_oom": _oom_finding, "nan_inf": _metric_finding, "process_exit": _exit_finding, "gpu_hardware": _xid_finding,

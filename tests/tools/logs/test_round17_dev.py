@@ -61,6 +61,9 @@ def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
      {"error": "JOB 42196 ON <host> CANCELLED AT 2022-04-14T16:17:16 DUE TO TIME LIMIT"}),
     # PyTorch's shared-memory file `</torch_9931_...>: No space left on device`: /dev/shm is full, not a disk.
     ("round17/dev/dataloader__developerxnoxs-YoloCaptchaTrainer-1.log", "dataloader", "dataloader_shm", {}),
+    # TorchScript's `~~~ <--- HERE` under `File "CosPlace\model\layers.py", line 8`, its RuntimeError line not pasted.
+    ("round17/dev/compile__gmberton-CosPlace-1.log", "compile", "torchscript_source_pointer",
+     {"location": "CosPlace\\model\\layers.py:8"}),
     # DIGITS' `ERROR: error code -9`: a negative code is the signal the process died on.
     ("round17/dev/process_exit__NVIDIA-DIGITS-1.log", "process_exit", "exit_code",
      {"exitcode": -9, "signal": "SIGKILL"}),
@@ -102,3 +105,10 @@ def test_colour_codes_are_not_shown_in_a_findings_text() -> None:
 
 def test_a_full_dev_shm_is_not_a_full_disk() -> None:
     assert "unclassified_error" not in _serious("round17/dev/dataloader__developerxnoxs-YoloCaptchaTrainer-1.log")
+
+
+def test_torchscripts_pointer_under_a_runtime_error_is_no_compile_finding() -> None:
+    # https://github.com/lightaime/deep_gcns_torch/issues/90 (round 14, development): the same pointer under
+    # "Traceback of TorchScript" for a CUDA OOM at run time: the OOM is the finding.
+    found = _serious("round14/dev/cuda_oom__lightaime-deep_gcns_torch-90.log")
+    assert "cuda_oom" in found and "compile" not in found
