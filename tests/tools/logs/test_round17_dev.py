@@ -1,9 +1,10 @@
-"""Mechanisms written from round 17's development part (issue 31), each on the real excerpt it was written for (source
-URLs in tests/data/logs/round17/dev/cases.jsonl): the CUDA runtime's own error strings inside a library's check, a
-framework's statement that a NaN occurred, Horovod's stall inspector as a hang (and as a mismatch when the ranks wait
-in different collectives), XLA refusing a graph, a rank that cannot resolve its rendezvous host, an exception whose
-message starts on the line below it, the store barrier still waiting for a rank, and a negative exit code as the
-signal it is. The held-out part is never read here."""
+"""Mechanisms written from round 17's development part (and one from round 14's; issue 31), each on the real excerpt
+it was written for (source URLs in each folder's dev/cases.jsonl): the CUDA runtime's own error strings inside a
+library's check, a framework's statement that a NaN occurred, Horovod's stall inspector as a hang (and as a mismatch
+when the ranks wait in different collectives), XLA refusing a graph, a rank that cannot resolve its rendezvous host, an
+exception whose message starts on the line below it, the store barrier still waiting for a rank, TorchScript's source
+pointer, a container without its GPUs, and a negative exit code as the signal it is. The held-out parts are never read
+here."""
 
 from __future__ import annotations
 
@@ -64,6 +65,9 @@ def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
     # TorchScript's `~~~ <--- HERE` under `File "CosPlace\model\layers.py", line 8`, its RuntimeError line not pasted.
     ("round17/dev/compile__gmberton-CosPlace-1.log", "compile", "torchscript_source_pointer",
      {"location": "CosPlace\\model\\layers.py:8"}),
+    # Apptainer's `--nv` on a host without NVIDIA libraries (round 14's development part): no GPU inside.
+    ("round14/dev/cuda_error__fermat-ml-omatg-train-out.log", "cuda_error", "container_gpu_unavailable",
+     {"error": "Could not find any nv files on this host!"}),
     # DIGITS' `ERROR: error code -9`: a negative code is the signal the process died on.
     ("round17/dev/process_exit__NVIDIA-DIGITS-1.log", "process_exit", "exit_code",
      {"exitcode": -9, "signal": "SIGKILL"}),
