@@ -117,7 +117,7 @@ async def _client(url: str, client: int, calls: int, result: Round) -> None:
             answer = await session.call_tool(tool, arguments)
             result.latency[tool].append(time.monotonic() - started)
             result.calls += 1
-            text = answer.content[0].text if answer.content else ""
+            text = getattr(answer.content[0], "text", "") if answer.content else ""
             if expected == "refused":
                 if answer.is_error and "outside the allowed roots" in text:
                     result.refusals += 1

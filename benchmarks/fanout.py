@@ -61,7 +61,7 @@ async def mcp_median(runs: int, job: str, env: dict[str, str]) -> float:
             started = time.perf_counter()
             result = await client.call_tool("dump_stacks", {"slurm_job": job})
             if result.is_error:
-                raise SystemExit(f"dump_stacks(slurm_job={job}) failed: {result.content[0].text}")
+                raise SystemExit(f"dump_stacks(slurm_job={job}) failed: {getattr(result.content[0], 'text', '')}")
             if run:
                 times.append(time.perf_counter() - started)
     return statistics.median(times)

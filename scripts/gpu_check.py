@@ -280,7 +280,7 @@ def _activity(out: Path) -> None:
         records = live_activity(0.5, 4, time.monotonic() + 15)
         stop.set()
         worker.join(10)
-        kinds = sorted({f.kind for f in activity_findings(records[:1])}) or ["none"]
+        kinds: list[str] = sorted({f.kind for f in activity_findings(records[:1])}) or ["none"]
         found[name] = {"built_for": built_for, "ours": kinds,
                        "gpus": [json.loads(r.model_dump_json()) for r in records]}
         gpu0 = records[0] if records else None

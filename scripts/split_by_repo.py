@@ -18,6 +18,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def held_out(repo: str, salt: str, share: int) -> bool:
@@ -38,7 +39,7 @@ def main() -> None:
     if missing:
         sys.exit(f"rows without a repo or a file: {missing[:10]}")
     salt = f"gpu-triage held-out {args.date} "
-    split = {"dev": [], "heldout": []}
+    split: dict[str, list[dict[str, Any]]] = {"dev": [], "heldout": []}
     for row in rows:
         side = "heldout" if args.all_held_out or held_out(row["repo"], salt, args.share) else "dev"
         split[side].append(row)
