@@ -458,7 +458,7 @@ def _scan_one(file: InputFile, deadline: float) -> _FileHits:
             if classified is None or classified[0].id == TRACEBACK_RULE:
                 continue
             rule, facts = classified
-            line_reader = _LINE_READERS.get(rule.category)
+            line_reader = _RULE_LINE_READERS.get(rule.id) or _LINE_READERS.get(rule.category)
             if line_reader is not None:
                 line_reader(rule, facts, match)
             if rule.context_only:
@@ -818,8 +818,6 @@ _HOROVOD_OP = re.compile(rb"Horovod(Allreduce|Broadcast|Allgather|Alltoall|Reduc
 def _stall_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
     """Horovod's stall warning: the collectives each stalled rank waits in (`pending_ops`) when they differ: rank 0 in
     broadcasts while rank 1 is in allreduces is the ranks disagreeing on which collective runs, not only a late rank."""
-    if rule.id != HOROVOD_STALL_RULE:
-        return
     pending: dict[int, tuple[str, ...]] = {}
     for _, text in match.after:
         row = _STALLED_RANK.search(text)
@@ -838,8 +836,6 @@ _TORCHSCRIPT_FILE = re.compile(rb'^\s*File "(?P<path>[^"]{1,400})", line (?P<lin
 
 def _torchscript_line(rule: Rule, facts: dict[str, FactValue], match: MatchedLine) -> None:
     """TorchScript's pointer: the file and line it points into (`location`) and the message printed above them."""
-    if rule.id != TORCHSCRIPT_POINTER_RULE:
-        return
     before = [text for _, text in match.before]
     found = next(((i, ref) for i in range(len(before) - 1, -1, -1)
                   if (ref := _TORCHSCRIPT_FILE.match(before[i])) is not None), None)
@@ -881,8 +877,11 @@ def _xid_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: in
 # A category's own reader (issue 31's mechanisms), by category, so that the scan loop and _finding name none:
 # what it reads from a matched line into the hit's facts, then how it turns a group's facts into the finding's.
 _LINE_READERS: dict[str, Callable[[Rule, dict[str, FactValue], MatchedLine], None]] = {
-    "nan_inf": _metric_line, "cuda_error": _cuda_line, "cuda_oom": _cuda_line, "nccl_timeout": _stall_line,
-    "compile": _torchscript_line,
+    "nan_inf": _metric_line, "cuda_error": _cuda_line, "cuda_oom": _cuda_line,
+}
+# A rule's own reader, where one format's lines say more than its category's do (before the category's).
+_RULE_LINE_READERS: dict[str, Callable[[Rule, dict[str, FactValue], MatchedLine], None]] = {
+    HOROVOD_STALL_RULE: _stall_line, TORCHSCRIPT_POINTER_RULE: _torchscript_line,
 }
 _FINDING_READERS: dict[str, Callable[[Rule, dict[str, FactValue], Level, int], tuple[dict[str, FactValue], Level]]] = {
     "cuda_oom": _oom_finding, "nan_inf": _metric_finding, "process_exit": _exit_finding, "gpu_hardware": _xid_finding,

@@ -439,11 +439,12 @@ class TracebackReader:
         gap = number - self._frames_at[1]
         framed = bool(self._frames) and (gap <= _CONTINUES or (gap <= _ANNOTATED_GAP and _annotated(before)))
         headed = self._header is not None and number - self._header <= 2 and not self._frames
-        if (not message and _text(raw).rstrip("\r\n").endswith(": ") and _message_lines(after)
-                and not _RULE_LINE.fullmatch(_message_lines(after)[0].strip())):
+        below = _message_lines(after) if not message and _text(raw).rstrip("\r\n").endswith(": ") else []
+        if below and not _RULE_LINE.fullmatch(below[0].strip()):
             # `RuntimeError: ` and the message on the lines below it, as TorchScript and torch.jit's tracer print
-            # theirs (`could not export python function call _DCNv2. ...`; issue 31, round 17).
-            message = _message_lines(after)[0].strip()  # its first line: the tracer's call stack follows it
+            # theirs (`could not export python function call _DCNv2. ...`; issue 31, round 17). Its first line: the
+            # tracer's call stack follows it.
+            message = below[0].strip()
         if not framed and not headed and not message and _ERROR_RECORD.search(_text(raw)) is None:
             return  # a bare type without a message ('type: XidCriticalError' in kubectl's output) is no exception
         start = self._frames_at[0] if framed else self._header if self._header is not None else number

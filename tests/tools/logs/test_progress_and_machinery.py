@@ -7,18 +7,21 @@ progress bar's lines and a real traceback below them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 
 from tools.core.context import ToolContext
+from tools.core.files import InputFile
 from tools.core.limits import LOG_CHUNK_BYTES, PROGRESS_LOOKBACK_LINES
 from tools.logs.diagnose import DiagnoseLogsInput, DiagnoseLogsResult, LogFinding, diagnose_logs
-from tools.logs.progress import progress_in
+from tools.logs.progress import progress_in, steps_before
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
 
@@ -100,3 +103,18 @@ def test_a_generic_exception_raised_in_a_compiler_stage_is_compile(tmp_path: Pat
     finding = _serious(_diagnose(tmp_path, "capture.log"), "compile")
     assert (finding.rule, finding.severity, finding.facts["exception"]) == (rule, severity, exception)
     assert str(finding.facts["location"]).endswith("capture.py:" + ("9" if "script" in source else "7"))
+
+
+def test_reading_back_ends_at_the_deadline_and_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    # The read-back opens the file a second time: past the call's deadline it reads nothing, and a path that became a
+    # FIFO after the scan is refused on open (O_NONBLOCK + a regular-file check), not waited on.
+    log = tmp_path / "train.log"
+    log.write_text(BAR.format(n=5) + "\n" + WORKER_TRACEBACK.read_text("utf-8"), "utf-8")
+    file = InputFile(path=log, name="train.log", rank=None)
+    assert steps_before(file, [2], time.monotonic() + 30)[2].step == 5
+    started = time.monotonic()
+    assert steps_before(file, [2], started - 1) == {}
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    assert steps_before(InputFile(path=fifo, name="fifo.log", rank=None), [2], started + 30) == {}
+    assert time.monotonic() - started < 5
