@@ -32,10 +32,12 @@ from tools.logs import LineMatcher, ScanStats, display_line, scan_file
 
 __all__ = ["NcclProcess", "read_nccl_log"]
 
+# NCCL's network lines quoted without their `host:pid:tid [dev] NCCL INFO` (a write-up, a doc page): `NET/IB : Using
+# [0]rocep1s0f0:1/RoCE`, `NET/NCCL RDMA Plugin v10 : GPU Direct RDMA Disabled for HCA 0` (issue 32, round 13).
+_BARE_NET = re.compile(r"^\s*NET/[\w ./-]{1,40}? ?: (?:Using|GPU Direct RDMA|No device found|Made virtual device)")
 # Lines the scanner hands over: NCCL's own, and the bare version banner.
 _PATTERNS = (r"NCCL (?:INFO|WARN)", r"NCCL version \d", r"\d+(?:\[[0-9a-fx]+\])? -> \d+(?:\[[0-9a-fx]+\])?.* via ",
-             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks", r"^\s*Last error:\s*$",
-             r"^\s*NET/[\w ./-]{1,40}? ?: (?:Using|GPU Direct RDMA|No device found|Made virtual device)")
+             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks", r"^\s*Last error:\s*$", _BARE_NET.pattern)
 
 # A host may be masked by the poster (`<host1>:3319:3329 [1] ...`): still a name that tells the nodes apart.
 _LINE = re.compile(r"(?:(?P<host>[A-Za-z0-9][\w.\-]*|<[\w.\-]+>):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
@@ -83,9 +85,6 @@ _IB_DISABLE = re.compile(r"NCCL_IB_DISABLE set (?:by environment )?to 1")
 # Network plugins that carry NCCL's traffic over TCP (Google's FastSocket): a job on them is on sockets.
 _SOCKET_PLUGIN = re.compile(r"^NET/(FastSocket) ?:")
 _NUMBERS = re.compile(r"0x[0-9a-f]+|\d+")
-# NCCL's network lines quoted without their `host:pid:tid [dev] NCCL INFO` (a write-up, a doc page): `NET/IB : Using
-# [0]rocep1s0f0:1/RoCE`, `NET/NCCL RDMA Plugin v10 : GPU Direct RDMA Disabled for HCA 0` (issue 32, round 13).
-_BARE_NET = re.compile(r"^\s*NET/[\w ./-]{1,40}? ?: (?:Using|GPU Direct RDMA|No device found|Made virtual device)")
 # The NIC a network channel uses: `NET/IB/3/GDRDMA`, `NET/IBext_v8/0`; `NET/IB/3(9)/...` is sent through rank 9's
 # NIC (PXN, over NVLink first): NCCL's own routing, not this GPU's NIC.
 _NET_INDEX = re.compile(r"^(?:NET|COLLNET)/[^/]+/(\d+)(\(\d+\))?")

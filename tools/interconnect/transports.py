@@ -192,7 +192,7 @@ def _network(group: list[NcclProcess], channels: Counter[str]) -> str | None:
     said = next((p.network for p in group if p.network), None)
     if said is not None:
         return said
-    net = [t.split("/")[1] for t, _ in channels.most_common() if t.startswith("NET/") and t.count("/") >= 1]
+    net = [t.split("/")[1] for t, _ in channels.most_common() if t.startswith("NET/")]
     if net:
         return net[0]
     if any(p.no_ib_device or p.ib_disabled for p in group):
