@@ -111,6 +111,9 @@ def test_connection_reset_during_training_is_not_a_connect_failure(tmp_path: Pat
            "Connection reset by peer\n"
     result = diagnose(_write(tmp_path, line), tmp_path)
     assert not any(f.rule == "socket_connect_failed" for f in result.findings)
+    # It is the collective failing because that peer went first: the peer's address named.
+    closed = [f for f in result.findings if f.rule == "peer_closed"]
+    assert closed and closed[0].category == "nccl_timeout" and closed[0].facts["peer"] == "[10.0.0.2]:25266"
     connect = "RuntimeError: [/opt/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:38371: Connection refused\n"
     result = diagnose(_write(tmp_path, connect), tmp_path)
     found = [f for f in result.findings if f.rule == "socket_connect_failed"]
