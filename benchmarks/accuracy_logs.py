@@ -342,6 +342,25 @@ async def run_all(cases: list[Case]) -> list[tuple[Case, Score]]:
     return out
 
 
+def summary_line(scored: list[tuple[Case, Score]], categories: int) -> str:
+    failing = [r for c, r in scored if c.category != "benign"]
+    benign = [r for c, r in scored if c.category == "benign"]
+    found = sum(r.facts_found for r in failing)
+    total = sum(r.facts_total for r in failing)
+    summary = [f"excerpts {len(scored)} ({len(benign)} benign) in {categories} categories"]
+    if failing:
+        summary.append(f"recall {sum(r.recalled for r in failing) / len(failing):.3f}")
+    if total:
+        summary.append(f"facts {found}/{total} = {found / total:.3f}")
+    if benign and not failing:  # a set of healthy logs only: its one figure
+        summary.append(f"benign corpus {sum(r.recalled for r in benign)}/{len(benign)} quiet")
+    elif benign:
+        summary.append(f"benign quiet {sum(r.recalled for r in benign)}/{len(benign)}")
+    if scored:
+        summary.append(f"extra serious categories per excerpt {sum(len(r.extra) for _, r in scored) / len(scored):.3f}")
+    return "; ".join(summary)
+
+
 def report(title: str, scored: list[tuple[Case, Score]], misses: bool) -> None:
     by_category: dict[str, list[Score]] = defaultdict(list)
     for case, result in scored:
@@ -355,22 +374,7 @@ def report(title: str, scored: list[tuple[Case, Score]], misses: bool) -> None:
         print(f"{category:22} {len(rows):4} {sum(r.recalled for r in rows) / len(rows):7.2f} "
               f"{(f'{found}/{total}' if total else '-'):>11} {sum(len(r.extra) for r in rows) / len(rows):9.2f}"
               + (f"  ({label})" if category == "benign" else ""))
-    failing = [r for c, r in scored if c.category != "benign"]
-    benign = [r for c, r in scored if c.category == "benign"]
-    found = sum(r.facts_found for r in failing)
-    total = sum(r.facts_total for r in failing)
-    summary = [f"excerpts {len(scored)} ({len(benign)} benign) in {len(by_category)} categories"]
-    if failing:
-        summary.append(f"recall {sum(r.recalled for r in failing) / len(failing):.3f}")
-    if total:
-        summary.append(f"facts {found}/{total} = {found / total:.3f}")
-    if benign and not failing:  # a set of healthy logs only: its one figure
-        summary.append(f"benign corpus {sum(r.recalled for r in benign)}/{len(benign)} quiet")
-    elif benign:
-        summary.append(f"benign quiet {sum(r.recalled for r in benign)}/{len(benign)}")
-    if scored:
-        summary.append(f"extra serious categories per excerpt {sum(len(r.extra) for _, r in scored) / len(scored):.3f}")
-    print("; ".join(summary))
+    print(summary_line(scored, len(by_category)))
     if misses:
         for case, result in scored:
             if not result.recalled or result.missing_facts or result.extra:
@@ -450,13 +454,20 @@ def main() -> None:
 
 
 def score_sets(sets: list[tuple[str, list[Case]]], category: str | None, misses: bool) -> None:
+    pooled: dict[str, list[tuple[Case, Score]]] = {"development": [], "held-out": []}
     for title, cases in sets:
         chosen = [c for c in cases if category in (None, c.category)]
         missing_files = [c.path.name for c in chosen if not c.path.is_file()]
         if missing_files:
             sys.exit(f"labelled excerpts without a file: {missing_files}")
         held_out = title.startswith("HELD OUT")
-        report(title, anyio.run(run_all, chosen), misses and not held_out)
+        scored = anyio.run(run_all, chosen)
+        report(title, scored, misses and not held_out)
+        pooled["held-out" if held_out else "development"].extend(scored)
+    # Every set of a kind together: one figure for the note, each excerpt counted once whatever its round's size.
+    for kind, scored in pooled.items():
+        if sum(1 for title, _ in sets if title.startswith("HELD OUT") == (kind == "held-out")) > 1:
+            print(f"== all {kind} sets pooled: " + summary_line(scored, len({c.category for c, _ in scored})))
 
 
 if __name__ == "__main__":
