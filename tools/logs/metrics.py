@@ -14,7 +14,7 @@ prose (`Loss is Infinity`, `NaN loss`). It adds, where the line (or the record i
   above when a record was wrapped over several lines (Megatron's iteration line);
 - `nonfinite`: the worst kind that went non-finite: loss, grad_norm, loss_scale, or best_loss (a `best_loss: inf`
   that only starts a minimum);
-- `recovered`: the lines just below show the same field finite again.
+- `recovered`: the lines just below show the same field finite again (for an fp16 overflow skip, a finite loss).
 `metric_level` turns these into a severity: a non-finite loss is crit, and so is a grad norm (the loss finite) that
 stays non-finite over several lines; a grad norm non-finite once is warn, and info when the next lines are finite
 again (an fp16 scaler calibrating its first step); a `best_loss: inf` is info.
@@ -51,6 +51,7 @@ _PROSE = re.compile(r"\b(?P<value>nan|inf)\s+(?P<key>loss|grad(?:ient)?[ _]norm)
 _PROSE_GRAD = re.compile(r"\b(?P<value>nan|inf)s?\s+(?:(?:found|detected)\s+)?(?:in|of)\s+(?:the\s+)?(?:\w+\s+)?"
                          r"grad(?:ient)?[ _]norm\b", re.IGNORECASE)
 _LOSS_SCALE = re.compile(r"\bloss[ _]scale['\"]?\s*[:=]\s*(?P<value>\d[\d.]*(?:e[+-]?\d+)?)", re.IGNORECASE)
+_FINITE_LOSS = re.compile(r"\bloss['\"]?\s*[:=]?\s*[-+]?\d", re.IGNORECASE)  # `loss=9.12`, `'loss': 1.2`, `loss 2.3`
 _NAN_ITERATIONS = re.compile(r"number of (?P<kind>skipped|nan) iterations:\s*(?P<n>\d+)", re.IGNORECASE)
 _STEPS = [re.compile(p, re.IGNORECASE) for p in (
     # `total_step 90260`, `train_step=12`: a step counter whose name ends in _step (issue 31 round 9)
@@ -130,6 +131,8 @@ def metric_facts(facts: dict[str, FactValue], line: bytes, before: Sequence[tupl
         scale = _LOSS_SCALE.search(text)
         if scale is not None:  # an fp16 overflow skip: the loss scale is the field that shows it
             facts.setdefault("field", text[scale.start():scale.start("value")].rstrip(" :='\""))
+        if any(_FINITE_LOSS.search(t[:METRIC_LINE_CHARS].decode("utf-8", "replace")) for _, t in after[:LOOK_AHEAD]):
+            facts.setdefault("recovered", True)  # the skip, then a step with a finite loss: the scaler found its scale
         _step_fact(facts, text, before)  # a finite line the rule matched (an fp16 overflow skip) still has its step
         return
     if found:
@@ -181,10 +184,11 @@ def metric_level(level: Level, facts: dict[str, FactValue], hits: int) -> Level:
 
 
 def overflow_level(level: Level, facts: dict[str, FactValue], hits: int) -> Level:
-    """The severity of fp16 overflow skips: info while the loss scaler is still finding its scale (the scale it fell
-    to is known and not low, and the skips are few), the rule's level otherwise (thresholds.FP16_*)."""
+    """The severity of fp16 overflow skips: info while the loss scaler is still finding its scale (the skips are
+    few, and the scale it fell to is known and not low, or the next lines print a finite loss: training went on),
+    the rule's level otherwise (thresholds.FP16_*)."""
     scale = facts.get("loss_scale")
-    if (isinstance(scale, int | float) and not isinstance(scale, bool) and scale >= FP16_LOSS_SCALE_LOW
-            and hits <= FP16_OVERFLOW_SKIPS_NORMAL):
+    scale_ok = isinstance(scale, int | float) and not isinstance(scale, bool) and scale >= FP16_LOSS_SCALE_LOW
+    if hits <= FP16_OVERFLOW_SKIPS_NORMAL and (scale_ok or facts.get("recovered") is True):
         return "info"
     return level

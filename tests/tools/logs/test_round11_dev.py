@@ -87,6 +87,28 @@ def test_an_fp16_scaler_finding_its_scale_is_info_and_a_collapsing_one_is_not() 
     assert overflow_level("warn", {"loss_scale": 2.0}, 2) == "warn"  # fallen below the healthy range
     assert overflow_level("warn", {"loss_scale": 65536.0}, 200) == "warn"  # skips that keep coming
     assert overflow_level("warn", {}, 3) == "warn"  # the scale not printed: not cleared
+    assert overflow_level("warn", {"recovered": True}, 3) == "info"  # the next lines print a finite loss
+    assert overflow_level("warn", {"recovered": True}, 200) == "warn"  # but not a stream of them
+
+
+def test_other_frameworks_overflow_skips_then_finite_losses_are_info(tmp_path: Path) -> None:
+    # The same skip in fairseq's and DeepSpeed's loss scaler's words (their trainers' message formats), training on
+    # with a finite loss on the next lines: the scaler found its scale; neither is a fault.
+    fairseq = ("2024-06-01 10:00:00 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient, "
+               "setting loss scale to: 64.0\n"
+               "2024-06-01 10:00:10 | INFO | train_inner | epoch 001:    100 / 1000 loss=9.123, nll_loss=8.5, "
+               "ppl=362.1, gnorm=2.1, loss_scale=64, train_wall=32\n")
+    deepspeed = ("[2024-06-01 10:00:00,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] Grad overflow on "
+                 "iteration 0\n"
+                 "[2024-06-01 10:00:00,001] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. "
+                 "Attempted loss scale: 65536, reducing to 32768\n"
+                 "steps: 10 loss: 2.3012 iter time (s): 0.410 samples/sec: 78.0\n")
+    for name, text in (("fairseq.log", fairseq), ("deepspeed.log", deepspeed)):
+        (tmp_path / name).write_text(text)
+        result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[name]), ToolContext(roots=(tmp_path,)))
+        [skip] = [f for f in result.findings if f.rule == "overflow_skip"]
+        assert skip.severity == "info" and skip.facts["recovered"] is True, name
+    assert skip.facts["loss_scale"] == 32768
 
 
 def test_a_bare_timestamp_is_a_prefix_not_the_error() -> None:
