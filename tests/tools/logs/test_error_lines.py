@@ -120,6 +120,23 @@ def test_connection_reset_during_training_is_not_a_connect_failure(tmp_path: Pat
     assert found and found[0].facts["host"] == "127.0.1.1" and found[0].facts["port"] == 38371
 
 
+def test_an_address_family_the_host_lacks_is_an_attempt_not_a_failure(tmp_path: Path) -> None:
+    # c10d's per-address warning on an IPv6-less host (errno 99), then training: no failure. With its closing
+    # "failed to connect to any network address" line (every address failed), the store is unreachable.
+    attempt = ("[W socket.cpp:697] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99 - "
+               "Cannot assign requested address).\n")
+    result = diagnose(_write(tmp_path, attempt + "[rank0]: step 10 loss 4.1\n"), tmp_path)
+    assert [(f.rule, f.severity) for f in result.findings] == [("store_connect_address_family", "info")]
+    assert result.findings[0].facts["errno"] == 99
+    failed = attempt + ("[E socket.cpp:719] [c10d] The client socket has failed to connect to any network address "
+                        "of (localhost, 29500).\n")
+    result = diagnose(_write(tmp_path, failed), tmp_path)
+    assert any(f.rule == "store_connect" and f.severity == "crit" for f in result.findings)
+    timed_out = ("[W socket.cpp:558] [c10d] The client socket has failed to connect to [::ffff:10.0.0.5]:40323 "
+                 "(errno: 110 - Connection timed out).\n")
+    assert any(f.rule == "store_connect" for f in diagnose(_write(tmp_path, timed_out), tmp_path).findings)
+
+
 @pytest.mark.parametrize(("line", "message"), [
     ("ERROR phase_continue_prefills::run_standard: Prefill chunk error: KV cache exhausted",
      "phase_continue_prefills::run_standard: Prefill chunk error: KV cache exhausted"),
