@@ -56,6 +56,7 @@ ROUND10 = HOST / "round10"
 ROUND11 = HOST / "round11"
 ROUND12 = HOST / "round12"  # all held out: collected in the seventh session while it tuned on round 11's dev part
 ROUND13 = HOST / "round13"  # split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an output
+ROUND14 = HOST / "round14"  # split 60/40 by repository on 2026-12-04 (tenth session), before anyone read an output
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -202,7 +203,7 @@ def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str,
     rounds: list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]] = [
         (f"round {n}, development (tests/data/host/round{n}/dev)", folder / "dev",
          partial(_labels, folder / "dev" / "cases.jsonl"), False)
-        for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (11, ROUND11), (13, ROUND13))]
+        for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (11, ROUND11), (13, ROUND13), (14, ROUND14))]
     if held_out:
         rounds += [(f"round {n}, held out (tests/data/host/round{n}/heldout{note})", folder / "heldout",
                     partial(load_heldout, folder), True)
@@ -212,7 +213,8 @@ def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str,
                                            (10, ROUND10, ", split and frozen 2026-12-03"),
                                            (11, ROUND11, ", split and frozen 2026-12-03, seventh session"),
                                            (12, ROUND12, ", fresh, frozen 2026-12-03, seventh session"),
-                                           (13, ROUND13, ", split and frozen 2026-12-03, ninth session"))]
+                                           (13, ROUND13, ", split and frozen 2026-12-03, ninth session"),
+                                           (14, ROUND14, ", split and frozen 2026-12-04, tenth session"))]
     return rounds
 
 if __name__ == "__main__":

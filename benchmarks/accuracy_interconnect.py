@@ -62,6 +62,8 @@ ROUND10 = REPO / "tests" / "data" / "interconnect" / "round10"
 ROUND12 = REPO / "tests" / "data" / "interconnect" / "round12"
 # split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an output
 ROUND13 = REPO / "tests" / "data" / "interconnect" / "round13"
+# split 60/40 by repository on 2026-12-04 (tenth session), before anyone read an output
+ROUND14 = REPO / "tests" / "data" / "interconnect" / "round14"
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the issue's words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -216,7 +218,7 @@ def main() -> None:
     sets: list[tuple[str, Path, Callable[[], list[dict[str, Any]]], bool]] = [
         ("wild", DEFAULT, partial(load_labels, DEFAULT), False),
         *((f"round {n}, development", folder / "dev", partial(load_labels, folder / "dev"), False)
-          for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (13, ROUND13))),
+          for n, folder in ((4, ROUND4), (6, ROUND6), (10, ROUND10), (13, ROUND13), (14, ROUND14))),
         ("affinity and P2P (development, labelled by their rules' author)", AFFINITY, partial(load_labels, AFFINITY),
          False)]
     if args.held_out:
@@ -228,7 +230,8 @@ def main() -> None:
                                          (9, ROUND9, "fresh, frozen 2026-12-02, fifth session"),
                                          (10, ROUND10, "split and frozen 2026-12-03"),
                                          (12, ROUND12, "fresh, frozen 2026-12-03, seventh session"),
-                                         (13, ROUND13, "split and frozen 2026-12-03, ninth session"))]
+                                         (13, ROUND13, "split and frozen 2026-12-03, ninth session"),
+                                         (14, ROUND14, "split and frozen 2026-12-04, tenth session"))]
     for title, folder, labels, held_out in sets:
         if args.round is None or title.startswith(f"round {args.round},"):
             score(title, folder, labels(), misses=args.misses and not held_out)

@@ -47,7 +47,10 @@ collected after round 14's development part was tuned on, all held out (a fresh 
 (tests/data/logs/round16): 46 excerpts from 45 more repositories, collected in the seventh session (2026-12-03) while
 that session tuned on the development sets, all held out (a fresh check of it); round 17 (tests/data/logs/round17):
 126 excerpts from 124 more repositories, collected in the eighth and ninth sessions (2026-12-03), split 60/40 by
-repository before anyone read an excerpt (round17/dev, 73; round17/heldout, 53, frozen); the benign corpus
+repository before anyone read an excerpt (round17/dev, 73; round17/heldout, 53, frozen); round 18
+(tests/data/logs/round18): 112 excerpts from 107 more repositories, collected in the tenth session (2026-12-04) after
+that session's first three rule changes, split 60/40 by repository before anyone read an excerpt (round18/dev, 73;
+round18/heldout, 39, frozen); the benign corpus
 (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
@@ -115,6 +118,7 @@ ROUND15 = REPO / "tests" / "data" / "logs" / "round15"
 ROUND16 = REPO / "tests" / "data" / "logs" / "round16"
 # split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an excerpt
 ROUND17 = REPO / "tests" / "data" / "logs" / "round17"
+ROUND18 = REPO / "tests" / "data" / "logs" / "round18"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -195,6 +199,10 @@ def load_round14_dev() -> list[Case]:
 
 def load_round17_dev() -> list[Case]:
     return _labelled(ROUND17 / "dev" / "cases.jsonl")
+
+
+def load_round18_dev() -> list[Case]:
+    return _labelled(ROUND18 / "dev" / "cases.jsonl")
 
 
 def load_benign_corpus() -> list[Case]:
@@ -423,6 +431,7 @@ def main() -> None:
             ("development: round 13 (issue 31)", load_round13_dev()),
             ("development: round 14 (issue 31)", load_round14_dev()),
             ("development: round 17 (issue 31)", load_round17_dev()),
+            ("development: round 18 (issue 31)", load_round18_dev()),
             ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
@@ -443,6 +452,8 @@ def main() -> None:
         sets.append(("HELD OUT: round 16 (issue 31, fresh, frozen 2026-12-03, seventh session)", load_heldout(ROUND16)))
         sets.append(("HELD OUT: round 17 (issue 31, split and frozen 2026-12-03, ninth session)",
                      load_heldout(ROUND17)))
+        sets.append(("HELD OUT: round 18 (issue 31, split and frozen 2026-12-04, tenth session)",
+                     load_heldout(ROUND18)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
