@@ -219,6 +219,10 @@ SWAP_FULL_PCT = 90.0
 # same few per cent means the next allocation meets the OOM killer (round 11: a 2 GiB server at 4.2 % available).
 MEM_NEARLY_NONE_PCT = 5.0
 SWAP_PUSHED_PCT = 25.0
+# /proc/meminfo's SwapCached at SWAP_CACHED_PCT of memory or more: that many pages went out to swap and were read back
+# in (a page in the swap cache has a copy in swap); beside little available memory, the swapping has happened, not a
+# full page cache (a healthy host's SwapCached is zero or a few MB).
+SWAP_CACHED_PCT = 1.0
 RECLAIM_SYSTEM_PCT = 50.0
 MAJOR_FAULTS_S = 100.0
 DIRECT_SCANS_S = 1000.0

@@ -36,6 +36,7 @@ from tools.core.thresholds import (
     PSI_MEMORY_FULL_PCT,
     PSI_MEMORY_SOME_PCT,
     RECLAIM_SYSTEM_PCT,
+    SWAP_CACHED_PCT,
     SWAP_FULL_PCT,
     SWAP_PUSHED_PCT,
 )
@@ -129,6 +130,9 @@ def _memory(judgement: CaptureJudgement, captures: list[HostCapture], swapping: 
         signs.append(f"swap {memory.swap_used_pct:g} % used (pages already pushed out, no cache left to drop)")
     elif available <= MEM_NEARLY_NONE_PCT and memory.swap_total_kb == 0:
         signs.append("no swap to push pages out to and no cache left to drop (the OOM killer is next)")
+    if memory.swap_cached_kb and memory.total_kb and 100 * memory.swap_cached_kb / memory.total_kb >= SWAP_CACHED_PCT:
+        signs.append(f"{100 * memory.swap_cached_kb / memory.total_kb:.1f} % of memory in the swap cache (pages "
+                     "pushed out to swap and read back)")
     system = _median([v for c in captures for v in c.system_pct])
     if system is not None and system >= RECLAIM_SYSTEM_PCT:
         signs.append(f"system CPU {system:g} % (the kernel reclaiming)")
@@ -245,8 +249,10 @@ def _one_core_process(capture: HostCapture) -> str | None:
     idle = _host_idle(capture)
     if idle is None or idle < HOST_MOSTLY_IDLE_PCT or capture.cores == 1:
         return None
+    # A thread that saturates its core is runnable at nearly every instant: a process shown sleeping (top's state is
+    # its main thread's) did that core's worth of work on other threads, a pool's share, not one loop's.
     rows = [p for p in capture.processes if MAIN_LOOP_PROCESS_PCT <= (p.cpu_pct or 0) <= MAIN_LOOP_PROCESS_MAX_PCT
-            and not p.command.startswith(("kswapd", "kworker", "ksoftirqd"))]
+            and not p.command.startswith(("kswapd", "kworker", "ksoftirqd")) and p.state in (None, "R")]
     if not rows:
         return None
     lead = max(rows, key=lambda p: p.cpu_pct or 0.0)

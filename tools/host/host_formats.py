@@ -116,6 +116,7 @@ class MemorySnapshot:
     swap_total_kb: float | None = None
     swap_used_kb: float | None = None
     cache_kb: float | None = None  # buffers + page cache, where the capture prints them (reclaim shrinks it)
+    swap_cached_kb: float | None = None  # /proc/meminfo's SwapCached: pages swapped out and read back in
     # The available figure is only an upper bound: what one process's private resident memory leaves (a process
     # table with %MEM and no summary area). It can show memory running out, never clear it.
     bound: str | None = None

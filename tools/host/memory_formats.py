@@ -1,7 +1,7 @@
 """The readers of memory captures: `free` (any unit flag: -k, -m, -g, -b, -h with its suffixes; procps-ng 3.3's
-`buff/cache  available` layout, -w's `buffers  cache`, and the old `-/+ buffers/cache` row), `/proc/pressure/*`
-(PSI: `some` / `full` lines with avg10, avg60, avg300) and `numastat` (the sysfs node file, the default table, -n and
--m per-node tables).
+`buff/cache  available` layout, -w's `buffers  cache`, and the old `-/+ buffers/cache` row), `/proc/meminfo` (one
+reading or several pasted in turn), `/proc/pressure/*` (PSI: `some` / `full` lines with avg10, avg60, avg300) and
+`numastat` (the sysfs node file, the default table, -n and -m per-node tables).
 
 free's plain numbers are in whatever unit it was asked for, which the output does not say: only ratios (available
 of total, swap used of swap total) are judged, and they need no unit.
@@ -14,7 +14,8 @@ from pathlib import PurePath
 
 from tools.host.host_formats import HostCapture, MemorySnapshot, NumaNode, Pressure
 
-__all__ = ["is_free", "is_numastat", "is_pressure", "read_free", "read_numastat", "read_pressure"]
+__all__ = ["is_free", "is_meminfo", "is_numastat", "is_pressure", "read_free", "read_meminfo", "read_numastat",
+           "read_pressure"]
 
 _FREE_HEADER = re.compile(r"^[ \t]*total[ \t]+used[ \t]+free[ \t]", re.M)
 _SIZE = re.compile(r"^(\d+(?:[.,]\d+)?)([BKMGTPE]?)(i?)B?$", re.I)
@@ -165,6 +166,42 @@ def _finish(capture: HostCapture, what: str) -> HostCapture:
     capture.reports = readings
     capture.what = what + (f", {readings} readings" if readings > 1 else "")
     return capture
+
+
+# ---------------------------------------------------------------- /proc/meminfo
+
+
+_MEMINFO_LINE = re.compile(r"^[ \t]*(MemTotal|MemFree|MemAvailable|Buffers|Cached|SwapCached|SwapTotal|SwapFree):"
+                           r"[ \t]*(\d+)[ \t]*kB[ \t]*$", re.M)
+
+
+def is_meminfo(text: str) -> bool:
+    head = text[:16384]
+    return re.search(r"^[ \t]*MemTotal:[ \t]*\d+[ \t]*kB", head, re.M) is not None and len(
+        _MEMINFO_LINE.findall(head)) >= 3
+
+
+def read_meminfo(text: str) -> HostCapture:
+    """Each MemTotal line starts a reading (`cat /proc/meminfo` pasted more than once, or in a loop); the kernel's
+    own figures in kB: MemAvailable as the available memory (else free + buffers + cache, said), Buffers + Cached as
+    the page cache, SwapCached (pages written to swap and read back: swap traffic has happened)."""
+    capture = HostCapture("meminfo")
+    readings: list[dict[str, float]] = []
+    for key, value in _MEMINFO_LINE.findall(text):
+        if key == "MemTotal" or not readings:
+            readings.append({})
+        readings[-1][key] = float(value)
+    for values in readings:
+        memory = _snapshot({"total": values.get("MemTotal"), "free": values.get("MemFree"),
+                            **({"available": values["MemAvailable"]} if "MemAvailable" in values else {}),
+                            **{k.lower(): values[k] for k in ("Buffers", "Cached") if k in values}})
+        if "SwapTotal" in values:
+            memory.swap_total_kb = values["SwapTotal"]
+            if "SwapFree" in values:
+                memory.swap_used_kb = values["SwapTotal"] - values["SwapFree"]
+        memory.swap_cached_kb = values.get("SwapCached")
+        capture.memory_series.append(memory)
+    return _finish(capture, "/proc/meminfo")
 
 
 # ---------------------------------------------------------------- PSI

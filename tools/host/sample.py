@@ -77,7 +77,16 @@ from tools.host.host_formats import (
     read_vmstat_counters,
 )
 from tools.host.job import NodeVerdict, gather_nodes, job_pids_here, label_rows, node_timeout_for
-from tools.host.memory_formats import is_free, is_numastat, is_pressure, read_free, read_numastat, read_pressure
+from tools.host.memory_formats import (
+    is_free,
+    is_meminfo,
+    is_numastat,
+    is_pressure,
+    read_free,
+    read_meminfo,
+    read_numastat,
+    read_pressure,
+)
 from tools.host.pidstat_format import is_pidstat_text, read_pidstat
 from tools.host.sar_format import is_sadf, is_sar, read_sadf, read_sar
 from tools.host.top_format import is_top, read_top
@@ -422,6 +431,7 @@ _FORMATS_KNOWN = ["iostat -x (text or -o JSON)", "iostat (tps, kB_read/s)", "vms
                   "reports)", "mpstat -P ALL (or sar -u)", "mpstat -o JSON",
                   "sar (-u, -P, -r, -S, -B, -W, -d, -n DEV, -q)", "sadf -d / -p", "pidstat (-u, -r, -d, -t, -h)",
                   "top / top -b (procps, busybox, toybox; a process table alone)", "free (any unit; logged Mem: rows)",
+                  "/proc/meminfo",
                   "/proc/pressure/{cpu,io,memory}", "numastat", "nvidia-smi dmon", "nvidia-smi pmon"]
 
 
@@ -442,6 +452,8 @@ def _read_capture(name: str, text: str) -> tuple[HostCapture | None, Coverage]:
             capture = read_top(text)
         elif is_free(text):
             capture = read_free(text)
+        elif is_meminfo(text):
+            capture = read_meminfo(text)
         elif is_pressure(text):
             capture = read_pressure(text, name)
         elif is_numastat(text):
@@ -761,8 +773,9 @@ async def sample_host(params: SampleHostInput, ctx: ToolContext) -> SampleHostRe
     """Is the host starving the GPU through its disks, CPUs or memory? A bounded live sample of this host (1-60 s:
     per disk util, await, queue depth, MB/s, IOPS; CPU user/system/iowait/steal; running and blocked tasks; swap and
     MemAvailable; the job's processes and DataLoader workers by CPU % of a core over the window, and any in D state),
-    or saved captures: iostat -x, vmstat, mpstat, pidstat, sar/sadf, top -b, free, /proc/pressure (PSI), numastat,
-    nvidia-smi dmon and pmon (SM % per GPU and its periodic dips); a since-boot summary is not a sample (unknown).
+    or saved captures: iostat -x, vmstat, mpstat, pidstat, sar/sadf, top -b, free, /proc/meminfo, /proc/pressure (PSI),
+    numastat, nvidia-smi dmon and pmon (SM % per GPU and its periodic dips); a since-boot summary is not a sample
+    (unknown).
     slurm_job or hosts: every node of the job, rows labelled with their node. Verdict io_bound (await and queue
     depth, not %util alone), cpu_bound, main_loop_cpu_bound (one core or thread pinned while the rest idle),
     memory_pressure (low available memory with reclaim, PSI memory stalls) or none, with the evidence and the fix.
