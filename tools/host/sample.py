@@ -48,6 +48,7 @@ from tools.core.models import (
     ToolResult,
     worst,
 )
+from tools.core.pasted import without_line_markers
 from tools.core.periodic import DIPS_FIX, PeriodicDips, dips_across, dips_evidence
 from tools.core.thresholds import (
     CPU_IDLE_PCT,
@@ -499,8 +500,8 @@ def _from_captures(params: SampleHostInput, ctx: ToolContext) -> SampleHostResul
     coverage: list[Coverage] = []
     notes: list[str] = []
     for file in expand_inputs(params.from_files, ctx.roots):
-        text = read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat -x, vmstat, mpstat or "
-                               "nvidia-smi dmon / pmon.")
+        text = without_line_markers(read_whole_text(file, HOST_MAX_CAPTURE_BYTES, "Pass the saved text of iostat "
+                                                    "-x, vmstat, mpstat or nvidia-smi dmon / pmon."))
         capture, covered = _read_capture(file.name, text)
         coverage.append(covered)
         if capture is not None:

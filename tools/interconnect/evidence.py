@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from tools.core.files import InputFile, read_whole_text
 from tools.core.limits import NET_MAX_CAPTURE_BYTES
 from tools.core.models import Coverage, Severity
+from tools.core.pasted import without_line_markers
 
 __all__ = ["BRANCH", "Evidence", "FindingKind", "Link", "NCCL_DOC", "NetFinding", "node_of", "read_capture"]
 
@@ -45,8 +46,9 @@ class Link(BaseModel):
 
 
 def read_capture(file: InputFile) -> str:
-    return read_whole_text(file, NET_MAX_CAPTURE_BYTES, "Pass the command's own output (a capture or an nccl-tests "
-                           "run), or the job log as nccl_logs (read in one streamed pass).")
+    return without_line_markers(read_whole_text(
+        file, NET_MAX_CAPTURE_BYTES, "Pass the command's own output (a capture or an nccl-tests run), or the job log "
+        "as nccl_logs (read in one streamed pass)."))
 
 
 def node_of(name: str) -> str:

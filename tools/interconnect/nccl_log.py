@@ -36,8 +36,20 @@ __all__ = ["NcclProcess", "read_nccl_log"]
 # [0]rocep1s0f0:1/RoCE`, `NET/NCCL RDMA Plugin v10 : GPU Direct RDMA Disabled for HCA 0` (issue 32, round 13).
 _BARE_NET = re.compile(r"^\s*NET/[\w ./-]{1,40}? ?: (?:Using|GPU Direct RDMA|No device found|Made virtual device)")
 # Lines the scanner hands over: NCCL's own, and the bare version banner.
+# The launcher's command line a log often starts with says how many nodes the job was given (issue 32: a log of one
+# rank of a 2-node run, whose other host never speaks): mpirun's host list (`-H 10.0.0.1:1,10.0.0.2:1`), srun's
+# `-N 2` / `--nodes=2`, torchrun's `--nnodes=2`, deepspeed's `--num_nodes 2`, accelerate's `--num_machines 2`.
+_LAUNCHER = re.compile(r"(?:^|[\s$#>/])(?:mpirun|mpiexec|srun|torchrun|deepspeed|accelerate launch|"
+                       r"python3? -m torch\.distributed\.(?:run|launch))\s")
+# Each launcher's own flag: mpirun's `-N` is processes per node, so srun's is read on srun's line only.
+_NODE_COUNT = {"srun": re.compile(r"(?:\s-N\s?|--nodes[= ])(\d+)(?![\d:-])"),
+               "torch": re.compile(r"--nnodes[= ](\d+)(?![\d:])"),
+               "deepspeed": re.compile(r"--num_nodes[= ](\d+)(?!\d)"),
+               "accelerate": re.compile(r"--num_machines[= ](\d+)(?!\d)")}
+_HOST_LIST = re.compile(r"\s(?:-H|--host|-host)[= ]([^\s]+)")
 _PATTERNS = (r"NCCL (?:INFO|WARN)", r"NCCL version \d", r"\d+(?:\[[0-9a-fx]+\])? -> \d+(?:\[[0-9a-fx]+\])?.* via ",
-             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks", r"^\s*Last error:\s*$", _BARE_NET.pattern)
+             r"ncclCommInitRank|comm 0x[0-9a-f]+ rank \d+ n[Rr]anks", r"^\s*Last error:\s*$", _BARE_NET.pattern,
+             _LAUNCHER.pattern)
 
 # A host may be masked by the poster (`<host1>:3319:3329 [1] ...`): still a name that tells the nodes apart.
 _LINE = re.compile(r"(?:(?P<host>[A-Za-z0-9][\w.\-]*|<[\w.\-]+>):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?"
@@ -60,6 +72,8 @@ _CHANNEL = re.compile(r"(?:^|(?:Channel|CollNet|Ring) \d+(?:/\d+)? : )(\d+)(?:\[
 _CHANNEL_DEVICES = re.compile(r"\d+\[([0-9a-fx]*)\] -> \d+\[([0-9a-fx]*)\]")
 _NET_TRANSPORT = re.compile(r"^(?:NET|COLLNET)/(.+?)/\d+")
 _GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for")
+# `NET/IB : GPU Direct RDMA (DMABUF) enabled for HCA 0 'rocep1s0f1'`, `GPU Direct RDMA Enabled for HCA 0`
+_GDR_ENABLED = re.compile(r"GPU Direct RDMA (?:\(DMABUF\) )?[Ee]nabled for")
 _P2P_DISABLED = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d+) and (\d+)")
 # 2.4-2.7 say it per channel: `Could not enable P2P between dev 3(=68000) and dev 2(=67000)`.
 _P2P_FAILED = re.compile(r"Could not enable P2P between dev (\d+)\S* and dev (\d+)")
@@ -106,6 +120,7 @@ class NcclProcess:
     rank: int | None = None
     nranks: int | None = None
     nnodes: int | None = None
+    launched_nodes: int | None = None  # the nodes the launcher's command line in the same file gave the job
     local_ranks: int | None = None
     network: str | None = None  # `Using network X`: IB, Socket, IBext_v8, AWS Libfabric...
     ib_devices: list[str] = field(default_factory=list)
@@ -133,6 +148,7 @@ class NcclProcess:
     last_error: str | None = None  # NCCL's last error as PyTorch quoted it (the line after `Last error:`)
     error_kind: str | None = None  # PyTorch's `NCCL error in: ...` reason: invalid usage, unhandled system error...
     gdr_disabled: list[str] = field(default_factory=list)
+    gdr_enabled: bool = False  # NCCL said GPU Direct RDMA is enabled for an HCA it opened
     # The NICs NCCL listed by index (`NET/IB : Using [0]mlx5_0:1/IB ...`), device names without the port.
     net_devices: dict[int, str] = field(default_factory=dict)
     cuda_to_nvml: dict[int, int] = field(default_factory=dict)  # ncclCommInitRank's cudaDev -> nvmlDev
@@ -180,6 +196,7 @@ def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = No
     processes: dict[tuple[str | None, str | None], NcclProcess] = {}
     stats = stats if stats is not None else ScanStats()
     last: NcclProcess | None = None
+    launched: int | None = None
     # One line of context: the text after PyTorch's `Last error:` is on the line below it.
     for match in scan_file(file, _matcher(), context=1, deadline=deadline, stats=stats):
         text = display_line(match.text, 4000)
@@ -192,6 +209,9 @@ def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = No
                 last.lines += 1
             continue
         line = _LINE.search(text)
+        if line is None and _LAUNCHER.search(text) and (count := launched_nodes(text)) is not None:
+            launched = count
+            continue
         if line is None and (_BARE_NET.match(text) or "NCCL" not in text and (
                 _CHANNEL.search(text) or _INIT_RANK.search(text))):
             # A poster kept the message and cut the `host:pid:tid [dev] NCCL INFO` before it.
@@ -228,7 +248,21 @@ def read_nccl_log(file: InputFile, deadline: float, stats: ScanStats | None = No
         _read(process, line.group("level"), line.group("msg"), dev)
     if (None, None) in processes and len(processes) > 1 and processes[(None, None)].lines == 0:
         del processes[(None, None)]  # only a banner, now carried by the processes that spoke
+    for process in processes.values():
+        process.launched_nodes = launched
     return list(processes.values())
+
+
+def launched_nodes(command: str) -> int | None:
+    """The number of nodes a launcher's command line gives the job: its node count, or its host list's hosts."""
+    launcher = _LAUNCHER.search(command)
+    word = launcher.group(0).strip(" \t$#>/").split()[0] if launcher else ""
+    if word in ("mpirun", "mpiexec"):
+        hosts = _HOST_LIST.search(command)
+        return len({host.split(":")[0] for host in hosts.group(1).split(",") if host}) if hosts else None
+    flag = _NODE_COUNT.get("torch" if word in ("torchrun", "python", "python3") else word)
+    count = flag.search(command) if flag is not None else None
+    return int(count.group(1)) if count is not None else None
 
 
 def _nic_use(process: NcclProcess, dev: int | None, channel: re.Match[str], via: str, message: str) -> None:
@@ -362,3 +396,5 @@ def _read(process: NcclProcess, level: str, message: str, dev: int | None = None
         return
     if _GDR_DISABLED.search(message):
         process.gdr_disabled.append(message.strip()[:200])
+    elif _GDR_ENABLED.search(message):
+        process.gdr_enabled = True

@@ -54,7 +54,12 @@ def judge_capture(text: str, name: str, node: str, found: Evidence) -> None:
     elif kind == "nvlink_errors":
         _nvlink_errors(text, node, found)
     elif kind in ("ibstat", "ibstatus", "ibv_devinfo", "ibdev2netdev"):
-        _ib(read_ib_ports(text, kind), node, kind, found, _NAMED_DEVICE.findall(text))
+        ports = read_ib_ports(text, kind)
+        if not any(port.state for port in ports):
+            # Recognised by its header, yet no port's state came out of it: nothing says the ports are up.
+            found.coverage[-1] = Coverage.not_understood(name, f"{kind} header(s) but no port state under them",
+                                                         CAPTURE_FORMATS)
+        _ib(ports, node, kind, found, _NAMED_DEVICE.findall(text))
     elif kind == "ethtool":
         _eth(read_ethtool(text), node, found)
     elif kind in ("lspci", "smi_q"):
@@ -279,6 +284,9 @@ def _ib(ports: list[IbPort], node: str, kind: CaptureKind, found: Evidence,
             found.notes.append(f"{node}: {name} is {port.state or '?'}, and the capture shows no other port of "
                                f"{port.device} (a filtered listing?): the second port of a dual-port card is often "
                                "unused.")
+        elif port.state is None:
+            # The capture lists the port but not its state (cut, or a layout the reader does not know): unread.
+            found.notes.append(f"{node}: {name}: no state read for this port, so it is not judged.")
         elif not port.up and (port.ca_type, port.link_layer) in rails and port.device not in up_devices:
             found.add("ib_port_down", Severity.crit, f"{name} is {port.state or '?'}"
                       + (f" / {port.physical}" if port.physical else "")

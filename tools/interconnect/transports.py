@@ -93,10 +93,12 @@ def judge_logs(files: Sequence[InputFile], deadline: float, found: Evidence,
     # Whether the job spans nodes: 2 or more seen; 0 when nothing says (one host, no communicator line).
     # One node for certain: NCCL's own nNodes 1 (2.20+), or every rank of the communicator seen on the one host.
     local_gpus = len({(p.pid, d) for p in processes for d in p.devices})
+    # The launcher's command line, where the log kept it, says how many nodes the job was given (nccl_log.py).
+    launched = max((p.launched_nodes or 0 for p in processes), default=0)
     said_single = any(p.nnodes == 1 for p in processes) or (
-        nodes == 1 and 0 < max((p.nranks or 0 for p in processes), default=0) <= local_gpus)
-    known_single = said_single or (nodes == 1 and any(p.nranks for p in processes))
-    span = nodes if nodes > 1 or known_single else 0
+        nodes == 1 and 0 < max((p.nranks or 0 for p in processes), default=0) <= local_gpus) or (
+        launched == 1 and nodes <= 1)
+    span = max(nodes, launched) if max(nodes, launched) > 1 or said_single else 0
     ib_in_job = any(p.ib_devices for p in processes)
     for node, group in by_node.items():
         rows.append(_transport_row(node, group, nodes))
@@ -240,7 +242,9 @@ def _node_findings(node: str, group: list[NcclProcess], span: int, ib_in_job: bo
     for process in group:
         sends.update(process.send_transports)
     plain = {t: n for t, n in channels.items() if re.match(r"(?:NET|COLLNET)/IB", t) and not t.endswith("/GDRDMA")}
-    ib_gdr_any = any(t.endswith("/GDRDMA") for t in channels)
+    # NCCL saying it enabled GPU Direct RDMA for the HCAs is the same evidence as a receive channel with the suffix:
+    # the send channels beside it lack it by default (GDR read), not for want of GDR.
+    ib_gdr_any = any(t.endswith("/GDRDMA") for t in channels) or any(p.gdr_enabled for p in group)
     ib_plain = sum(n - (sends[t] if ib_gdr_any else 0) for t, n in plain.items())
     # AWS's EFA plugin marks its RDMA channels the same way (`via NET/AWS Libfabric/0/GDRDMA` on p4d and later): a
     # receive channel without it is staged through host memory (issue 32).
