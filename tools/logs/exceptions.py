@@ -60,6 +60,8 @@ _EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE})(?:: (?P<m
 _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$")
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
 _ERROR_RECORD = re.compile(r"(?:^|[\s\[|])(?:ERROR|CRITICAL|FATAL|E\d{4} \d\d:)\b")
+# A record's level right before a dotted name: the name is the logger's (Java's and Python's `LEVEL logger: message`).
+_LOGGER_LEVEL = re.compile(r"\b(?:WARN(?:ING)?|INFO|DEBUG|TRACE|NOTICE)\b[\s\]:|-]*$")
 _NOT_RAISED = re.compile(r"(?:\b(?:raise|except|class|import|from|isinstance|catch|handle[sd]?)|[(,=])\s*$")
 # TorchScript prints its own ("Traceback of TorchScript (most recent call last):"), frames in Python's form.
 _HEADER = re.compile(r"(?P<original>Original )?Traceback (?:of TorchScript(?:, original code)? )?"
@@ -71,7 +73,9 @@ _USER_CODE = re.compile(r"^\W*from user code:")
 _RAISE = re.compile(r"^\s*(?:\S.*?\s)?raise (?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\b")
 _RAISED_WRAPPER = re.compile(r"raised:\s*$")
 # The other printed forms of a traceback (see the module's docstring).
-_IPYTHON_HEADER = re.compile(rf"^\W{{0,3}}(?P<type>{_TYPE})\s{{2,}}Traceback \(most recent call last\)")
+# The header names the exception whatever its class is called (ONNX Runtime's `InvalidArgument`, `Fail`): the words
+# `Traceback (most recent call last)` after it make it one.
+_IPYTHON_HEADER = re.compile(r"^\W{0,3}(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\s{2,}Traceback \(most recent call last\)")
 _IPYTHON_FRAME = re.compile(r"^(?P<path><ipython-input-[\w\-]+>|[^\s\"]{1,400}\.pyx?) in "
                             r"(?P<function>[\w<>.]+)(?:\(|\s*$)")
 _IPYTHON_CELL = re.compile(r"^\W{0,3}Cell In\s?\[(?P<cell>\d+)\], line (?P<line>\d+)")
@@ -163,6 +167,8 @@ def parse_exception(text: str) -> tuple[str, str] | None:
     found = _EXCEPTION_LINE.search(text)
     if found is None or _NOT_RAISED.search(text[: found.start()]):
         return None
+    if _SUFFIXED.search(found["type"]) is None and _LOGGER_LEVEL.search(text[: found.start()]):
+        return None  # `WARN  org.deeplearning4j.nn.layers.ConvolutionLayer: ...`: a logger's name, not a class raised
     return found["type"], (found["message"] or "").strip()
 
 

@@ -43,9 +43,10 @@ def test_training_is_deterministic_and_the_shipped_file_is_what_it_trains() -> N
     first, second = train_log_model.train(data), train_log_model.train(data)
     assert first == second
     assert (REPO / "sop" / "log_model.json").read_text() == first
-    # Benign logs stay quiet where the model is consulted (no rule found a fault, none reported its category).
+    # Benign logs stay quiet where the model is consulted (no rule found a fault, none reported its category): the
+    # model adds no alarm to what the rules alone raise.
     figures = json.loads(first)["cross_validation"]
-    assert figures["rules_plus_model_benign_quiet"] == 1.0
+    assert figures["rules_plus_model_benign_quiet"] == figures["rules_benign_quiet"] >= 0.99
     assert figures["guesses_added_wrong"] == 0 and figures["guesses_added_right"] > 0  # no voiced guess was wrong
 
 

@@ -1,0 +1,79 @@
+"""Mechanisms written from round 18's development part (issue 31), each on the real excerpt it was written for
+(source URLs in tests/data/logs/round18/dev/cases.jsonl): ggml's CUDA check, a wrapper's CUDA enum without its prefix,
+the GPU's memory running out in Julia's and Java's words, ONNX Runtime's errors (and an IPython header naming a class
+without an Error suffix), a Java logger's name that is not an exception, an MPI launcher that could not start its
+daemons, a policy's NaN standard deviation, and a tensor printed all NaN. The held-out part is never read here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tools.core.context import ToolContext
+from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
+from tools.logs.exceptions import parse_exception
+
+DEV = Path(__file__).resolve().parents[2] / "data" / "logs" / "round18" / "dev"
+
+
+def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[name]), ToolContext(roots=(DEV.resolve(),)))
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for finding in result.findings:  # the first finding of each category, as findings are ordered
+        if finding.severity != "info":
+            found.setdefault(finding.category, (finding.rule, dict(finding.facts)))
+    return found
+
+
+@pytest.mark.parametrize(("name", "category", "rule", "facts"), [
+    # PowerInfer#122: `CUDA error 222 at /py_lib/PowerInfer/ggml-cuda.cu:6466: the provided PTX was compiled with an
+    # unsupported toolchain.`
+    ("cuda_error__Tiiny-AI-PowerInfer-1.log", "cuda_error", "cuda_error",
+     {"cuda_error_code": 222, "location": "/py_lib/PowerInfer/ggml-cuda.cu:6466",
+      "error": "the provided PTX was compiled with an unsupported toolchain"}),
+    # GrinGoldMiner#68: ManagedCuda's `ErrorIllegalAddress` in the miner's own report.
+    ("cuda_error__mozkomor-GrinGoldMiner-1.log", "cuda_error", "cuda_error",
+     {"cuda_error_name": "ErrorIllegalAddress"}),
+    # CUDA.jl#2898: `ERROR: Out of GPU memory` above Julia's stack trace.
+    ("cuda_oom__JuliaGPU-CUDA.jl-1.log", "cuda_oom", "device_alloc_failed", {"error": "Out of GPU memory"}),
+    # deeplearning4j#9119: `cudaMalloc failed; Bytes: [1077940224]; Error code [2]; DEVICE [0]` in a Java exception,
+    # under a WARN record whose logger name is no exception.
+    ("cuda_oom__deeplearning4j-deeplearning4j-1.log", "cuda_oom", "device_alloc_failed",
+     {"requested_bytes": 1077940224, "gpu": 0, "exception": "java.lang.RuntimeException"}),
+    # sklearn-onnx#303: IPython's `InvalidArgument   Traceback (most recent call last)` through onnxruntime's session.
+    ("inference__onnx-sklearn-onnx-1.log", "inference", "exception_inference_engine_frame",
+     {"exception": "InvalidArgument"}),
+    # torchpack#24: `ssh: Could not resolve hostname localhost:3`, then ORTE could not start its daemons.
+    ("unclassified_error__zhijian-liu-torchpack-1.log", "unclassified_error", "mpi_launch_failed",
+     {"host": "localhost:3", "error": "ssh: Could not resolve hostname localhost:3: Name or service not known"}),
+    # unitree_rl_lab#24: `RuntimeError: normal expects all elements of std >= 0.0` sampling the policy.
+    ("nan_inf__unitreerobotics-unitree_rl_lab-1.log", "nan_inf", "exception_nan_message",
+     {"exception": "RuntimeError"}),
+    # FluxML model-zoo#242: a 2x10 CuArray printed as rows of NaN after epoch 2.
+    ("nan_inf__FluxML-model-zoo-1.log", "nan_inf", "nan_values_printed", {}),
+])
+def test_round18_mechanism(name: str, category: str, rule: str, facts: dict[str, Any]) -> None:
+    found = _serious(name)
+    assert category in found, found
+    assert found[category][0] == rule
+    for key, value in facts.items():
+        assert found[category][1].get(key) == value, (key, found[category][1])
+    assert set(found) == {category}, found  # and nothing else serious
+
+
+def test_a_logger_name_after_its_level_is_not_an_exception() -> None:
+    line = "WARN  org.deeplearning4j.nn.layers.convolution.ConvolutionLayer: CuDNN execution failed - falling back"
+    assert parse_exception(line) is None
+    assert parse_exception("java.lang.RuntimeException: cudaMalloc failed") == (
+        "java.lang.RuntimeException", "cudaMalloc failed")
+    # An exception class (suffixed) keeps its place after a level word: a record that quotes a raised error.
+    assert parse_exception("WARNING torch.cuda.OutOfMemoryError: CUDA out of memory.") is not None
+
+
+def test_rows_of_minus_inf_are_a_mask_not_nan(tmp_path: Path) -> None:
+    (tmp_path / "mask.log").write_text("tensor([[0., -inf, -inf],\n        [0., 0., -inf]])\nstep 1 loss 2.3\n")
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["mask.log"]), ToolContext(roots=(tmp_path,)))
+    assert not [f for f in result.findings if f.severity != "info"]
