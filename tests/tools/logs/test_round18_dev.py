@@ -52,6 +52,11 @@ def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
     # unitree_rl_lab#24: `RuntimeError: normal expects all elements of std >= 0.0` sampling the policy.
     ("nan_inf__unitreerobotics-unitree_rl_lab-1.log", "nan_inf", "exception_nan_message",
      {"exception": "RuntimeError"}),
+    # cryosparc-issues#142: pycuda's `MemoryError: cuMemAlloc failed: out of memory` (the driver API's allocation).
+    ("cuda_oom__cryoem-uoft-cryosparc-issues-1.log", "cuda_oom", "device_alloc_failed",
+     {"error": "cuMemAlloc failed: out of memory", "exception": "MemoryError"}),
+    # athena#233: the shell's `killed`, retyped in lower case by the poster.
+    ("process_exit__athena-team-athena-1.log", "process_exit", "death_signal", {"signal_number": 9}),
     # FluxML model-zoo#242: a 2x10 CuArray printed as rows of NaN after epoch 2.
     ("nan_inf__FluxML-model-zoo-1.log", "nan_inf", "nan_values_printed", {}),
 ])
