@@ -576,12 +576,15 @@ class Entry:
     sets: dict[str, str]  # facts the entry states by what it is (backend = "TensorRT")
     worker: bool  # matches only an exception raised in a DataLoader worker
     api_body: bool  # an API's error body the taxonomy does not know (tools/logs/lines.py): never an exception's
+    # An error line's own text (its logger's tag) that names the component which failed, for an error line no message
+    # entry knows (tools/logs/lines.py): never an exception's.
+    record: re.Pattern[str] | None
     cause: str
     fix: str
     sop_branch: str
 
     def matches(self, exc: RaisedException) -> bool:
-        if self.api_body or (self.type is None and exc.is_warning):
+        if self.api_body or self.record is not None or (self.type is None and exc.is_warning):
             return False
         if self.worker and not exc.fetching_sample:
             return False
@@ -623,7 +626,7 @@ def _entry(raw: dict[str, Any], id: str) -> Entry:
                  message=pattern("message"), frame=pattern("frame"), through=pattern("through"),
                  facts=tuple(re.compile(f) for f in raw.get("facts", [])), sets=dict(raw.get("sets", {})),
                  worker=bool(raw.get("worker", False)), api_body=bool(raw.get("api_body", False)),
-                 cause=raw["cause"], fix=raw["fix"],
+                 record=pattern("record"), cause=raw["cause"], fix=raw["fix"],
                  sop_branch=raw["sop_branch"])
 
 

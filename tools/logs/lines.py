@@ -190,6 +190,12 @@ def _first_record(text: str, message: str) -> str:
 
 
 @cache
+def _record_entries() -> tuple[Entry, ...]:
+    entries, _ = taxonomy()
+    return tuple(e for e in entries if e.record is not None)
+
+
+@cache
 def _api_entry() -> Entry:
     entries, _ = taxonomy()
     return next(e for e in entries if e.api_body)
@@ -281,6 +287,11 @@ class LineReader:
             raised_type = parse_exception(line.message) if line.api_body else None
             if entry is None and line.api_body:
                 entry = _api_entry()  # a request the serving engine refused, for a reason the taxonomy does not know
+            if entry is None:  # the component that logged it, by its tag (an inference engine's logger)
+                entry = next((e for e in _record_entries() if e.record is not None
+                              and e.record.search(_decode(line.text))), None)
+                if entry is not None and entry.category in {r.category for r, _ in [*hits, *added]}:
+                    continue  # the engine's failure is already told, in words a rule or an entry knows
             if entry is None:
                 continue
             if (_RETRY.search(line.message) or _ATTEMPT.search(_decode(line.text))

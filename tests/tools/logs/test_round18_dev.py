@@ -82,3 +82,29 @@ def test_rows_of_minus_inf_are_a_mask_not_nan(tmp_path: Path) -> None:
     (tmp_path / "mask.log").write_text("tensor([[0., -inf, -inf],\n        [0., 0., -inf]])\nstep 1 loss 2.3\n")
     result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["mask.log"]), ToolContext(roots=(tmp_path,)))
     assert not [f for f in result.findings if f.severity != "info"]
+
+
+@pytest.mark.parametrize(("line", "category", "rule", "facts"), [
+    # Triton's launcher quoting the CUDA runtime's cudaErrorInvalidKernelImage string.
+    ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "cuda_error", "cuda_error_string",
+     {"error": "device kernel image is invalid"}),
+    # TensorRT-LLM's logger at error level with a message no taxonomy entry knows: the engine's, by its tag.
+    ("[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp (/src/tensorrt_llm/runtime/worldConfig.cpp:97)",
+     "inference", "exception_inference_engine_record", {}),
+])
+def test_a_line_by_its_mechanism(tmp_path: Path, line: str, category: str, rule: str, facts: dict[str, Any]) -> None:
+    (tmp_path / "job.log").write_text(line + "\n")
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["job.log"]), ToolContext(roots=(tmp_path,)))
+    [found] = [f for f in result.findings if f.severity != "info"]
+    assert (found.category, found.rule) == (category, rule)
+    assert {k: found.facts.get(k) for k in facts} == facts
+
+
+def test_an_engine_tagged_line_the_taxonomy_knows_keeps_its_entry() -> None:
+    # round 5's triton-cli#59: `[TensorRT-LLM][ERROR] 6: The engine plan file is not compatible with this version of
+    # TensorRT`: the model-load entry (with its versions), not the engine's tag.
+    root = DEV.parents[1] / "round5" / "dev"
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["inference__triton-inference-server-triton-cli-59.log"]),
+                       ToolContext(roots=(root.resolve(),)))
+    assert "exception_inference_engine_record" not in {f.rule for f in result.findings}
+    assert "exception_inference_model_load" in {f.rule for f in result.findings}
