@@ -249,7 +249,8 @@ def _iostat_number(text: str) -> float | None:
 
 
 def is_vmstat(text: str) -> bool:
-    return re.search(r"^[ \t]*r[ \t]+b[ \t]+swpd[ \t]+free", text, re.M) is not None
+    # A prefix before the header (a timestamp that `ts` or a logging loop put on every line) is the capture's too.
+    return re.search(r"(?:^|[ \t])r[ \t]+b[ \t]+swpd[ \t]+free", text, re.M) is not None
 
 
 def _totals_span_since_boot(disks: dict[str, dict[str, float | None]]) -> bool:
@@ -389,13 +390,16 @@ def _iostat_json(document: Any) -> HostCapture:
 def read_vmstat(text: str) -> HostCapture:
     capture = HostCapture("vmstat")
     header: list[str] | None = None
+    prefix = 0  # tokens before vmstat's own on every line (`2024-06-01 10:00:00  r  b  swpd ...`)
     rows: list[dict[str, float | None]] = []
     for line in text.splitlines():
         tokens = line.split()
-        if len(tokens) >= 4 and tokens[:4] == ["r", "b", "swpd", "free"]:
+        at = next((i for i in range(len(tokens) - 3) if tokens[i:i + 4] == ["r", "b", "swpd", "free"]), None)
+        if at is not None:
             # vmstat's fields are lower-case words; -t appends the time zone's name (UTC, CEST) for its stamp.
-            header = [t for t in tokens if t.isalpha() and t.islower()]
+            header, prefix = [t for t in tokens[at:] if t.isalpha() and t.islower()], at
             continue
+        tokens = tokens[prefix:]
         if header is None or len(tokens) < len(header):
             continue
         values, stamp = tokens[:len(header)], tokens[len(header):]

@@ -231,3 +231,18 @@ def test_one_core_pinned_while_the_rest_have_headroom_is_a_main_loop() -> None:
     round13 = Path(__file__).resolve().parents[2] / "data" / "host" / "round13" / "dev"
     result = sample(round13, "mpstat__solana-labs-solana-1.txt")
     assert result.verdict == "main_loop_cpu_bound" and "CPU 0 100.0 % busy" in result.findings[0].evidence
+
+
+def test_vmstat_with_a_timestamp_before_every_line_is_read(tmp_path: Path) -> None:
+    # `vmstat 1 | ts '%F %T'`: the stamp `ts` puts before each line, the header included; the first report (since
+    # boot) is still dropped, and the swap traffic of the others is read.
+    lines = ["procs -----------memory---------- ---swap-- -----io---- -system-- ------cpu-----",
+             " r  b   swpd   free   buff  cache   si   so    bi    bo   in   cs us sy id wa st",
+             " 1  0      0 812340  10240 903200    0    0    12    30  200  400  5  1 94  0  0",
+             " 2  6 1048576  20340   1024  30200 4200 5100  9000  6000 1200 2400  5 20 10 65  0",
+             " 1  7 1048576  19340   1024  29200 3900 4800  8800  5900 1100 2300  4 22  9 65  0"]
+    (tmp_path / "vmstat.txt").write_text("".join(f"2024-06-01 10:00:0{i} {line}\n" for i, line in enumerate(lines)))
+    result = sample(tmp_path, "vmstat.txt")
+    assert result.coverage[0].status.value == "read" and result.coverage[0].detail == "vmstat: 2 report(s)"
+    assert result.verdict == "memory_pressure"
+    assert result.findings[0].evidence.startswith("the host swaps (swap in/out up to 5100/s in vmstat)")
