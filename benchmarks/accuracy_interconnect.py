@@ -64,6 +64,8 @@ ROUND12 = REPO / "tests" / "data" / "interconnect" / "round12"
 ROUND13 = REPO / "tests" / "data" / "interconnect" / "round13"
 # split 60/40 by repository on 2026-12-04 (tenth session), before anyone read an output
 ROUND14 = REPO / "tests" / "data" / "interconnect" / "round14"
+# all held out: collected in the tenth session (2026-12-04) after its interconnect changes, a fresh check
+ROUND15 = REPO / "tests" / "data" / "interconnect" / "round15"
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -231,7 +233,8 @@ def main() -> None:
                                          (10, ROUND10, "split and frozen 2026-12-03"),
                                          (12, ROUND12, "fresh, frozen 2026-12-03, seventh session"),
                                          (13, ROUND13, "split and frozen 2026-12-03, ninth session"),
-                                         (14, ROUND14, "split and frozen 2026-12-04, tenth session"))]
+                                         (14, ROUND14, "split and frozen 2026-12-04, tenth session"),
+                                         (15, ROUND15, "fresh, frozen 2026-12-04, tenth session"))]
     for title, folder, labels, held_out in sets:
         if args.round is None or title.startswith(f"round {args.round},"):
             score(title, folder, labels(), misses=args.misses and not held_out)
