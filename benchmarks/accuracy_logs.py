@@ -50,7 +50,9 @@ that session tuned on the development sets, all held out (a fresh check of it); 
 repository before anyone read an excerpt (round17/dev, 73; round17/heldout, 53, frozen); round 18
 (tests/data/logs/round18): 112 excerpts from 107 more repositories, collected in the tenth session (2026-12-04) after
 that session's first three rule changes, split 60/40 by repository before anyone read an excerpt (round18/dev, 73;
-round18/heldout, 39, frozen); the benign corpus
+round18/heldout, 39, frozen); round 19 (tests/data/logs/round19): 109 excerpts from 68 more repositories,
+collected in the same session after its round 18 tuning (the collectors' search ran out early, so most are committed
+logs and docs, half of them healthy), all held out (a fresh check of that tuning); the benign corpus
 (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
@@ -119,6 +121,7 @@ ROUND16 = REPO / "tests" / "data" / "logs" / "round16"
 # split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an excerpt
 ROUND17 = REPO / "tests" / "data" / "logs" / "round17"
 ROUND18 = REPO / "tests" / "data" / "logs" / "round18"
+ROUND19 = REPO / "tests" / "data" / "logs" / "round19"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -454,6 +457,7 @@ def main() -> None:
                      load_heldout(ROUND17)))
         sets.append(("HELD OUT: round 18 (issue 31, split and frozen 2026-12-04, tenth session)",
                      load_heldout(ROUND18)))
+        sets.append(("HELD OUT: round 19 (issue 31, fresh, frozen 2026-12-04, tenth session)", load_heldout(ROUND19)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
