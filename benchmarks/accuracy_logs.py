@@ -52,8 +52,10 @@ repository before anyone read an excerpt (round17/dev, 73; round17/heldout, 53, 
 that session's first three rule changes, split 60/40 by repository before anyone read an excerpt (round18/dev, 73;
 round18/heldout, 39, frozen); round 19 (tests/data/logs/round19): 109 excerpts from 68 more repositories,
 collected in the same session after its round 18 tuning (the collectors' search ran out early, so most are committed
-logs and docs, half of them healthy), all held out (a fresh check of that tuning); the benign corpus
-(tests/data/logs/benign_corpus):
+logs and docs, half of them healthy), all held out (a fresh check of that tuning); benign round 20
+(tests/data/logs/benign_round20): 50 healthy committed logs (notebook outputs, training logs) from 30 more
+repositories, collected after round 19 was scored to find what fires on healthy logs, split 60/40 by repository
+before anyone read them (dev 26, held out 24); the benign corpus (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
 development sets are scored (the older sets and round 2's development part, each with its own figure);
@@ -122,6 +124,7 @@ ROUND16 = REPO / "tests" / "data" / "logs" / "round16"
 ROUND17 = REPO / "tests" / "data" / "logs" / "round17"
 ROUND18 = REPO / "tests" / "data" / "logs" / "round18"
 ROUND19 = REPO / "tests" / "data" / "logs" / "round19"
+BENIGN_ROUND20 = REPO / "tests" / "data" / "logs" / "benign_round20"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -206,6 +209,10 @@ def load_round17_dev() -> list[Case]:
 
 def load_round18_dev() -> list[Case]:
     return _labelled(ROUND18 / "dev" / "cases.jsonl")
+
+
+def load_benign_round20_dev() -> list[Case]:
+    return _labelled(BENIGN_ROUND20 / "dev" / "cases.jsonl")
 
 
 def load_benign_corpus() -> list[Case]:
@@ -435,7 +442,8 @@ def main() -> None:
             ("development: round 14 (issue 31)", load_round14_dev()),
             ("development: round 17 (issue 31)", load_round17_dev()),
             ("development: round 18 (issue 31)", load_round18_dev()),
-            ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus())]
+            ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus()),
+            ("development: benign round 20 (issue 31, healthy logs only)", load_benign_round20_dev())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
@@ -458,6 +466,8 @@ def main() -> None:
         sets.append(("HELD OUT: round 18 (issue 31, split and frozen 2026-12-04, tenth session)",
                      load_heldout(ROUND18)))
         sets.append(("HELD OUT: round 19 (issue 31, fresh, frozen 2026-12-04, tenth session)", load_heldout(ROUND19)))
+        sets.append(("HELD OUT: benign round 20 (issue 31, healthy logs only, split and frozen 2026-12-04)",
+                     load_heldout(BENIGN_ROUND20)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:

@@ -1,8 +1,8 @@
 """Train the learned fallback of diagnose_logs (issue 31, "learning where rules stop"): sop/log_model.json.
 
 Data: the DEVELOPMENT sets only (tests/data/logs/wild, public, round2/dev, round5/dev, round8/dev, round9/dev,
-round11/dev, round13/dev, round14/dev, round17/dev, round18/dev and the benign corpus of healthy committed logs),
-never a `heldout/` folder nor the all-held-out rounds (3, 4, 6, 7, 10, 12).
+round11/dev, round13/dev, round14/dev, round17/dev, round18/dev, the benign corpus of healthy committed logs and
+benign_round20/dev), never a `heldout/` folder nor the all-held-out rounds (3, 4, 6, 7, 10, 12, 15, 16, 19).
 Each excerpt is read as diagnose_logs reads it (tools/logs/learned.py: its error lines' normalised tokens); its
 class is its labelled category (benign and unclassified_error included).
 
@@ -43,6 +43,7 @@ from accuracy_logs import (  # noqa: E402
     SERIOUS,
     Case,
     load_benign_corpus,
+    load_benign_round20_dev,
     load_cases,
     load_round2_dev,
     load_round5_dev,
@@ -116,7 +117,7 @@ def examples(rules_too: bool = True) -> list[Example]:
     be consulted, which the thresholds depend on, and the printed rules + model figures)."""
     cases = (load_cases() + load_round2_dev() + load_round5_dev() + load_round8_dev() + load_round9_dev()
              + load_round11_dev() + load_round13_dev() + load_round14_dev() + load_round17_dev() + load_round18_dev()
-             + load_benign_corpus())
+             + load_benign_corpus() + load_benign_round20_dev())
     learned.OVERRIDE = False  # the rules alone
     rules = anyio.run(_rules, cases) if rules_too else [(frozenset[str](), frozenset[str](), False)] * len(cases)
     part = int(learned.settings()["part_kib"]) * 1024
@@ -256,7 +257,8 @@ def train(data: list[Example], verbose: bool = False) -> str:
     model_alone = dict(got)
     body = {"about": "diagnose_logs' learned fallback (issue 31): trained by benchmarks/train_log_model.py on the "
                      "development sets only (tests/data/logs/wild, public, round2/dev, round5/dev, round8/dev, "
-                     "round9/dev, round11/dev, round13/dev, round14/dev, round17/dev, round18/dev, benign_corpus); "
+                     "round9/dev, round11/dev, round13/dev, round14/dev, round17/dev, round18/dev, benign_corpus, "
+                     "benign_round20/dev); "
                      "read by tools/logs/learned.py",
             "thresholds": threshold, "cross_validation": {"folds": FOLDS, "grouped_by": "repository", **model_alone},
             "model": nb.to_json()}

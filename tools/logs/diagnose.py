@@ -861,6 +861,24 @@ def _metric_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits:
     return facts, metric_level(level, facts, hits)
 
 
+def scaler_skips(findings: list[LogFinding]) -> None:
+    """fp16 overflow skips printed by every rank are one skip each: the count that says whether the loss scaler is
+    still finding its scale is per rank (eight ranks printing three skips are three, not twenty-four). And a grad norm
+    printed non-finite (the loss finite) in a log whose scaler is still finding its scale is that scaler's skip,
+    printed before it acted (`Gradient norm: inf` on every rank, then `Skipped batch, new scale: 4096.0`): info too."""
+    for finding in findings:
+        if finding.rule == "overflow_skip" and finding.severity != "info" and len(finding.ranks) > 1:
+            per_rank = -(-finding.count // len(finding.ranks))
+            finding.severity = overflow_level(finding.severity, finding.facts, per_rank)
+    if not any(f.rule == "overflow_skip" and f.severity == "info" for f in findings):
+        return
+    for finding in findings:
+        if (finding.category == "nan_inf" and finding.facts.get("nonfinite") == "grad_norm"
+                and finding.severity != "info"):
+            finding.severity = "info"
+            finding.facts["scaler_skip"] = True
+
+
 def _exit_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits: int
                   ) -> tuple[dict[str, FactValue], Level]:
     return exit_facts(rule.id, facts, level)  # signal, exit code and who killed it (sop/exits.toml)
@@ -1116,6 +1134,7 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     findings = [_finding(g, groups, world, ranks) for g in groups.values() if not g.rule.evidence_only]
     demote_consequences(findings)  # issue 31: `Aborted (core dumped)` after a CUDA error is its consequence
     network_before_timeout(findings)  # issue 31: a timeout after a network failure is its consequence
+    scaler_skips(findings)  # issue 31: an inf grad norm the fp16 loss scaler skipped while finding its scale
     findings += _learned(files, findings, groups)  # issue 31: a learned guess where the rules stop (learned.py)
     findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)

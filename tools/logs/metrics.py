@@ -192,3 +192,4 @@ def overflow_level(level: Level, facts: dict[str, FactValue], hits: int) -> Leve
     if hits <= FP16_OVERFLOW_SKIPS_NORMAL and (scale_ok or facts.get("recovered") is True):
         return "info"
     return level
+

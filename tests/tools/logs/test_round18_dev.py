@@ -108,3 +108,16 @@ def test_an_engine_tagged_line_the_taxonomy_knows_keeps_its_entry() -> None:
                        ToolContext(roots=(root.resolve(),)))
     assert "exception_inference_engine_record" not in {f.rule for f in result.findings}
     assert "exception_inference_model_load" in {f.rule for f in result.findings}
+
+
+def test_every_ranks_inf_grad_norm_the_fp16_scaler_skipped_is_its_warm_up() -> None:
+    # https://github.com/mlcommons/training_results_v0.5/blob/c71f2e7c4b11ec7ab89eb4d8ceaadaae8529fff7/v0.5.0/nvidia/
+    # submission/results/dgx1_ngc18.11_pytorch/gnmt/result_0.txt (benign round 20, development): 8 ranks print
+    # `Gradient norm: inf`, then `Skipped batch, new scale: 4096.0` .. 1024.0: three skips each, the loss falling.
+    root = DEV.parents[1] / "benign_round20" / "dev"
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["benign__mlcommons-training_results_v0.5-3.log"]),
+                       ToolContext(roots=(root.resolve(),)))
+    by_rule = {f.rule: f for f in result.findings}
+    skip, norm = by_rule["overflow_skip"], by_rule["metric_nonfinite"]
+    assert skip.severity == "info" and skip.facts["loss_scale"] == 1024.0 and len(skip.ranks) == 8
+    assert norm.severity == "info" and norm.facts["scaler_skip"] is True
