@@ -142,6 +142,26 @@ def _innermost_frame(before: list[str]) -> tuple[str, str | None] | None:
     return None
 
 
+# Julia's stack trace under its `ERROR: ...`: `Stacktrace:`, then frames innermost first, `[1] f(args)` and under it
+# `@ Module path/file.jl:28 [inlined]` (issue 31, round 18: CUDA.jl's errors).
+_JULIA_STACK = re.compile(r"^\s*Stacktrace:\s*$")
+_JULIA_CALL = re.compile(r"^\s*\[1\]\s+(?:#*(?P<function>[A-Za-z_][\w!.]*))")
+_JULIA_AT = re.compile(r"^\s*@ (?:\S+ )?(?P<path>\S+\.jl):(?P<line>\d+)\b")
+
+
+def _julia_frame(after: list[bytes]) -> tuple[str, str | None] | None:
+    """The innermost frame of the Julia stack trace right under the failure ("path:line", its function)."""
+    texts = [_text(raw) for raw in after[:SITE_CONTEXT_LINES]]
+    start = next((i for i, t in enumerate(texts[:2]) if _JULIA_STACK.match(t)), None)
+    if start is None:
+        return None
+    call = _JULIA_CALL.match(texts[start + 1]) if start + 1 < len(texts) else None
+    at = _JULIA_AT.match(texts[start + 2]) if start + 2 < len(texts) else None
+    if at is None:
+        return None
+    return f"{at['path']}:{at['line']}", call["function"] if call is not None else None
+
+
 def site_facts(line: bytes, before: list[bytes], after: list[bytes]) -> dict[str, str]:
     """`location` and `function` of the failure on `line`, from the line itself first, then the traceback
     above it (when the line is a Python exception), then a C++ "Exception raised from f at x:N" below it;
@@ -153,6 +173,10 @@ def site_facts(line: bytes, before: list[bytes], after: list[bytes]) -> dict[str
     if frame is not None:
         location = location or frame[0]
         function = function or frame[1]
+    julia = _julia_frame(after)
+    if julia is not None:
+        location = location or julia[0]
+        function = function or julia[1]
     for raw in after:
         text = _text(raw)
         frame_below = _LUA_FRAME.search(text) or _TF_NODE.search(text)

@@ -38,7 +38,9 @@ def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
     ("cuda_error__mozkomor-GrinGoldMiner-1.log", "cuda_error", "cuda_error",
      {"cuda_error_name": "ErrorIllegalAddress"}),
     # CUDA.jl#2898: `ERROR: Out of GPU memory` above Julia's stack trace.
-    ("cuda_oom__JuliaGPU-CUDA.jl-1.log", "cuda_oom", "device_alloc_failed", {"error": "Out of GPU memory"}),
+    ("cuda_oom__JuliaGPU-CUDA.jl-1.log", "cuda_oom", "device_alloc_failed",
+     {"error": "Out of GPU memory", "location": "D:\\.julia\\packages\\CUDA\\Wfi8S\\lib\\cudadrv\\libcuda.jl:28",
+      "function": "throw_api_error"}),  # where Julia's stack trace under it says it was raised, innermost first
     # deeplearning4j#9119: `cudaMalloc failed; Bytes: [1077940224]; Error code [2]; DEVICE [0]` in a Java exception,
     # under a WARN record whose logger name is no exception.
     ("cuda_oom__deeplearning4j-deeplearning4j-1.log", "cuda_oom", "device_alloc_failed",
