@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property, lru_cache
 from importlib import resources
@@ -698,6 +699,25 @@ def _native_site(message: str) -> str | None:
     return None
 
 
+_RESTATED_LEAD = 8  # an error line at most this many lines above a traceback that restates it
+_RESTATED_CHARS = 40  # the exception message's first characters that must be on that line
+
+
+def _restated(exc: RaisedException, start: int, hits: Sequence[tuple[Rule, Any]], by_line: Sequence[int],
+              lines: Sequence[int]) -> list[Any]:
+    """The serious hits just above the exception's traceback whose line its message restates: a runtime that logs
+    its error, then raises it with the same words (ONNX Runtime's `[E:onnxruntime:...] Non-zero status code returned
+    while running Cast node ... CUDA error ...`, then `Fail: [ONNXRuntimeError] : 1 : FAIL : Non-zero status code
+    returned while running Cast node.`): one failure, the line's, which says more."""
+    said = " ".join(re.sub(r"^\[[^\]]*\]\s*(?::\s*\d+\s*:\s*\w+\s*:\s*)?", "", exc.message).split())
+    said = said[:_RESTATED_CHARS]
+    if len(said) < _RESTATED_CHARS // 2:
+        return []
+    above = by_line[bisect.bisect_left(lines, start - _RESTATED_LEAD):bisect.bisect_left(lines, start)]
+    return [h for r, h in (hits[i] for i in above)
+            if r.level != "info" and said in " ".join(_text(h.text).split())]
+
+
 def _user_location_over_library_frame(site: dict[str, str], exc: RaisedException) -> None:
     """A rule's line read its `location` from the frame right above it (sites.py); when that frame is a library's
     (torch's DataLoader signal handler, autograd) and the traceback has user code, the location is the user's frame
@@ -899,6 +919,8 @@ def exception_hits(file: InputFile, hits: list[tuple[Rule, _Hit]], raised: list[
         owners = [h for r, h in (hits[i] for i in near)
                   if h.number == exc.number or (not exc.is_warning and r.level != "info"
                                                 and start <= h.number <= exc.number + 3)]
+        if not owners and not exc.is_warning:
+            owners = _restated(exc, start, hits, by_line, lines)
         if owners:
             for hit in owners:  # the rule's; what the traceback says fills in what its lines did not
                 if hit.rank is None and exc.spawned_index is not None:

@@ -123,3 +123,15 @@ def test_every_ranks_inf_grad_norm_the_fp16_scaler_skipped_is_its_warm_up() -> N
     skip, norm = by_rule["overflow_skip"], by_rule["metric_nonfinite"]
     assert skip.severity == "info" and skip.facts["loss_scale"] == 1024.0 and len(skip.ranks) == 8
     assert norm.severity == "info" and norm.facts["scaler_skip"] is True
+
+
+def test_an_exception_that_restates_the_error_line_above_its_traceback_is_that_lines_failure() -> None:
+    # https://github.com/megvii-research/MEMD/issues/1: ONNX Runtime logs `[E:onnxruntime:...] Non-zero status code
+    # returned while running Cast node ... CUDA error cudaErrorNoKernelImageForDevice`, then raises `Fail:
+    # [ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Cast node.`: one failure, a CUDA
+    # error (the image has no kernel for this GPU), the exception's type and frames joined to it.
+    found = _serious("cuda_error__megvii-research-MEMD-1.log")
+    assert set(found) == {"cuda_error"}, found
+    rule, facts = found["cuda_error"]
+    assert facts["exception"] == "onnxruntime.capi.onnxruntime_pybind11_state.Fail"
+    assert facts["location"] == "/home/xsy/python/MEMD/./memd/utils/onnx_model.py:32"
