@@ -58,7 +58,9 @@ TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose li
 _TYPE = (r"(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)"
          r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+(?:[A-Z]\w*|error))")  # Python's base `Exception` too
 _EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE})(?:: (?P<message>.*?)|:?)\s*$")
-_SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$")
+# A C extension's module-level class is `error` (OpenCV's cv2.error, struct.error): as much an exception's name.
+_SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$|"
+                       r"[a-z0-9_]\.error$")
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
 _ERROR_RECORD = re.compile(r"(?:^|[\s\[|])(?:ERROR|CRITICAL|FATAL|E\d{4} \d\d:)\b")
 # A record's level right before a dotted name: the name is the logger's (Java's and Python's `LEVEL logger: message`).

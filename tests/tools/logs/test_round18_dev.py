@@ -80,6 +80,14 @@ def test_a_logger_name_after_its_level_is_not_an_exception() -> None:
     assert parse_exception("WARNING torch.cuda.OutOfMemoryError: CUDA out of memory.") is not None
 
 
+def test_c10ds_ipv6_lookup_warning_is_not_a_failure(tmp_path: Path) -> None:
+    (tmp_path / "job.log").write_text(
+        "[W socket.cpp:601] [c10d] The IPv6 network addresses of (node1, 29500) cannot be retrieved (gai error: -3 - "
+        "Temporary failure in name resolution).\nstep 10 loss 2.31\n")
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["job.log"]), ToolContext(roots=(tmp_path,)))
+    assert [(f.rule, f.severity) for f in result.findings] == [("store_ipv6_lookup", "info")]
+
+
 def test_rows_of_minus_inf_are_a_mask_not_nan(tmp_path: Path) -> None:
     (tmp_path / "mask.log").write_text("tensor([[0., -inf, -inf],\n        [0., 0., -inf]])\nstep 1 loss 2.3\n")
     result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["mask.log"]), ToolContext(roots=(tmp_path,)))
@@ -90,6 +98,17 @@ def test_rows_of_minus_inf_are_a_mask_not_nan(tmp_path: Path) -> None:
     # Triton's launcher quoting the CUDA runtime's cudaErrorInvalidKernelImage string.
     ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "cuda_error", "cuda_error_string",
      {"error": "device kernel image is invalid"}),
+    # OpenCV's assertion on an empty image: cv2.imread returned nothing for a sample (a bare final line).
+    ("cv2.error: OpenCV(4.5.1) /tmp/opencv/modules/imgproc/src/color.cpp:182: error: (-215:Assertion failed) "
+     "!_src.empty() in function 'cvtColor'", "dataloader", "exception_dataloader_image_empty", {}),
+    # The loader's pin-memory thread re-raising; TensorFlow's record reader on a truncated file.
+    ("RuntimeError: Caught RuntimeError in pin memory thread for device 0.", "dataloader",
+     "exception_dataloader_worker_caught", {}),
+    ("tensorflow.python.framework.errors_impl.DataLossError: truncated record at 123456", "dataloader",
+     "exception_dataloader_records_corrupt", {}),
+    # env:// rendezvous run without a launcher.
+    ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
+     "expected, but not set", "nccl_init_network", "exception_distributed_env_missing", {"variable": "MASTER_ADDR"}),
     # TensorRT-LLM's logger at error level with a message no taxonomy entry knows: the engine's, by its tag.
     ("[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp (/src/tensorrt_llm/runtime/worldConfig.cpp:97)",
      "inference", "exception_inference_engine_record", {}),
