@@ -109,6 +109,17 @@ def test_rows_of_minus_inf_are_a_mask_not_nan(tmp_path: Path) -> None:
     # env:// rendezvous run without a launcher.
     ("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
      "expected, but not set", "nccl_init_network", "exception_distributed_env_missing", {"variable": "MASTER_ADDR"}),
+    # Serving stacks that did not come up or shed load: vLLM's engine process, TGI's weights download, Ollama's
+    # memory check, Ray Serve's queue; torch.compile on a Python it does not support.
+    ("RuntimeError: Engine process failed to start. See stack trace for the root cause.", "inference",
+     "exception_inference_engine_failed", {}),
+    ("2024-06-01T10:00:00.000000Z ERROR download: text_generation_launcher: Download encountered an error:",
+     "inference", "exception_inference_server_start", {}),
+    ("Error: model requires more system memory (10.0 GiB) than is available (4.2 GiB)", "inference",
+     "exception_inference_model_load", {}),
+    ("ray.serve.exceptions.BackPressureError: Request dropped due to backpressure (num_queued_requests=100, "
+     "max_queued_requests=100).", "inference", "exception_inference_overloaded", {}),
+    ("RuntimeError: Dynamo is not supported on Python 3.12+", "compile", "exception_compile_toolchain_missing", {}),
     # TensorRT-LLM's logger at error level with a message no taxonomy entry knows: the engine's, by its tag.
     ("[TensorRT-LLM][ERROR] Assertion failed: mpiSize == tp * pp (/src/tensorrt_llm/runtime/worldConfig.cpp:97)",
      "inference", "exception_inference_engine_record", {}),
