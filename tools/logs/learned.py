@@ -37,7 +37,7 @@ SILENT_CLASSES = frozenset({"benign", "unclassified_error"})
 
 _ERRORISH = re.compile(
     r"error|exception|fail|fatal|killed|\bkill|\bnan\b|\binf\b|timeout|timed out|warn|abort|terminat|\boom|"
-    r"out of memory|segmentation|fault|core dump|exit|signal|denied|refused|unable|cannot|can't|could not|invalid|"
+    r"out of memory|segmentation|\bfault|core dump|exit|signal|denied|refused|unable|cannot|can't|could not|invalid|"
     r"illegal|assert|unexpected|not found|no such|mismatch|overflow|crash|\bhang|stuck|panic|died|\bdead|\blost|"
     r"unhealthy|corrupt|not supported|unsupported|incompatible|too many|too old|exceed",
     re.IGNORECASE)

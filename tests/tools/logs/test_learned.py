@@ -103,3 +103,11 @@ def test_what_a_healthy_run_prints_is_no_evidence_but_a_failure_still_is() -> No
     ]
     assert learned.error_lines("\n".join(healthy)) == []
     assert learned.error_lines("\n".join(healthy + failing)) == failing
+
+
+def test_a_word_that_only_holds_an_error_word_is_no_error_line() -> None:
+    # torchrun's healthy `[default] worker group successfully finished`: "default" holds "fault", not the word.
+    line = ("INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting 300 "
+            "seconds for other agents to finish.")
+    assert learned.error_lines(line) == []
+    assert learned.error_lines("Segmentation fault (core dumped)") == ["Segmentation fault (core dumped)"]
