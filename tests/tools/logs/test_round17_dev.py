@@ -11,24 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from tools.core.context import ToolContext
-from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
+from tests.tools.logs.serious import serious_by_category
 from tools.logs.reader import display_line
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "logs"
 
 
 def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    path = DATA / name
-    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[path.name]), ToolContext(roots=(path.parent.resolve(),)))
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
-    for finding in result.findings:  # the first finding of each category, as findings are ordered
-        if finding.severity != "info":
-            found.setdefault(finding.category, (finding.rule, dict(finding.facts)))
-    return found
+    return serious_by_category(DATA / name)
 
 
 @pytest.mark.parametrize(("name", "category", "rule", "facts"), [

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.tools.logs.serious import serious_by_category
 from tools.core.context import ToolContext
 from tools.logs.diagnose import DiagnoseLogsInput, diagnose_logs
 from tools.logs.exceptions import parse_exception
@@ -20,12 +21,7 @@ DEV = Path(__file__).resolve().parents[2] / "data" / "logs" / "round18" / "dev"
 
 
 def _serious(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
-    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=[name]), ToolContext(roots=(DEV.resolve(),)))
-    found: dict[str, tuple[str, dict[str, Any]]] = {}
-    for finding in result.findings:  # the first finding of each category, as findings are ordered
-        if finding.severity != "info":
-            found.setdefault(finding.category, (finding.rule, dict(finding.facts)))
-    return found
+    return serious_by_category(DEV / name)
 
 
 @pytest.mark.parametrize(("name", "category", "rule", "facts"), [
