@@ -861,7 +861,7 @@ def _metric_finding(rule: Rule, facts: dict[str, FactValue], level: Level, hits:
     return facts, metric_level(level, facts, hits)
 
 
-def scaler_skips(findings: list[LogFinding]) -> None:
+def _scaler_skips(findings: list[LogFinding]) -> None:
     """fp16 overflow skips printed by every rank are one skip each: the count that says whether the loss scaler is
     still finding its scale is per rank (eight ranks printing three skips are three, not twenty-four). And a grad norm
     printed non-finite (the loss finite) in a log whose scaler is still finding its scale is that scaler's skip,
@@ -1134,7 +1134,7 @@ async def diagnose_logs(params: DiagnoseLogsInput, ctx: ToolContext) -> Diagnose
     findings = [_finding(g, groups, world, ranks) for g in groups.values() if not g.rule.evidence_only]
     demote_consequences(findings)  # issue 31: `Aborted (core dumped)` after a CUDA error is its consequence
     network_before_timeout(findings)  # issue 31: a timeout after a network failure is its consequence
-    scaler_skips(findings)  # issue 31: an inf grad norm the fp16 loss scaler skipped while finding its scale
+    _scaler_skips(findings)  # issue 31: an inf grad norm the fp16 loss scaler skipped while finding its scale
     findings += _learned(files, findings, groups)  # issue 31: a learned guess where the rules stop (learned.py)
     findings.sort(key=lambda f: (-_LEVEL_RANK[f.severity], f.first.file, f.first.line))
     worst = max((_LEVEL_RANK[f.severity] for f in findings), default=0)
