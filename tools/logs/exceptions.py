@@ -57,7 +57,9 @@ TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose li
 # A C extension's module-level exception class is often plain `error` (OpenCV's cv2.error, socket.error, zlib.error).
 _TYPE = (r"(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)"
          r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+(?:[A-Z]\w*|error))")  # Python's base `Exception` too
-_EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>]))(?P<type>{_TYPE})(?:: (?P<message>.*?)|:?)\s*$")
+# A paste's markdown bold around the line (`**RuntimeError: Address already in use**`) is the reporter's, not the
+# exception's: allowed before the type and taken off the message's end.
+_EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>*]))(?P<type>{_TYPE})(?:: (?P<message>.*?)|:?)\**\s*$")
 # A C extension's module-level class is `error` (OpenCV's cv2.error, struct.error): as much an exception's name.
 _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$|"
                        r"[a-z0-9_]\.error$")

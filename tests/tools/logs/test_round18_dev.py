@@ -161,3 +161,21 @@ def test_an_exception_that_restates_the_error_line_above_its_traceback_is_that_l
     rule, facts = found["cuda_error"]
     assert facts["exception"] == "onnxruntime.capi.onnxruntime_pybind11_state.Fail"
     assert facts["location"] == "/home/xsy/python/MEMD/./memd/utils/onnx_model.py:32"
+
+
+def test_a_final_exception_in_markdown_bold_keeps_its_traceback() -> None:
+    # HRNet-Semantic-Segmentation#160: the poster bolded the last line, `**RuntimeError: Address already in use**`;
+    # the bold is the poster's, the traceback above it still places the failure.
+    rule, facts = _serious("nccl_init_network__HRNet-HRNet-Semantic-Segmentation-1.log")["nccl_init_network"]
+    assert (facts["exception"], facts["message"], facts["location"]) == (
+        "RuntimeError", "Address already in use", "tools/train.py:99")
+    assert parse_exception("**RuntimeError: Address already in use**") == ("RuntimeError", "Address already in use")
+
+
+def test_a_julia_frame_naming_the_cuda_error_type_is_no_second_error() -> None:
+    # Enzyme.jl#221: every CUDA.jl stack trace starts `[1] throw_api_error(res::CUDA.cudaError_enum)`: the type's name,
+    # not a value; the one failure is the illegal address above it.
+    result = anyio.run(diagnose_logs, DiagnoseLogsInput(paths=["cuda_error__EnzymeAD-Enzyme.jl-1.log"]),
+                       ToolContext(roots=(DEV.resolve(),)))
+    assert [(f.category, f.facts.get("error")) for f in result.findings] == [
+        ("cuda_error", "an illegal memory access was encountered")]
