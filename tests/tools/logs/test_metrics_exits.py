@@ -157,6 +157,19 @@ def test_rules_anchored_at_the_line_start_match_after_a_prefix(prefix: str) -> N
     assert classify(b"the job was Killed") is None  # not at the start of the line, after no known prefix
 
 
+@pytest.mark.parametrize(("line", "rule", "command"), [
+    # lmb-freiburg/demon (round 17, development): the shell's message with no space before its parenthesis.
+    ("Segmentation fault(core dumped)", "shell_signal", None),
+    # bash running a script: `<script>: line N: <pid> <signal>  (core dumped) <command>`.
+    ("train.sh: line 12: 31337 Segmentation fault      (core dumped) python train.py --cfg x", "shell_job_report",
+     "python train.py --cfg x"),
+])
+def test_a_shells_signal_message_in_its_forms(tmp_path: Path, line: str, rule: str, command: str | None) -> None:
+    (tmp_path / "job.log").write_text("start iteration 0\n" + line + "\n")
+    found = finding(diagnose("job.log", tmp_path), rule)
+    assert found.facts["signal_number"] == 11 and found.facts.get("command") == command
+
+
 def test_anchor_rewrites_only_line_anchors() -> None:
     assert anchor_after_prefix(r"[^x]\^a") == r"[^x]\^a"
     assert anchor_after_prefix(r"(?:^|x)a").startswith("(?:^(?:")
