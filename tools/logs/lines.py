@@ -290,8 +290,12 @@ class LineReader:
             if entry is None:  # the component that logged it, by its tag (an inference engine's logger)
                 entry = next((e for e in _record_entries() if e.record is not None
                               and e.record.search(_decode(line.text))), None)
-                if entry is not None and entry.category in {r.category for r, _ in [*hits, *added]}:
+                told = [*hits, *added]
+                if entry is not None and entry.category in {r.category for r, _ in told}:
                     continue  # the engine's failure is already told, in words a rule or an entry knows
+                if entry is not None and entry.category == "unclassified_error" and any(
+                        r.level != "info" and not r.evidence_only and r.category != entry.category for r, _ in told):
+                    continue  # a fatal record after a failure a rule knows is that failure's last word
             if entry is None:
                 continue
             if (_RETRY.search(line.message) or _ATTEMPT.search(_decode(line.text))
