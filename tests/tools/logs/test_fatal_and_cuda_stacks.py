@@ -59,6 +59,33 @@ def test_the_gpu_stack_in_other_frameworks_words(tmp_path: Path, line: str, rule
     assert {k: found.facts.get(k) for k in facts} == facts
 
 
+@pytest.mark.parametrize(("line", "category", "rule"), [
+    # MindSpore's allocator (GPU and Ascend) in its own words.
+    ("RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: Default/Conv2D-op12, alloc size: "
+     "1073741824B.", "cuda_oom", "exception_oom_message"),
+    # tf.debugging.check_numerics; Paddle's FLAGS_check_nan_inf in the exception it raises.
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Tensor had NaN values", "nan_inf",
+     "exception_nan_message"),
+    ("RuntimeError: (PreconditionNotMet) There are NAN or INF (num_nan=3, num_inf=0) in [operator=conv2d, "
+     "tensor=conv2d_0.tmp_0].", "nan_inf", "exception_nan_message"),
+    # Paddle's enforce message with the CUDA runtime's code in its own casing.
+    ("paddle.fluid.core_avx.EnforceNotMet: Invoke operator fill_constant error. Cuda error(3), initialization error.",
+     "cuda_error", "exception_cuda_error_message"),
+    # paddle.distributed.launch on a trainer that died.
+    ("ERROR 2023-03-01 10:00:00,000 launch_utils.py:642] ABORT!!! Out of all 4 trainers, the trainer process with "
+     "rank=[2] was aborted. Please check its log.", "process_exit", "paddle_trainer_aborted"),
+])
+def test_other_frameworks_failures_by_their_words(tmp_path: Path, line: str, category: str, rule: str) -> None:
+    [found] = [f for f in _diagnose(tmp_path, line + "\n").findings if f.severity != "info"]
+    assert (found.category, found.rule) == (category, rule)
+
+
+def test_paddles_aborted_trainer_is_named(tmp_path: Path) -> None:
+    [found] = _diagnose(tmp_path, "ABORT!!! Out of all 4 trainers, the trainer process with rank=[2] was aborted. "
+                                  "Please check its log.\n").findings
+    assert found.ranks == [2] and found.facts["world_size"] == 4
+
+
 @pytest.mark.parametrize("line", [
     # torchvision's import-time warning names a missing libcudart and changes nothing for training.
     "UserWarning: Failed to load image Python extension: libcudart.so.11.0: cannot open shared object file: No such "
