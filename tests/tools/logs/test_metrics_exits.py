@@ -270,3 +270,11 @@ def test_dataloader_workers_that_cannot_start_on_spawn(tmp_path: Path) -> None:
         "finished its bootstrapping phase.\n")
     [found] = [f for f in diagnose("train.log", tmp_path).findings if f.severity != "info"]
     assert (found.category, found.severity) == ("dataloader", "crit")
+
+
+def test_the_kubelets_restart_back_off_event_is_a_container_that_keeps_dying(tmp_path: Path) -> None:
+    (tmp_path / "events.log").write_text(
+        "Warning  BackOff  3m (x12 over 10m)  kubelet  Back-off restarting failed container trainer in pod "
+        "trainer-0_default(8c1f)\n")
+    found = finding(diagnose("events.log", tmp_path), "k8s_terminated")
+    assert (found.severity, found.facts["container"]) == ("warn", "trainer")
