@@ -55,7 +55,10 @@ collected in the same session after its round 18 tuning (the collectors' search 
 logs and docs, half of them healthy), all held out (a fresh check of that tuning); benign round 20
 (tests/data/logs/benign_round20): 50 healthy committed logs (notebook outputs, training logs) from 30 more
 repositories, collected after round 19 was scored to find what fires on healthy logs, split 60/40 by repository
-before anyone read them (dev 26, held out 24); the benign corpus (tests/data/logs/benign_corpus):
+before anyone read them (dev 26, held out 24); round 21 (tests/data/logs/round21) and benign round 22
+(tests/data/logs/benign_round22): collected in the eleventh session (2026-12-04) after its first rule changes, split
+60/40 by repository before anyone read an excerpt (their dev and heldout folders; the counts are in each
+split_*.json); the benign corpus (tests/data/logs/benign_corpus):
 healthy output only, committed training/inference logs of public repositories new to the project, collected after
 round 8's tuning to find rules that fire on healthy logs (its figure: "benign corpus N/N quiet"). By default the
 development sets are scored (the older sets and round 2's development part, each with its own figure);
@@ -125,6 +128,8 @@ ROUND17 = REPO / "tests" / "data" / "logs" / "round17"
 ROUND18 = REPO / "tests" / "data" / "logs" / "round18"
 ROUND19 = REPO / "tests" / "data" / "logs" / "round19"
 BENIGN_ROUND20 = REPO / "tests" / "data" / "logs" / "benign_round20"
+ROUND21 = REPO / "tests" / "data" / "logs" / "round21"
+BENIGN_ROUND22 = REPO / "tests" / "data" / "logs" / "benign_round22"
 # development: healthy output only (committed training/inference logs of public repositories), collected after round
 # 8's tuning to find the rules that fire on healthy logs; scored as its own figure, "benign corpus N/N quiet"
 BENIGN_CORPUS = REPO / "tests" / "data" / "logs" / "benign_corpus"
@@ -213,6 +218,14 @@ def load_round18_dev() -> list[Case]:
 
 def load_benign_round20_dev() -> list[Case]:
     return _labelled(BENIGN_ROUND20 / "dev" / "cases.jsonl")
+
+
+def load_round21_dev() -> list[Case]:
+    return _labelled(ROUND21 / "dev" / "cases.jsonl")
+
+
+def load_benign_round22_dev() -> list[Case]:
+    return _labelled(BENIGN_ROUND22 / "dev" / "cases.jsonl")
 
 
 def load_benign_corpus() -> list[Case]:
@@ -443,7 +456,9 @@ def main() -> None:
             ("development: round 17 (issue 31)", load_round17_dev()),
             ("development: round 18 (issue 31)", load_round18_dev()),
             ("development: benign corpus (issue 31, healthy logs only)", load_benign_corpus()),
-            ("development: benign round 20 (issue 31, healthy logs only)", load_benign_round20_dev())]
+            ("development: benign round 20 (issue 31, healthy logs only)", load_benign_round20_dev()),
+            ("development: round 21 (issue 31)", load_round21_dev()),
+            ("development: benign round 22 (issue 31, healthy logs only)", load_benign_round22_dev())]
     if args.held_out:
         sets.append(("HELD OUT: round 2 (issue 31, split and frozen 2026-12-01)", load_heldout(ROUND2)))
         sets.append(("HELD OUT: round 3 (issue 31, fresh, frozen 2026-12-01)", load_heldout(ROUND3)))
@@ -468,6 +483,10 @@ def main() -> None:
         sets.append(("HELD OUT: round 19 (issue 31, fresh, frozen 2026-12-04, tenth session)", load_heldout(ROUND19)))
         sets.append(("HELD OUT: benign round 20 (issue 31, healthy logs only, split and frozen 2026-12-04)",
                      load_heldout(BENIGN_ROUND20)))
+        sets.append(("HELD OUT: round 21 (issue 31, split and frozen 2026-12-04, eleventh session)",
+                     load_heldout(ROUND21)))
+        sets.append(("HELD OUT: benign round 22 (issue 31, healthy logs only, split and frozen 2026-12-04, eleventh "
+                     "session)", load_heldout(BENIGN_ROUND22)))
     if args.sets:
         sets = [(title, cases) for title, cases in sets if args.sets in title]
     with tempfile.TemporaryDirectory(prefix="wrapped-logs-") as scratch:
