@@ -55,12 +55,16 @@ TRACEBACK_RULE = "traceback"  # the evidence rule in sop/log_rules.toml whose li
 
 # A type: dotted names allowed; undotted ones must read as an exception class (RuntimeError, KeyboardInterrupt).
 # A C extension's module-level exception class is often plain `error` (OpenCV's cv2.error, socket.error, zlib.error).
+# Ray re-raises a task's exception as `ray.exceptions.RayTaskError(OutOfMemoryError)`: the wrapper and, in
+# parentheses, the type the task raised (the failure; RaisedException.dotted_type reads that one).
 _TYPE = (r"(?:(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)"
-         r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+(?:[A-Z]\w*|error))")  # Python's base `Exception` too
+         r"|Exception|OutOf[A-Z]\w*)|(?:[a-z_]\w*\.)+(?:[A-Z]\w*|error))"  # Python's base `Exception` too
+         r"(?:\((?:[A-Za-z_]\w*\.)*[A-Z]\w*\))?")
 # A paste's markdown bold around the line (`**RuntimeError: Address already in use**`) is the reporter's, not the
 # exception's: allowed before the type and taken off the message's end.
 _EXCEPTION_LINE = re.compile(rf"(?:^|(?<=[\s:\]|)>*]))(?P<type>{_TYPE})(?:: (?P<message>.*?)|:?)\**\s*$")
 # A C extension's module-level class is `error` (OpenCV's cv2.error, struct.error): as much an exception's name.
+_CARRIED = re.compile(r"\((?P<type>[\w.]+)\)$")
 _SUFFIXED = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Failed|Failure|Iteration)$|(?:^|\.)OutOf[A-Z]\w*$|"
                        r"[a-z0-9_]\.error$")
 # A log record at error level: its bare 'Triton: InductorError' names an exception without a message.
@@ -277,8 +281,10 @@ class RaisedException:
 
     @property
     def dotted_type(self) -> str:
-        """The type with C++'s `::` read as Python's `.` (`c10::OutOfMemoryError`), for the taxonomy's patterns."""
-        return self.type.replace("::", ".")
+        """The type with C++'s `::` read as Python's `.` (`c10::OutOfMemoryError`), for the taxonomy's patterns; of a
+        wrapper that names the type it carries (Ray's `RayTaskError(OutOfMemoryError)`), the carried one."""
+        carried = _CARRIED.search(self.type)
+        return (carried["type"] if carried is not None else self.type).replace("::", ".")
 
     def error(self) -> str:
         """`Type: message`: the whole message when it is short (a second sentence often says why: "Your Tesla T4 GPU

@@ -65,6 +65,9 @@ _ADVISORY = re.compile(r"(?i)\b(?:may|might|could|can)\s+(?:lead to|cause|result
 # `exited with code 0`): an exit is evidence of a fault only with a failing status or signal.
 _ORDERLY_EXIT = re.compile(r"(?i)\b(?:exit(?:ed)?|return(?:ed)?)\b[^\n]{0,30}\b(?:code|status)\b[ :=]*0\b(?![.\d])|"
                            r"\bcleaning up before exit|\bexiting normally\b|\bgraceful(?:ly)?\s+shut")
+# A line that is a list of bare words (a word2vec neighbour table's `war | military, forces, troops, killed, soviet`, a
+# CSV header `epoch,loss,error,killed`): data the program printed, not a message about itself.
+_WORD_LIST = re.compile(r"^\W*[A-Za-z_]\w*(?:\s*[,|]\s*[A-Za-z_]\w*){3,}\W*$")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{12,}\b")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.+~-]*[/\\])+([\w.+-]+)")
@@ -94,7 +97,7 @@ def error_lines(text: str) -> list[str]:
         elif (stripped and _ERRORISH.search(line) and not _RETRY.search(line) and not _HTTP_RECORD.search(line)
               and not _PY_WARNING.search(line) and not _FALLBACK.search(line)
               and not _COMPILER_WARNING.search(line) and not _ADVISORY.search(line)
-              and not _ORDERLY_EXIT.search(line)):
+              and not _ORDERLY_EXIT.search(line) and not _WORD_LIST.match(stripped)):
             picked.setdefault(stripped, None)
         if len(picked) >= _MAX_LINES:
             break

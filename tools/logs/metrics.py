@@ -78,13 +78,18 @@ def _is_field(text: str, match: re.Match[str]) -> bool:
     return bool(match.group("sep").strip()) or _AFTER_VALUE.match(text, match.end()) is not None
 
 
+# A loss named by its function (MXNet's `Train-SmoothL1=nan`, `Train-CrossEntropy`, an `mse`): the same names as
+# metric_nonfinite's rule in sop/log_rules.toml.
+_LOSS_FUNCTION = re.compile(r"smooth[_\-]?l1|cross[_\-]?entropy|(?:^|[_\-])(?:nll|bce|mse|rmse|kld?)$", re.IGNORECASE)
+
+
 def _kind(key: str) -> str | None:
     low = key.lower()
     if "scale" in low:
         return "loss_scale"
     if "gnorm" in low or ("grad" in low and "norm" in low):
         return "grad_norm"
-    if "loss" in low:
+    if "loss" in low or _LOSS_FUNCTION.search(low):
         return "best_loss" if _BEST.search(low) else "loss"
     return None
 

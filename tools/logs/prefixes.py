@@ -10,7 +10,8 @@ rank prefixes stay for tools.core.ranks.
 The forms come from real logs:
 - Ray: `(RayWorkerWrapper pid=123, ip=10.0.0.1) `, `(pid=123) `, `(TaskRunner pid=4321) `, with or without ip;
 - torchrun / mpirun: `[rank3]:`, `[default0]:`, `[1,0]<stdout>:`;
-- containers and Kubernetes: `2024-05-01T12:00:00.123456789Z `, CRI's `... stdout F `;
+- containers and Kubernetes: `2024-05-01T12:00:00.123456789Z `, CRI's `... stdout F `; a log console's table copied
+  as text (CloudWatch's `| 2024-08-23T22:22:58.879Z | `);
 - syslog / journal: `May  1 12:00:00 host kernel: `, dmesg's `[ 1234.567890] ` and `[Sun Mar 30 08:24:00 2025] `;
 - Python logging: `2024-05-01 12:00:00,123 - name - ERROR - `, `ERROR:torch.distributed.x:`;
   glog's `E0501 12:00:00.123 42 x.py:12] `;
@@ -45,6 +46,8 @@ _PREFIXES = (
     # a container runtime's ISO time, its offset maybe after a space and a zone's name (`... +08:00 CST `)
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|\s?[+-]\d\d:?\d\d)?(?: (?:[A-Z]{1,4}T|UTC|MSK))?\s+"
     r"(?:(?:stdout|stderr)\s+[FP]\s+)?",
+    # a log console's table copied as text (CloudWatch's `| 2024-08-23T22:22:58.879Z | message`)
+    r"\|?[ \t]*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?Z?[ \t]*\|[ \t]+",
     r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-/]+(?:\[\d+\])?:\s*",  # syslog / journalctl
     r"\[ *\d+\.\d+\]\s*",  # dmesg
     r"\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\s*",  # dmesg -T

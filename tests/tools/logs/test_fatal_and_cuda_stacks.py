@@ -91,8 +91,9 @@ def test_paddles_aborted_trainer_is_named(tmp_path: Path) -> None:
     "UserWarning: Failed to load image Python extension: libcudart.so.11.0: cannot open shared object file: No such "
     "file or directory",
     # TensorFlow on a machine without CUDA logs this at W and runs on the CPU.
-    "2020-01-01 00:00:00.000000: W tensorflow/stream_executor/platform/default/dso_loader.cc:55] Could not load dynamic "
-    "library 'libcudart.so.10.1'; dlerror: libcudart.so.10.1: cannot open shared object file: No such file or directory",
+    "2020-01-01 00:00:00.000000: W tensorflow/stream_executor/platform/default/dso_loader.cc:55] Could not load "
+    "dynamic library 'libcudart.so.10.1'; dlerror: libcudart.so.10.1: cannot open shared object file: No such file or "
+    "directory",
 ])
 def test_a_missing_cuda_library_in_a_warning_is_no_failure(tmp_path: Path, line: str) -> None:
     assert not [f for f in _diagnose(tmp_path, line + "\nstep 10 loss 2.3\n").findings if f.severity != "info"]
