@@ -58,6 +58,7 @@ ROUND12 = HOST / "round12"  # all held out: collected in the seventh session whi
 ROUND13 = HOST / "round13"  # split 60/40 by repository on 2026-12-03 (ninth session), before anyone read an output
 ROUND14 = HOST / "round14"  # split 60/40 by repository on 2026-12-04 (tenth session), before anyone read an output
 ROUND15 = HOST / "round15"  # all held out: collected in the tenth session after its host changes, a fresh check
+ROUND16 = HOST / "round16"  # all held out: collected in the eleventh session before any host change, a fresh check
 FAULTS = ("cpu_bound", "main_loop_cpu_bound", "io_bound", "memory_pressure")
 
 
@@ -216,7 +217,8 @@ def _rounds(held_out: bool) -> list[tuple[str, Path, Callable[[], list[dict[str,
                                            (12, ROUND12, ", fresh, frozen 2026-12-03, seventh session"),
                                            (13, ROUND13, ", split and frozen 2026-12-03, ninth session"),
                                            (14, ROUND14, ", split and frozen 2026-12-04, tenth session"),
-                                           (15, ROUND15, ", fresh, frozen 2026-12-04, tenth session"))]
+                                           (15, ROUND15, ", fresh, frozen 2026-12-04, tenth session"),
+                                           (16, ROUND16, ", fresh, frozen 2026-12-04, eleventh session"))]
     return rounds
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ ROUND13 = REPO / "tests" / "data" / "interconnect" / "round13"
 ROUND14 = REPO / "tests" / "data" / "interconnect" / "round14"
 # all held out: collected in the tenth session (2026-12-04) after its interconnect changes, a fresh check
 ROUND15 = REPO / "tests" / "data" / "interconnect" / "round15"
+ROUND16 = REPO / "tests" / "data" / "interconnect" / "round16"  # all held out, eleventh session (a fresh check)
 AFFINITY = REPO / "tests" / "data" / "interconnect" / "affinity"
 _ARGUMENT = {"nccl_log": "nccl_logs", "nccl_tests": "nccl_tests", "nccl_tests_json": "nccl_tests"}
 # The round 5 and 6 collectors labelled in the words (tests/data/interconnect/round6/PROVENANCE_x6.md,
@@ -234,7 +235,8 @@ def main() -> None:
                                          (12, ROUND12, "fresh, frozen 2026-12-03, seventh session"),
                                          (13, ROUND13, "split and frozen 2026-12-03, ninth session"),
                                          (14, ROUND14, "split and frozen 2026-12-04, tenth session"),
-                                         (15, ROUND15, "fresh, frozen 2026-12-04, tenth session"))]
+                                         (15, ROUND15, "fresh, frozen 2026-12-04, tenth session"),
+                                         (16, ROUND16, "fresh, frozen 2026-12-04, eleventh session"))]
     for title, folder, labels, held_out in sets:
         if args.round is None or title.startswith(f"round {args.round},"):
             score(title, folder, labels(), misses=args.misses and not held_out)

@@ -33,6 +33,11 @@ _TARGET = re.compile(r"^\s*LnkCtl2:\s*Target Link Speed:\s*([\d.]+)GT/s")
 # GPUs (VGA/3D/Display controllers) do drop it.
 _STEADY_CLASS = re.compile(r"Ethernet|Infiniband|Network|Non-Volatile|RAID|SATA|SAS|Fibre", re.I)
 _GPU_CLASS = re.compile(r"VGA|3D controller|Display controller", re.I)
+# The classes whose link carries a GPU job's data: GPUs and accelerators, NICs, storage, and the bridges (switch ports)
+# they sit behind. A USB, audio or serial controller at fewer lanes than it can take changes nothing for the job.
+_JOB_CLASS = re.compile(r"VGA|3D controller|Display controller|Processing accelerator|Co-processor|Ethernet|"
+                        r"Infiniband|Network|Fabric|Non-Volatile|RAID|SATA|SAS|SCSI|Fibre|Mass storage|PCI bridge|"
+                        r"Host bridge", re.I)
 
 
 @dataclass
@@ -46,6 +51,7 @@ class PcieLink:
     target_gen: int | None = None  # LnkCtl2's target: software capped the link below what it can do
     downgraded: bool = False  # lspci's own '(downgraded)' flag on the speed or width
     gpu: bool | None = None  # True: a GPU (idle power saving lowers the speed); False: a device that does not
+    job_device: bool = True  # False: a named device whose link carries nothing of a GPU job's (USB, audio)
     utilization_pct: float | None = None  # nvidia-smi -q's GPU utilisation, when the capture has it
     throughput_kbs: float | None = None  # nvidia-smi -q's Tx + Rx throughput
 
@@ -70,7 +76,7 @@ def read_lspci(text: str) -> list[PcieLink]:
             kind = device.group(2)
             links.append(PcieLink(device.group(1), f"{kind}: {device.group(3).strip()}"[:120],
                                   gpu=True if _GPU_CLASS.search(kind) else False if _STEADY_CLASS.search(kind)
-                                  else None))
+                                  else None, job_device=_JOB_CLASS.search(kind) is not None))
             continue
         if (lnk := _LNK.match(line)) is not None:
             if not links or (lnk.group(1) == "LnkCap" and links[-1].cap_gen is not None):

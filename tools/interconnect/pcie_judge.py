@@ -1,8 +1,9 @@
-"""The judgement of PCIe links (lspci -vv, nvidia-smi -q): a width below what the link can do is degraded on any
-device; a speed below it only where power saving cannot explain it: software capped the target speed, the device
-is not a GPU (NICs and NVMe drives keep the speed they trained at), or the GPU was under load. An idle GPU drops
-to Gen1 by design, and a paste that shows neither the device nor its load cannot tell the two apart: unknown, with
-the reading that decides."""
+"""The judgement of PCIe links (lspci -vv, nvidia-smi -q) of the devices a GPU job's data crosses (GPUs, NICs,
+storage and the bridges they sit behind; a USB or audio controller is noted, not judged): a width below what the
+link can do is degraded; a speed below it only where power saving cannot explain it: software capped the target
+speed, the device is not a GPU (NICs and NVMe drives keep the speed they trained at), or the GPU was under load. An
+idle GPU drops to Gen1 by design, and a paste that shows neither the device nor its load cannot tell the two apart:
+unknown, with the reading that decides."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ def judge_pcie(links: list[PcieLink], node: str, found: Evidence) -> None:
                                 f"x{link.width or '?'}", speed="-", expected=f"Gen{link.cap_gen or '?'} "
                                 f"x{link.cap_width or '?'}"))
         slow = link.speed_below or (link.downgraded and link.cap_gen is None and not link.width_below)
+        if not link.job_device and (slow or link.width_below):
+            found.notes.append(f"{node}: {_said(link)}: not a device of the job's data path (a GPU, NIC, storage or "
+                               "the bridge they sit behind), not judged.")
+            continue
         if link.width_below:
             found.add("pcie_degraded", Severity.warn, f"{_said(link)}: {link.width} lane(s) of {link.cap_width}",
                       _RESEAT, node)

@@ -30,12 +30,27 @@ def kinds(result: CheckInterconnectResult) -> list[tuple[str, str]]:
     return [(f.kind, f.severity.value) for f in result.findings]
 
 
-def test_a_pcie_width_below_the_link_s_is_degraded_on_any_device() -> None:
+def test_a_pcie_width_below_the_link_s_is_degraded_on_a_device_of_the_job() -> None:
     # geerlingguy/raspberry-pi-pcie-devices#143: a ConnectX-3 (Gen3 x4) in the CM4's one Gen2 lane.
     result = check(DEV, captures=["lspci__geerlingguy-raspberry-pi-pcie-devices-143.txt"])
     assert kinds(result) == [("pcie_degraded", "warn")]
     assert "Gen2 x1 of Gen3 x4" in result.findings[0].evidence and "1 lane(s) of 4" in result.findings[0].evidence
     assert [(link.state, link.expected) for link in result.links] == [("Gen2 x1", "Gen3 x4")]
+
+
+def test_a_usb_controller_at_fewer_lanes_is_noted_not_judged(tmp_path: Path) -> None:
+    # A whole `lspci -vv` (pciutils' layout) lists every device: a USB 3 controller trained at x1 of its x2 carries
+    # nothing of a GPU job's, so it is a note; the GPU beside it, at its full link, is read and ok.
+    (tmp_path / "lspci.txt").write_text(
+        "03:00.0 USB controller: ASMedia Technology Inc. ASM2142 USB 3.1 Host Controller (prog-if 30 [XHCI])\n"
+        "\t\tLnkCap:\tPort #0, Speed 8GT/s, Width x2, ASPM L0s L1, Exit Latency L0s <2us, L1 <16us\n"
+        "\t\tLnkSta:\tSpeed 8GT/s (ok), Width x1 (downgraded)\n"
+        "41:00.0 VGA compatible controller: NVIDIA Corporation GA102 [GeForce RTX 3090] (rev a1) (prog-if 00 [VGA])\n"
+        "\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L0s L1, Exit Latency L0s <512ns, L1 <4us\n"
+        "\t\tLnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)\n")
+    result = check(tmp_path, captures=["lspci.txt"])
+    assert result.severity.value == "ok" and kinds(result) == []
+    assert any("USB controller" in note and "not judged" in note for note in result.notes)
 
 
 def test_a_speed_capped_by_the_target_link_speed_is_degraded() -> None:
